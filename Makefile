@@ -1,0 +1,58 @@
+# Two commands for a fresh machine (see README): `make run` and `make test`.
+# Everything else here is what those two are made of.
+
+PYTHON ?= python3.11
+VENV   := .venv
+UV     := $(VENV)/tools/bin/uv
+STACK  ?= dev
+
+INFRA_PY   := $(VENV)/infra/bin/python
+APP_PY     := $(VENV)/app/bin/python
+CHECKOV_PY := $(VENV)/checkov/bin/python
+
+# uv resolves and installs the three environments from pyproject.toml + uv.lock;
+# it is bootstrapped into a small venv of its own so nothing global is touched.
+$(UV):
+	$(PYTHON) -m venv $(VENV)/tools
+	$(VENV)/tools/bin/pip install --quiet --disable-pip-version-check "uv>=0.9,<1"
+
+define sync_env
+	UV_PROJECT_ENVIRONMENT=$(VENV)/$(1) $(UV) sync --frozen --quiet --python $(PYTHON) --no-default-groups $(2)
+	touch $@
+endef
+
+$(VENV)/infra/.synced: pyproject.toml uv.lock | $(UV)
+	$(call sync_env,infra,--group infra --group test)
+$(VENV)/app/.synced: pyproject.toml uv.lock | $(UV)
+	$(call sync_env,app,--group app --group test)
+$(VENV)/checkov/.synced: pyproject.toml uv.lock | $(UV)
+	$(call sync_env,checkov,--group checkov)
+
+.PHONY: setup run test test-infra test-app render check lint lock clean
+setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced
+
+## The main job on the embedded default: no cluster needed.
+run: $(VENV)/infra/.synced
+	$(INFRA_PY) -m infra.render --stack $(STACK) --out build/manifests/$(STACK)
+	$(INFRA_PY) -m policies.check --stack $(STACK)
+
+## All tests: program, manifests and policies in the infra environment, the application in its own.
+test: setup
+	$(INFRA_PY) -m pytest tests/infra tests/policies
+	$(APP_PY) -m pytest tests/app
+
+render: $(VENV)/infra/.synced
+	$(INFRA_PY) -m infra.render --stack $(STACK) --out build/manifests/$(STACK)
+
+check: $(VENV)/infra/.synced
+	$(INFRA_PY) -m policies.check --stack $(STACK)
+
+lint: $(VENV)/infra/.synced
+	$(VENV)/infra/bin/ruff check .
+	$(VENV)/infra/bin/ruff format --check .
+
+lock: | $(UV)
+	$(UV) lock
+
+clean:
+	rm -rf $(VENV) build

@@ -1,0 +1,159 @@
+"""The pipeline's topics as typed specs, shared by the Pulumi program and the topic reconciler.
+
+Standard library only: the Pulumi program imports this module from its own environment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+
+class TopicRole(StrEnum):
+    """What a topic is for; the rules (compaction, co-partitioning) follow from the role."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+    CHANGELOG = "changelog"
+    DLQ = "dlq"
+
+
+# Roles whose partition N holds the same keys: the processor writes a result and its state
+# change to the partition of the input record, so their counts must be equal.
+CO_PARTITIONED_ROLES = frozenset({TopicRole.INPUT, TopicRole.OUTPUT, TopicRole.CHANGELOG})
+
+
+class TopicSpecError(ValueError):
+    """A topic spec or a set of specs that cannot be deployed safely."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: name, partitions, replication factor and topic-level configs (Kafka's names)."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    role: TopicRole
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name) > 249:
+            raise TopicSpecError(f"topic name {self.name!r}: must be 1-249 characters")
+        if self.partitions < 1:
+            raise TopicSpecError(f"topic {self.name}: partitions={self.partitions}, must be >= 1")
+        if self.replication_factor < 1:
+            raise TopicSpecError(
+                f"topic {self.name}: replication_factor={self.replication_factor}, must be >= 1"
+            )
+        object.__setattr__(self, "role", TopicRole(self.role))
+        configs = {str(k): str(v) for k, v in self.configs.items()}
+        object.__setattr__(self, "configs", MappingProxyType(dict(sorted(configs.items()))))
+        if self.role is TopicRole.CHANGELOG and "compact" not in configs.get(
+            "cleanup.policy", ""
+        ).split(","):
+            raise TopicSpecError(
+                f"topic {self.name}: a changelog topic needs cleanup.policy=compact "
+                f"(found {configs.get('cleanup.policy', 'the broker default, delete')}); "
+                "without compaction a restore replays every update ever made"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the reconciler Job reads."""
+        return {
+            "name": self.name,
+            "partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+            "role": self.role.value,
+            "configs": dict(self.configs),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TopicSpec:
+        """Inverse of `to_dict`, with a clear error for a missing or unknown field."""
+        known = {"name", "partitions", "replication_factor", "role", "configs"}
+        unknown = set(data) - known
+        if unknown:
+            raise TopicSpecError(
+                f"topic spec has unknown fields {sorted(unknown)}; known: {sorted(known)}"
+            )
+        missing = known - {"configs"} - set(data)
+        if missing:
+            raise TopicSpecError(f"topic spec {data.get('name', '?')!r} misses {sorted(missing)}")
+        return cls(
+            name=str(data["name"]),
+            partitions=int(data["partitions"]),
+            replication_factor=int(data["replication_factor"]),
+            role=TopicRole(data["role"]),
+            configs=dict(data.get("configs", {})),
+        )
+
+
+def check_co_partitioned(specs: Iterable[TopicSpec]) -> None:
+    """Raise unless the input, output and changelog topics have the same partition count."""
+    counts = {s.name: s.partitions for s in specs if s.role in CO_PARTITIONED_ROLES}
+    if len(set(counts.values())) > 1:
+        listing = ", ".join(f"{name}={n}" for name, n in counts.items())
+        raise TopicSpecError(
+            f"input, output and changelog topics must be co-partitioned (same partition count); "
+            f"found {listing}"
+        )
+
+
+def dumps(specs: Sequence[TopicSpec]) -> str:
+    """Serialize specs for the reconciler (stable order and formatting, so diffs stay small)."""
+    return json.dumps({"topics": [s.to_dict() for s in specs]}, indent=2, sort_keys=True) + "\n"
+
+
+def loads(text: str) -> list[TopicSpec]:
+    """Parse the reconciler's input and check co-partitioning."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("topics"), list):
+        raise TopicSpecError('topic specs must be a JSON object {"topics": [...]}')
+    specs = [TopicSpec.from_dict(item) for item in data["topics"]]
+    names = [s.name for s in specs]
+    if len(names) != len(set(names)):
+        raise TopicSpecError(f"topic names must be unique, found {names}")
+    check_co_partitioned(specs)
+    return specs
+
+
+def pipeline_topics(
+    *,
+    application_id: str,
+    input_topic: str,
+    output_topic: str,
+    partitions: int,
+    replication_factor: int,
+    min_insync_replicas: int,
+    changelog_segment_bytes: int,
+    dlq_partitions: int = 1,
+) -> list[TopicSpec]:
+    """The page-view pipeline's four topics; a fork that changes the pipeline edits this."""
+    durable = {"min.insync.replicas": str(min_insync_replicas)}
+    compacted = {
+        **durable,
+        "cleanup.policy": "compact",
+        # The active segment is never compacted: small segments keep a restore short.
+        "segment.bytes": str(changelog_segment_bytes),
+    }
+    specs = [
+        TopicSpec(input_topic, partitions, replication_factor, TopicRole.INPUT, durable),
+        TopicSpec(output_topic, partitions, replication_factor, TopicRole.OUTPUT, compacted),
+        TopicSpec(
+            f"{application_id}-counts-changelog",
+            partitions,
+            replication_factor,
+            TopicRole.CHANGELOG,
+            compacted,
+        ),
+        TopicSpec(
+            f"{application_id}-dlq", dlq_partitions, replication_factor, TopicRole.DLQ, durable
+        ),
+    ]
+    check_co_partitioned(specs)
+    return specs
