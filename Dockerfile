@@ -27,6 +27,8 @@ FROM ${PYTHON_IMAGE}
 RUN apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini \
     && rm -rf /var/lib/apt/lists/* \
+    # One JAVA_HOME for amd64 and arm64 builds alike.
+    && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /opt/java \
     && groupadd --gid 10001 processor \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin processor
 COPY --from=build /opt/venv /opt/venv
@@ -34,7 +36,7 @@ COPY --from=build /app /app
 # Read-only root filesystem in the pod: everything Spark and Python write goes to /tmp (an
 # emptyDir) or to the state volume (state.dir).
 ENV PATH=/opt/venv/bin:$PATH \
-    JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
+    JAVA_HOME=/opt/java \
     PYSPARK_PYTHON=/opt/venv/bin/python \
     HOME=/tmp \
     PYTHONDONTWRITEBYTECODE=1 \
