@@ -1,0 +1,694 @@
+"""The processor's settings: one Java-style properties file, validated at start.
+
+The file is the contract shared by the Pulumi program (which renders it into a ConfigMap), this
+application (which reads it) and the policy pack (which checks it). Its layout follows Kafka
+Streams: common keys plain, consumer settings prefixed ``consumer.``, producer settings prefixed
+``producer.``, Spark settings under their own ``spark.`` names. ``${env:NAME}`` is replaced by the
+environment variable NAME (the syntax of Kafka's EnvVarConfigProvider), which is how the pod name
+becomes the static member id and the transactional id.
+
+Every default is in `DEFAULTS`; every problem found is reported at once in one `SettingsError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import confluent_kafka
+
+CONSUMER_PREFIX = "consumer."
+PRODUCER_PREFIX = "producer."
+SPARK_PREFIX = "spark."
+
+# The one place that holds the defaults (keys and values exactly as the contract names them).
+DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "processing.guarantee": "exactly_once_v2",
+        "stateful": "true",
+        "state.dir": "/var/lib/processor",
+        "health.port": "8080",
+        "trigger.interval.ms": "1000",
+        "max.records.per.batch": "50000",
+        "consumer.group.protocol": "classic",
+        # librdkafka's own defaults; the Pulumi program computes the session timeout from the
+        # StatefulSet (grace period + startup budget + minReadySeconds) and renders it.
+        "consumer.session.timeout.ms": "45000",
+        "consumer.heartbeat.interval.ms": "3000",
+        "consumer.partition.assignment.strategy": "cooperative-sticky",
+        "consumer.isolation.level": "read_committed",
+        "consumer.max.poll.interval.ms": "300000",
+        "consumer.enable.auto.commit": "false",
+        "producer.transaction.timeout.ms": "60000",
+        "producer.acks": "all",
+        "producer.enable.idempotence": "true",
+        "spark.master": "local[2]",
+        # About 2x the cores: the default of 200 made each batch about 7x slower. Fixed in the
+        # checkpoint at first start.
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.local.dir": "/tmp/spark",
+    }
+)
+
+REQUIRED = (
+    "application.id",
+    "bootstrap.servers",
+    "input.topic",
+    "output.topic",
+    "changelog.topic",
+    "dlq.topic",
+)
+INSTANCE_ID_KEY = "consumer.group.instance.id"
+TRANSACTIONAL_ID_KEY = "producer.transactional.id"
+# Contract keys without a default: required, or required depending on other keys.
+KNOWN_KEYS = frozenset({*DEFAULTS, *REQUIRED, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY})
+
+# Client settings that apply to the consumer and the producer alike (security), as in Kafka Streams.
+CLIENT_COMMON_KEYS = ("security.protocol",)
+CLIENT_COMMON_PREFIXES = ("sasl.", "ssl.")
+
+# With KIP-848 (`group.protocol=consumer`) these live on the broker; librdkafka rejects them.
+CLASSIC_PROTOCOL_ONLY = (
+    "consumer.session.timeout.ms",
+    "consumer.heartbeat.interval.ms",
+    "consumer.partition.assignment.strategy",
+)
+
+# Keys the processor sets itself: a value in the file would be silently wrong, so it is an error.
+OWNED_BY_PROCESSOR = {
+    "consumer.group.id": "the group id is application.id",
+    "consumer.bootstrap.servers": "use bootstrap.servers",
+    "producer.bootstrap.servers": "use bootstrap.servers",
+    "consumer.enable.auto.offset.store": (
+        "offsets are committed in the sink's transaction, never stored automatically"
+    ),
+}
+
+# key -> smallest allowed value (the upper bounds of client settings are librdkafka's to check).
+INT_KEYS: Mapping[str, int] = MappingProxyType(
+    {
+        "health.port": 0,  # 0: any free port (tests, local runs)
+        "trigger.interval.ms": 1,
+        "max.records.per.batch": 1,
+        "consumer.session.timeout.ms": 1,
+        "consumer.heartbeat.interval.ms": 1,
+        "consumer.max.poll.interval.ms": 1,
+        "producer.transaction.timeout.ms": 1,
+        "spark.sql.shuffle.partitions": 1,
+    }
+)
+MAX_PORT = 65535
+BOOL_KEYS = frozenset(
+    {
+        "stateful",
+        "consumer.enable.auto.commit",
+        "producer.enable.idempotence",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+    }
+)
+# key -> (allowed values, why only these)
+ENUM_KEYS: Mapping[str, tuple[tuple[str, ...], str]] = MappingProxyType(
+    {
+        "processing.guarantee": (
+            ("exactly_once_v2",),
+            "the sink writes results, state changes and input offsets in one transaction",
+        ),
+        "consumer.group.protocol": (
+            ("classic", "consumer"),
+            "classic: client-side assignor and timeouts; consumer: KIP-848, set on the broker",
+        ),
+        "consumer.isolation.level": (
+            ("read_committed",),
+            "exactly_once_v2 must not read records of aborted transactions",
+        ),
+        "consumer.partition.assignment.strategy": (
+            ("cooperative-sticky",),
+            "the group member rebalances incrementally; an eager assignor stops every partition "
+            "on each rebalance",
+        ),
+        "producer.acks": (("all", "-1"), "exactly_once_v2 needs every in-sync replica to ack"),
+    }
+)
+# key -> the only value exactly-once allows, and why
+REQUIRED_VALUES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "consumer.enable.auto.commit": (
+            "false",
+            "input offsets are committed in the sink's transaction, not by the consumer",
+        ),
+        "producer.enable.idempotence": ("true", "transactions need the idempotent producer"),
+    }
+)
+
+_ENV_REFERENCE = re.compile(r"\$\{([^}:]*):([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INT = re.compile(r"[+-]?\d+")
+_SECRET_WORDS = ("password", "secret", "token")
+
+
+class SettingsError(ValueError):
+    """The processor's settings are invalid; `problems` lists every one found."""
+
+    def __init__(self, problems: Sequence[str], source: Path | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f" in {source}" if source else ""
+        count = f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"
+        listing = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid processor settings{where} ({count}):\n{listing}")
+
+
+# --- Java properties format ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PropertyLine:
+    """One key/value pair of a properties file, with the line its logical line starts on."""
+
+    key: str
+    value: str
+    line: int
+
+
+_WHITESPACE = " \t\f"
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Join continuation lines (odd number of trailing backslashes) as java.util.Properties does."""
+    natural = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    index = 0
+    while index < len(natural):
+        start = index
+        line = natural[index].lstrip(_WHITESPACE)
+        index += 1
+        if not line or line[0] in "#!":
+            continue  # a comment is one natural line, even when it ends with a backslash
+        while _ends_with_continuation(line):
+            line = line[:-1]
+            if index >= len(natural):
+                break  # a backslash at the end of the file is dropped
+            line += natural[index].lstrip(_WHITESPACE)
+            index += 1
+        yield start + 1, line
+
+
+def _ends_with_continuation(line: str) -> bool:
+    backslashes = len(line) - len(line.rstrip("\\"))
+    return backslashes % 2 == 1
+
+
+def _unescape(text: str, line_no: int) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        i += 1
+        if char != "\\" or i >= len(text):
+            out.append(char)
+            continue
+        escaped = text[i]
+        i += 1
+        if escaped == "u":
+            digits = text[i : i + 4]
+            if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                raise ValueError(
+                    f"line {line_no}: malformed \\uxxxx escape {text[i - 2 : i + 4]!r}"
+                )
+            out.append(chr(int(digits, 16)))
+            i += 4
+        else:
+            out.append(_ESCAPES.get(escaped, escaped))
+    return "".join(out)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    """Split at the first unescaped `=`, `:` or whitespace; one separator and blanks are skipped."""
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char in "=:" or char in _WHITESPACE:
+            break
+        i += 1
+    key, rest = line[:i], line[i:]
+    rest = rest.lstrip(_WHITESPACE)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_WHITESPACE)
+    return key, rest
+
+
+def parse_properties(text: str) -> list[PropertyLine]:
+    """Parse the java.util.Properties text format (comments, `=`/`:`/blank separators,
+    continuation lines, backslash and \\uXXXX escapes); a later duplicate key wins, as in Java."""
+    entries = []
+    for line_no, line in _logical_lines(text):
+        raw_key, raw_value = _split_key_value(line)
+        entries.append(
+            PropertyLine(_unescape(raw_key, line_no), _unescape(raw_value, line_no), line_no)
+        )
+    return entries
+
+
+# --- the settings ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessorSettings:
+    """The validated, typed settings of one processor instance."""
+
+    application_id: str
+    bootstrap_servers: str
+    input_topic: str
+    output_topic: str
+    changelog_topic: str
+    dlq_topic: str
+    processing_guarantee: str
+    stateful: bool
+    state_dir: Path
+    health_port: int
+    trigger_interval_ms: int
+    max_records_per_batch: int
+    group_protocol: str
+    # consumer.group.instance.id resolved (the pod name) for a stateful processor, else None.
+    instance_id: str | None
+    transactional_id: str
+    # Every effective key (defaults included), `${env:...}` resolved.
+    properties: Mapping[str, str] = field(repr=False)
+    source: Path | None = None
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Spark's checkpoint (offsets log and state store), on the state volume."""
+        return self.state_dir / "checkpoint"
+
+    @property
+    def trigger_processing_time(self) -> str:
+        """The trigger interval in the form `DataStreamWriter.trigger(processingTime=...)` takes."""
+        return f"{self.trigger_interval_ms} milliseconds"
+
+    def consumer_config(self) -> dict[str, str]:
+        """librdkafka configuration of the group member (the driver's consumer)."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.application_id,
+            **self._client_common(),
+            **_strip_prefix(self.properties, CONSUMER_PREFIX),
+            # Offsets go into the sink's transaction; nothing is stored behind its back.
+            "enable.auto.offset.store": "false",
+        }
+
+    def producer_config(self) -> dict[str, str]:
+        """librdkafka configuration of the transactional producer (the sink)."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **self._client_common(),
+            **_strip_prefix(self.properties, PRODUCER_PREFIX),
+        }
+
+    def spark_conf(self) -> dict[str, str]:
+        """Every `spark.*` setting, for `SparkSession.builder.config(map=...)`."""
+        return {k: v for k, v in self.properties.items() if k.startswith(SPARK_PREFIX)}
+
+    def masked_properties(self) -> dict[str, str]:
+        """The effective properties with secret-looking values replaced, safe to print or log."""
+        return {k: ("****" if is_secret_key(k) else v) for k, v in sorted(self.properties.items())}
+
+    def _client_common(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if _is_client_common(k)}
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a key's value must never be printed (passwords, SASL settings, secrets)."""
+    lowered = key.lower()
+    bare = _strip_client_prefix(lowered)
+    return bare.startswith("sasl.") or any(word in lowered for word in _SECRET_WORDS)
+
+
+def _strip_client_prefix(key: str) -> str:
+    for prefix in (CONSUMER_PREFIX, PRODUCER_PREFIX):
+        if key.startswith(prefix):
+            return key[len(prefix) :]
+    return key
+
+
+def _is_client_common(key: str) -> bool:
+    return key in CLIENT_COMMON_KEYS or key.startswith(CLIENT_COMMON_PREFIXES)
+
+
+def _strip_prefix(properties: Mapping[str, str], prefix: str) -> dict[str, str]:
+    return {k[len(prefix) :]: v for k, v in properties.items() if k.startswith(prefix)}
+
+
+@dataclass(frozen=True)
+class _Value:
+    value: str
+    origin: str  # "default", "override" or "<file>:<line>"
+
+    @property
+    def is_default(self) -> bool:
+        return self.origin == "default"
+
+
+def load_settings(
+    path: Path,
+    env: Mapping[str, str] = os.environ,
+    overrides: Mapping[str, str] = MappingProxyType({}),
+) -> ProcessorSettings:
+    """Read, resolve and validate the properties file at `path` (`overrides` win over the file).
+
+    Raises `SettingsError` listing every problem found (unknown or missing keys, wrong types,
+    unset environment variables, inconsistent settings), each with the key, the value and
+    what is allowed.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(
+            [f"cannot read the properties file: {exc.strerror or exc}"], source=path
+        ) from exc
+    return parse_settings(text, env=env, overrides=overrides, source=path)
+
+
+def parse_settings(
+    text: str,
+    env: Mapping[str, str] = os.environ,
+    overrides: Mapping[str, str] = MappingProxyType({}),
+    source: Path | None = None,
+) -> ProcessorSettings:
+    """Like `load_settings`, from the text of a properties file (`source` names it in errors)."""
+    problems: list[str] = []
+    values: dict[str, _Value] = {key: _Value(value, "default") for key, value in DEFAULTS.items()}
+    try:
+        entries = parse_properties(text)
+    except ValueError as exc:
+        raise SettingsError([str(exc)], source=source) from exc
+    where = str(source) if source else "<properties>"
+    for entry in entries:
+        values[entry.key] = _Value(entry.value, f"{where}:{entry.line}")
+    for key, value in overrides.items():
+        values[key] = _Value(str(value), "override")
+
+    resolved: dict[str, _Value] = {}
+    for key, item in values.items():
+        try:
+            resolved[key] = _Value(_resolve_env(item.value, env), item.origin)
+        except LookupError as exc:
+            problems.append(_problem(key, item, str(exc)))
+            resolved[key] = item  # reported once; the checks below still see that it is set
+    problems += _validate(resolved)
+    if problems:
+        raise SettingsError(problems, source=source)
+    return _build(resolved, source)
+
+
+def _resolve_env(value: str, env: Mapping[str, str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        provider, name = match.group(1), match.group(2)
+        if provider != "env":
+            raise LookupError(
+                f"config provider {provider!r} in {match.group(0)!r} is not supported; "
+                "only ${env:NAME} (environment variables) is"
+            )
+        if not _ENV_NAME.fullmatch(name):
+            raise LookupError(f"{match.group(0)!r} does not name an environment variable")
+        if name not in env:
+            raise LookupError(
+                f"environment variable {name} is not set; set it in the pod spec "
+                "(e.g. POD_NAME from the downward API metadata.name)"
+            )
+        return env[name]
+
+    return _ENV_REFERENCE.sub(replace, value)
+
+
+def _problem(key: str, item: _Value, message: str) -> str:
+    origin = "" if item.origin == "default" else f" ({item.origin})"
+    return f"{key}={item.value!r}{origin}: {message}"
+
+
+def _validate(values: dict[str, _Value]) -> list[str]:
+    problems: list[str] = []
+    for key in REQUIRED:
+        if not values.get(key, _Value("", "")).value.strip():
+            problems.append(f"{key} is required and missing or empty")
+    for key, item in values.items():
+        problems += _check_key(key, item)
+    problems += _check_protocol(values)
+    problems += _check_membership(values)
+    if not problems:
+        # librdkafka is the authority on the client settings: names, ranges, combinations.
+        problems += _check_with_librdkafka(values)
+    return problems
+
+
+def _check_key(key: str, item: _Value) -> list[str]:
+    if key in OWNED_BY_PROCESSOR:
+        return [_problem(key, item, f"set by the processor ({OWNED_BY_PROCESSOR[key]}); remove it")]
+    if not (key in KNOWN_KEYS or _is_client_common(key) or _is_passthrough(key)):
+        close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else "see DEFAULTS for the known keys"
+        return [
+            _problem(
+                key,
+                item,
+                "unknown key; known: the contract's keys, consumer.*/producer.* (librdkafka), "
+                f"spark.*, security.protocol, sasl.*, ssl.*; {hint}",
+            )
+        ]
+    if key in INT_KEYS:
+        problems = _check_int(key, item)
+        if problems:
+            return problems
+    if key in BOOL_KEYS:
+        if item.value.lower() not in ("true", "false"):
+            return [_problem(key, item, "must be a boolean; allowed: true, false")]
+        required = REQUIRED_VALUES.get(key)
+        if required and item.value.lower() != required[0]:
+            return [_problem(key, item, f"must be {required[0]}: {required[1]}")]
+    if key in ENUM_KEYS:
+        allowed, reason = ENUM_KEYS[key]
+        if item.value not in allowed:
+            return [_problem(key, item, f"allowed: {', '.join(allowed)} ({reason})")]
+    return _check_client_key(key, item)
+
+
+def _check_client_key(key: str, item: _Value) -> list[str]:
+    """Ask librdkafka about one client key on its own, so the error names the key."""
+    roles = []
+    if key.startswith(CONSUMER_PREFIX) or _is_client_common(key):
+        roles.append(("consumer", confluent_kafka.Consumer, {"group.id": "settings-check"}))
+    if key.startswith(PRODUCER_PREFIX) or _is_client_common(key):
+        roles.append(("producer", confluent_kafka.Producer, {}))
+    for role, client, base in roles:
+        message = _librdkafka_error(client, {**base, _strip_client_prefix(key): item.value})
+        if message is None:
+            continue
+        if "No such configuration property" in message:
+            close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=3, cutoff=0.75)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            return [_problem(key, item, f"librdkafka has no {role} property by that name{hint}")]
+        return [_problem(key, item, f"librdkafka rejects it for the {role}: {message}")]
+    return []
+
+
+def _librdkafka_error(
+    client: type[confluent_kafka.Consumer] | type[confluent_kafka.Producer],
+    config: Mapping[str, str],
+) -> str | None:
+    """Create the client without `bootstrap.servers` (nothing connects); its error, if any."""
+    try:
+        instance = client({**config, "logger": _QUIET})
+    except confluent_kafka.KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        return error.str() if isinstance(error, confluent_kafka.KafkaError) else str(exc)
+    if isinstance(instance, confluent_kafka.Consumer):
+        instance.close()
+    return None
+
+
+def _is_passthrough(key: str) -> bool:
+    return key.startswith((CONSUMER_PREFIX, PRODUCER_PREFIX, SPARK_PREFIX))
+
+
+def _check_int(key: str, item: _Value) -> list[str]:
+    lowest = INT_KEYS[key]
+    highest = MAX_PORT if key == "health.port" else None
+    bounds = f"{lowest}..{highest}" if highest is not None else f">= {lowest}"
+    if not _INT.fullmatch(item.value.strip()):
+        return [_problem(key, item, f"must be an integer; allowed: {bounds}")]
+    number = int(item.value)
+    if number < lowest or (highest is not None and number > highest):
+        return [_problem(key, item, f"out of range; allowed: {bounds}")]
+    return []
+
+
+def _int_or_none(values: Mapping[str, _Value], key: str) -> int | None:
+    item = values.get(key)
+    if item is None or not _INT.fullmatch(item.value.strip()):
+        return None
+    return int(item.value)
+
+
+def _check_protocol(values: dict[str, _Value]) -> list[str]:
+    protocol = values["consumer.group.protocol"].value
+    problems = []
+    if protocol == "consumer":
+        for key in CLASSIC_PROTOCOL_ONLY:
+            item = values[key]
+            if item.is_default:
+                del values[key]  # librdkafka rejects them with this protocol
+            else:
+                problems.append(
+                    _problem(
+                        key,
+                        item,
+                        "must not be set with consumer.group.protocol=consumer (KIP-848): the "
+                        "broker owns it (group.consumer.session.timeout.ms, "
+                        "group.consumer.heartbeat.interval.ms, group.consumer.assignors); "
+                        "remove it",
+                    )
+                )
+        return problems
+    session = _int_or_none(values, "consumer.session.timeout.ms")
+    heartbeat = _int_or_none(values, "consumer.heartbeat.interval.ms")
+    if session is not None and heartbeat is not None and heartbeat * 3 > session:
+        problems.append(
+            _problem(
+                "consumer.heartbeat.interval.ms",
+                values["consumer.heartbeat.interval.ms"],
+                f"must be at most a third of consumer.session.timeout.ms={session} "
+                f"(<= {session // 3}), so that a missed heartbeat or two does not end the session",
+            )
+        )
+    return problems
+
+
+def _check_membership(values: dict[str, _Value]) -> list[str]:
+    problems = []
+    stateful_item = values["stateful"]
+    instance = values.get(INSTANCE_ID_KEY)
+    if stateful_item.value.lower() == "true" and (instance is None or not instance.value.strip()):
+        problems.append(
+            _problem(
+                "stateful",
+                stateful_item,
+                f"a stateful processor needs {INSTANCE_ID_KEY} (static membership, e.g. "
+                "${env:POD_NAME}): a restart must keep its partitions and their state",
+            )
+        )
+    if stateful_item.value.lower() == "false" and instance is not None:
+        problems.append(
+            _problem(
+                INSTANCE_ID_KEY,
+                instance,
+                "must not be set when stateful=false: a stateless processor leaves the group on "
+                "close so its partitions move at once; remove it",
+            )
+        )
+    tx = values.get(TRANSACTIONAL_ID_KEY)
+    if tx is None or not tx.value.strip():
+        problems.append(
+            f"{TRANSACTIONAL_ID_KEY} is required for processing.guarantee=exactly_once_v2 "
+            "(one per instance, e.g. ${env:POD_NAME})"
+        )
+    return problems
+
+
+_QUIET = logging.getLogger(f"{__name__}.librdkafka")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+def _check_with_librdkafka(values: dict[str, _Value]) -> list[str]:
+    """The combinations librdkafka checks (e.g. max.poll.interval.ms >= session.timeout.ms)."""
+    settings = _build(values, None)
+    problems = []
+    checks = (
+        ("consumer", CONSUMER_PREFIX, settings.consumer_config(), confluent_kafka.Consumer),
+        ("producer", PRODUCER_PREFIX, settings.producer_config(), confluent_kafka.Producer),
+    )
+    for role, prefix, config, client in checks:
+        offline = {k: v for k, v in config.items() if k != "bootstrap.servers"}
+        message = _librdkafka_error(client, offline)
+        if message is not None:
+            problems.append(f"librdkafka rejects the {role} settings ({prefix}*): {message}")
+    return problems
+
+
+def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettings:
+    def get(key: str) -> str:
+        return values[key].value
+
+    instance = values.get(INSTANCE_ID_KEY)
+    stateful = get("stateful").lower() == "true"
+    properties = {key: item.value for key, item in values.items()}
+    for key in BOOL_KEYS:
+        if key in properties:
+            properties[key] = properties[key].lower()
+    return ProcessorSettings(
+        application_id=get("application.id"),
+        bootstrap_servers=get("bootstrap.servers"),
+        input_topic=get("input.topic"),
+        output_topic=get("output.topic"),
+        changelog_topic=get("changelog.topic"),
+        dlq_topic=get("dlq.topic"),
+        processing_guarantee=get("processing.guarantee"),
+        stateful=stateful,
+        state_dir=Path(get("state.dir")),
+        health_port=int(get("health.port")),
+        trigger_interval_ms=int(get("trigger.interval.ms")),
+        max_records_per_batch=int(get("max.records.per.batch")),
+        group_protocol=get("consumer.group.protocol"),
+        instance_id=instance.value if (stateful and instance is not None) else None,
+        transactional_id=values[TRANSACTIONAL_ID_KEY].value,
+        properties=MappingProxyType(dict(sorted(properties.items()))),
+        source=source,
+    )
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Validate a properties file and print the effective settings (secrets masked)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m app.processor.settings",
+        description="Validate the processor's properties file and print the effective settings "
+        "(defaults included, ${env:...} resolved, secret-looking values masked).",
+        epilog="exit codes: 0 valid, 1 invalid settings, 2 usage error",
+    )
+    parser.add_argument("--properties", type=Path, required=True, metavar="FILE")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.properties)
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    explicit = {line.key for line in parse_properties(args.properties.read_text("utf-8"))}
+    masked = settings.masked_properties()
+    print(f"# effective processor settings (secrets masked)\n# set in {args.properties}")
+    for key in sorted(masked.keys() & explicit):
+        print(f"{key}={masked[key]}")
+    print("# defaults")
+    for key in sorted(masked.keys() - explicit):
+        print(f"{key}={masked[key]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
