@@ -1,0 +1,83 @@
+"""The stack: a namespace, a KRaft Kafka cluster, the pipeline's topics and the processor.
+
+This file only reads the stack configuration and wires the components; each concern lives in
+its own module (`infra/kafka_cluster.py`, `infra/topics.py`, `infra/processor.py`).
+"""
+
+import sys
+from pathlib import Path
+
+# `pulumi up` runs this file with only infra/ on the path; the project root makes `infra.*` and
+# `app.topic_specs` importable exactly as the tests and the offline render import them.
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import pulumi  # noqa: E402
+import pulumi_kubernetes as k8s  # noqa: E402
+
+from app.topic_specs import TopicRole  # noqa: E402
+from infra.config import load_stack_config  # noqa: E402
+from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs  # noqa: E402
+from infra.processor import Processor, ProcessorArgs  # noqa: E402
+from infra.processor_properties import processor_properties  # noqa: E402
+from infra.topics import TopicReconciliation, TopicReconciliationArgs  # noqa: E402
+
+config = load_stack_config()
+
+namespace = k8s.core.v1.Namespace(
+    config.namespace,
+    metadata=k8s.meta.v1.ObjectMetaArgs(
+        name=config.namespace,
+        # Every pod here runs under the "restricted" Pod Security Standard.
+        labels={
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/warn": "restricted",
+        },
+    ),
+)
+in_namespace = pulumi.ResourceOptions(depends_on=[namespace])
+
+kafka = KafkaCluster(
+    "kafka",
+    KafkaClusterArgs(
+        namespace=config.namespace,
+        config=config.kafka,
+        broker_configs=config.broker_configs,
+        protect_cluster_id=config.profile == "prod",
+    ),
+    opts=in_namespace,
+)
+
+topic_specs = config.topic_specs
+topics = TopicReconciliation(
+    "topics",
+    TopicReconciliationArgs(
+        namespace=config.namespace,
+        specs=topic_specs,
+        bootstrap_servers=kafka.bootstrap_servers,
+        image=config.processor.image,
+        image_pull_policy=config.processor.image_pull_policy,
+        allow_partition_increase=config.topics.allow_partition_increase,
+    ),
+    # The Job runs once the brokers are ready (Pulumi waits for the StatefulSet roll).
+    opts=pulumi.ResourceOptions(depends_on=[kafka.stateful_set]),
+)
+
+processor = Processor(
+    "processor",
+    ProcessorArgs(
+        namespace=config.namespace,
+        config=config.processor,
+        properties=processor_properties(config, kafka.bootstrap_servers),
+    ),
+    # The processor starts against topics that exist with the right configs.
+    opts=pulumi.ResourceOptions(depends_on=[topics]),
+)
+
+pulumi.export("namespace", config.namespace)
+pulumi.export("bootstrapServers", kafka.bootstrap_servers)
+pulumi.export("topics", {spec.role.value: spec.name for spec in topic_specs})
+pulumi.export("inputTopic", next(s.name for s in topic_specs if s.role is TopicRole.INPUT))
+pulumi.export("processorName", processor.name)
+pulumi.export("topicJob", topics.job_name)

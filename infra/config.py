@@ -1,0 +1,515 @@
+"""The stack configuration: one typed, validated object built from `Pulumi.<stack>.yaml`.
+
+Every default lives in `PRESETS` below; a stack file sets only what differs. Keys are named the
+way their upstream docs name them: Kubernetes fields in camelCase (`minReadySeconds`), Kafka and
+processor settings with their dotted names (`group.initial.rebalance.delay.ms`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.topic_specs import TopicSpec, TopicSpecError, pipeline_topics
+
+PROJECT = "stateful-streaming"
+
+KAFKA_IMAGE = "apache/kafka:4.1.0"
+
+
+class StackConfigError(ValueError):
+    """A stack setting that cannot be deployed; the message names the setting and the fix."""
+
+
+def setting_error(key: str, value: Any, allowed: str) -> StackConfigError:
+    """The one error shape: the setting, the value found, what is allowed and where to change it."""
+    return StackConfigError(
+        f"{PROJECT}:{key} = {value!r}: {allowed}. Change it in Pulumi.<stack>.yaml "
+        f"(`pulumi config set --path '{PROJECT}:{key}' <value>`)."
+    )
+
+
+def _key(name: str) -> Any:
+    """Field metadata: the configuration key a field is read from."""
+    return field(metadata={"key": name})
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """A startup probe's budget: how long a pod may take to come up before it is restarted."""
+
+    initial_delay_seconds: int = _key("initialDelaySeconds")
+    period_seconds: int = _key("periodSeconds")
+    failure_threshold: int = _key("failureThreshold")
+
+    @property
+    def budget_seconds(self) -> int:
+        """The longest a container may take to pass this probe."""
+        return self.initial_delay_seconds + self.period_seconds * self.failure_threshold
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """The KRaft cluster: combined broker+controller nodes."""
+
+    replicas: int = _key("replicas")
+    image: str = _key("image")
+    storage_class_name: str = _key("storageClassName")
+    storage: str = _key("storage")
+    cpu: str = _key("cpu")
+    memory: str = _key("memory")
+    anti_affinity: Literal["required", "preferred"] = _key("antiAffinity")
+    zone_spread: bool = _key("zoneSpread")
+    termination_grace_period_seconds: int = _key("terminationGracePeriodSeconds")
+    startup_probe: ProbeConfig = _key("startupProbe")  # noqa: RUF009 - metadata only
+    # Broker settings in Kafka's own names; merged over the safe defaults in `broker_configs`.
+    configs: Mapping[str, str] = _key("configs")
+
+    def broker_configs(self, replication_factor: int, min_insync_replicas: int) -> dict[str, str]:
+        """The broker settings the cluster runs with: durable defaults, then the stack's own."""
+        durable = {
+            "default.replication.factor": str(replication_factor),
+            "min.insync.replicas": str(min_insync_replicas),
+            "offsets.topic.replication.factor": str(replication_factor),
+            "transaction.state.log.replication.factor": str(replication_factor),
+            "transaction.state.log.min.isr": str(min_insync_replicas),
+            "unclean.leader.election.enable": "false",
+            # Topics come from the reconciler Job only: a typo in a client must not create one.
+            "auto.create.topics.enable": "false",
+            # Kafka's default, made explicit: the processor's session timeout is checked against it.
+            "group.max.session.timeout.ms": "1800000",
+        }
+        return dict(sorted({**durable, **self.configs}.items()))
+
+
+@dataclass(frozen=True)
+class TopicsConfig:
+    """The pipeline's topics (see `app.topic_specs.pipeline_topics`)."""
+
+    input_topic: str = _key("inputTopic")
+    output_topic: str = _key("outputTopic")
+    partitions: int = _key("partitions")
+    replication_factor: int = _key("replicationFactor")
+    min_insync_replicas: int = _key("minInsyncReplicas")
+    changelog_segment_bytes: int = _key("changelogSegmentBytes")
+    dlq_partitions: int = _key("dlqPartitions")
+    allow_partition_increase: bool = _key("allowPartitionIncrease")
+    # Topic-level configs by role (input, output, changelog, dlq), merged over the defaults.
+    configs: Mapping[str, Mapping[str, str]] = _key("configs")
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    """The stateful processor StatefulSet and its properties file."""
+
+    application_id: str = _key("applicationId")
+    image: str = _key("image")
+    image_pull_policy: Literal["Always", "IfNotPresent"] = _key("imagePullPolicy")
+    replicas: int = _key("replicas")
+    stateful: bool = _key("stateful")
+    cpu: str = _key("cpu")
+    memory: str = _key("memory")
+    storage_class_name: str = _key("storageClassName")
+    storage: str = _key("storage")
+    anti_affinity: Literal["required", "preferred"] = _key("antiAffinity")
+    zone_spread: bool = _key("zoneSpread")
+    pod_management_policy: Literal["OrderedReady", "Parallel"] = _key("podManagementPolicy")
+    min_ready_seconds: int = _key("minReadySeconds")
+    termination_grace_period_seconds: int = _key("terminationGracePeriodSeconds")
+    startup_probe: ProbeConfig = _key("startupProbe")  # noqa: RUF009 - metadata only
+    # RollingUpdate `partition`: pods with an ordinal below it keep the old revision (canaries).
+    partition: int = _key("partition")
+    # Added to the worst-case restart when computing `consumer.session.timeout.ms`.
+    session_timeout_margin_seconds: int = _key("sessionTimeoutMarginSeconds")
+    # Processor properties (the contract's names), merged over the computed ones.
+    properties: Mapping[str, str] = _key("properties")
+
+    @property
+    def restart_budget_seconds(self) -> int:
+        """Worst case for one pod to stop, start and count as available again."""
+        return (
+            self.termination_grace_period_seconds
+            + self.startup_probe.budget_seconds
+            + self.min_ready_seconds
+        )
+
+    @property
+    def computed_session_timeout_ms(self) -> int:
+        """A session timeout that a restarting static member never outlives."""
+        return (self.restart_budget_seconds + self.session_timeout_margin_seconds) * 1000
+
+    @property
+    def cores(self) -> int:
+        """Whole cores for `spark.master=local[N]`: the CPU limit, at least one."""
+        return max(1, math.floor(cpu_cores(self.cpu)))
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Everything the program deploys for one stack."""
+
+    stack: str
+    profile: Literal["dev", "prod"]
+    namespace: str
+    kafka: KafkaConfig
+    topics: TopicsConfig
+    processor: ProcessorConfig
+
+    @property
+    def topic_specs(self) -> list[TopicSpec]:
+        """The topics as typed specs, with the stack's per-role config overrides applied."""
+        t = self.topics
+        specs = pipeline_topics(
+            application_id=self.processor.application_id,
+            input_topic=t.input_topic,
+            output_topic=t.output_topic,
+            partitions=t.partitions,
+            replication_factor=t.replication_factor,
+            min_insync_replicas=t.min_insync_replicas,
+            changelog_segment_bytes=t.changelog_segment_bytes,
+            dlq_partitions=t.dlq_partitions,
+        )
+        return [
+            dataclasses.replace(s, configs={**s.configs, **t.configs.get(s.role.value, {})})
+            for s in specs
+        ]
+
+    @property
+    def broker_configs(self) -> dict[str, str]:
+        """The Kafka brokers' settings for this stack."""
+        return self.kafka.broker_configs(
+            self.topics.replication_factor, self.topics.min_insync_replicas
+        )
+
+
+_BASE: dict[str, Any] = {
+    "namespace": "streaming",
+    "kafka": {
+        "replicas": 3,
+        "image": KAFKA_IMAGE,
+        "storageClassName": "standard",
+        "storage": "2Gi",
+        "cpu": "500m",
+        "memory": "1Gi",
+        "antiAffinity": "preferred",
+        "zoneSpread": False,
+        "terminationGracePeriodSeconds": 60,
+        # Log recovery after an unclean stop can take minutes on a large disk.
+        "startupProbe": {"initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 30},
+        "configs": {"group.initial.rebalance.delay.ms": "0"},
+    },
+    "topics": {
+        "inputTopic": "page-views",
+        "outputTopic": "page-view-counts",
+        "partitions": 6,
+        "replicationFactor": 3,
+        "minInsyncReplicas": 2,
+        # 64 MiB: the active segment is never compacted, so this bounds what a restore replays.
+        "changelogSegmentBytes": 64 * 1024 * 1024,
+        "dlqPartitions": 1,
+        "allowPartitionIncrease": False,
+        "configs": {},
+    },
+    "processor": {
+        "applicationId": "page-view-counter",
+        "image": "stateful-streaming/processor:0.1.0",
+        "imagePullPolicy": "IfNotPresent",
+        "replicas": 2,
+        "stateful": True,
+        "cpu": "1",
+        "memory": "2Gi",
+        "storageClassName": "standard",
+        "storage": "1Gi",
+        "antiAffinity": "preferred",
+        "zoneSpread": False,
+        "podManagementPolicy": "OrderedReady",
+        "minReadySeconds": 10,
+        # The longest batch (a few seconds) plus stopping the query and closing the consumer.
+        "terminationGracePeriodSeconds": 60,
+        # SparkSession start (7-10 s) plus a restore from the changelog.
+        "startupProbe": {"initialDelaySeconds": 5, "periodSeconds": 5, "failureThreshold": 24},
+        "partition": 0,
+        "sessionTimeoutMarginSeconds": 15,
+        "properties": {},
+    },
+}
+
+# Every default, per profile: `dev` fits a kind cluster on a laptop, `prod` a real cluster.
+PRESETS: dict[str, dict[str, Any]] = {
+    "dev": _BASE,
+    "prod": {
+        **_BASE,
+        "kafka": {
+            **_BASE["kafka"],
+            "storageClassName": "",
+            "storage": "100Gi",
+            "cpu": "2",
+            "memory": "8Gi",
+            "antiAffinity": "required",
+            "zoneSpread": True,
+            "terminationGracePeriodSeconds": 120,
+            # A cold start waits this long for more members before the first assignment.
+            "configs": {"group.initial.rebalance.delay.ms": "3000"},
+        },
+        "topics": {**_BASE["topics"], "partitions": 12},
+        "processor": {
+            **_BASE["processor"],
+            "image": "ghcr.io/example/stateful-streaming-processor:0.1.0",
+            "imagePullPolicy": "Always",
+            "replicas": 3,
+            "cpu": "2",
+            "memory": "4Gi",
+            "storageClassName": "",
+            "storage": "20Gi",
+            "antiAffinity": "required",
+            "zoneSpread": True,
+            "minReadySeconds": 30,
+            "terminationGracePeriodSeconds": 120,
+            "startupProbe": {
+                "initialDelaySeconds": 10,
+                "periodSeconds": 10,
+                "failureThreshold": 30,
+            },
+        },
+    },
+}
+
+_PROFILES = tuple(PRESETS)
+_TOP_LEVEL = ("profile", "namespace", "kafka", "topics", "processor")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_SUFFIX = {
+    None: 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes resource quantity (`500m`, `2`, `4Gi`) as a number."""
+    match = _QUANTITY.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi")
+    return float(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+def cpu_cores(text: str) -> float:
+    """CPU quantity in cores."""
+    return quantity(text)
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge for nested sections; maps that hold free-form configs merge key by key too."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """Check one value against its field's type hint; YAML and `pulumi config set` give strings."""
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("true", "false"):
+            return str(value).lower() == "true"
+        raise setting_error(key, value, "must be true or false")
+    if hint is int:
+        if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
+            raise setting_error(key, value, "must be a whole number")
+        return int(str(value).strip())
+    if hint is str:
+        if isinstance(value, Mapping | list):
+            raise setting_error(key, value, "must be a string")
+        return str(value)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise setting_error(key, value, f"must be one of {', '.join(map(str, allowed))}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key)
+    if origin in (Mapping, dict, types.MappingProxyType) or hint is Mapping:
+        if not isinstance(value, Mapping):
+            raise setting_error(key, value, "must be a map of names to values")
+        inner = typing.get_args(hint)[1] if typing.get_args(hint) else str
+        return {str(k): _coerce(f"{key}.{k}", v, inner) for k, v in value.items()}
+    raise TypeError(f"no coercion for {hint!r}")  # a programming error, not a user's
+
+
+def _build(cls: Any, raw: Any, prefix: str) -> Any:
+    """Build a config dataclass from its section, rejecting unknown keys by name."""
+    if not isinstance(raw, Mapping):
+        raise setting_error(prefix, raw, "must be a map of settings")
+    hints = typing.get_type_hints(cls)
+    fields = {f.metadata["key"]: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise setting_error(
+            f"{prefix}.{unknown[0]}", raw[unknown[0]], f"unknown key; known keys: {sorted(fields)}"
+        )
+    values = {}
+    for key, f in fields.items():
+        if key not in raw:
+            raise setting_error(f"{prefix}.{key}", None, "missing and no default")
+        values[f.name] = _coerce(f"{prefix}.{key}", raw[key], hints[f.name])
+    return cls(**values)
+
+
+def build_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
+    """Build and validate the stack configuration from the project's keys (without the prefix).
+
+    `raw` holds the values of `Pulumi.<stack>.yaml` under `stateful-streaming:`; structured
+    values may be mappings or their JSON text, as the Pulumi CLI passes them.
+    """
+    unknown = sorted(set(raw) - set(_TOP_LEVEL))
+    if unknown:
+        raise setting_error(unknown[0], raw[unknown[0]], f"unknown key; known keys: {_TOP_LEVEL}")
+    profile = raw.get("profile", stack if stack in PRESETS else None)
+    if profile not in PRESETS:
+        raise setting_error(
+            "profile", profile, f"must be one of {', '.join(_PROFILES)} (the preset of defaults)"
+        )
+    merged = _merge(PRESETS[profile], {k: v for k, v in raw.items() if k != "profile"})
+    namespace = _coerce("namespace", merged["namespace"], str)
+    if not _DNS_LABEL.match(namespace):
+        raise setting_error("namespace", namespace, "must be a DNS label (a-z, 0-9, -)")
+    config = StackConfig(
+        stack=stack,
+        profile=profile,
+        namespace=namespace,
+        kafka=_build(KafkaConfig, merged["kafka"], "kafka"),
+        topics=_build(TopicsConfig, merged["topics"], "topics"),
+        processor=_build(ProcessorConfig, merged["processor"], "processor"),
+    )
+    _validate(config)
+    return config
+
+
+def _validate(config: StackConfig) -> None:
+    """Rules that span settings; each raises the one error that names the setting to change."""
+    kafka, topics, processor = config.kafka, config.topics, config.processor
+    if config.profile == "prod" and kafka.replicas < 3:
+        raise setting_error(
+            "kafka.replicas",
+            kafka.replicas,
+            "a prod stack needs at least 3 brokers (replication factor 3, min.insync.replicas 2)",
+        )
+    if kafka.replicas < 1 or kafka.replicas % 2 == 0:
+        raise setting_error(
+            "kafka.replicas",
+            kafka.replicas,
+            "must be odd (1, 3, 5): every node is a KRaft controller and a quorum needs a majority",
+        )
+    if config.profile == "prod" and kafka.anti_affinity != "required":
+        raise setting_error(
+            "kafka.antiAffinity", kafka.anti_affinity, "must be required in prod: one broker a node"
+        )
+    if topics.replication_factor > kafka.replicas:
+        raise setting_error(
+            "topics.replicationFactor",
+            topics.replication_factor,
+            f"must be at most kafka.replicas ({kafka.replicas})",
+        )
+    highest = max(1, topics.replication_factor - 1)
+    if not 1 <= topics.min_insync_replicas <= highest:
+        raise setting_error(
+            "topics.minInsyncReplicas",
+            topics.min_insync_replicas,
+            f"must be between 1 and {highest} (replicationFactor - 1) "
+            "so that producers with acks=all keep writing while one broker rolls",
+        )
+    for role in topics.configs:
+        if role not in ("input", "output", "changelog", "dlq"):
+            raise setting_error(
+                f"topics.configs.{role}",
+                topics.configs[role],
+                "roles: input, output, changelog, dlq",
+            )
+    try:
+        config.topic_specs  # noqa: B018 - building the specs is the check
+    except TopicSpecError as err:
+        raise setting_error("topics", "...", str(err)) from err
+    if processor.replicas < 1 or processor.replicas > topics.partitions:
+        raise setting_error(
+            "processor.replicas",
+            processor.replicas,
+            f"must be between 1 and topics.partitions ({topics.partitions}): "
+            "a member beyond the partition count owns nothing",
+        )
+    if not 0 <= processor.partition <= processor.replicas:
+        raise setting_error(
+            "processor.partition", processor.partition, f"must be 0..{processor.replicas}"
+        )
+    if not _DNS_LABEL.match(processor.application_id):
+        raise setting_error(
+            "processor.applicationId", processor.application_id, "must be a DNS label"
+        )
+    for key in ("cpu", "memory", "storage"):
+        for section, obj in (("kafka", kafka), ("processor", processor)):
+            try:
+                quantity(getattr(obj, key))
+            except ValueError as err:
+                raise setting_error(f"{section}.{key}", getattr(obj, key), str(err)) from err
+    _validate_session_timeout(config)
+
+
+def _validate_session_timeout(config: StackConfig) -> None:
+    props = config.processor.properties
+    budget_ms = config.processor.restart_budget_seconds * 1000
+    session = props.get("consumer.session.timeout.ms")
+    if session is not None and int(session) < budget_ms:
+        raise setting_error(
+            "processor.properties.consumer.session.timeout.ms",
+            session,
+            f"must cover the worst-case restart of one pod, {budget_ms} ms "
+            "(terminationGracePeriodSeconds + startup probe budget + minReadySeconds); "
+            "remove it to use the computed value",
+        )
+    maximum = int(config.broker_configs["group.max.session.timeout.ms"])
+    effective = (
+        int(session) if session is not None else config.processor.computed_session_timeout_ms
+    )
+    if effective > maximum:
+        raise setting_error(
+            "processor.properties.consumer.session.timeout.ms",
+            effective,
+            f"must be at most the brokers' group.max.session.timeout.ms ({maximum}); "
+            "shorten the restart budget or raise kafka.configs.group.max.session.timeout.ms",
+        )
+
+
+def load_stack_config() -> StackConfig:
+    """The running stack's configuration, read from the Pulumi runtime and validated."""
+    import json
+
+    import pulumi
+    from pulumi.runtime.config import CONFIG, get_config_env
+
+    prefix = f"{PROJECT}:"
+    raw: dict[str, Any] = {}
+    for key, value in {**get_config_env(), **CONFIG.get()}.items():
+        if not key.startswith(prefix):
+            continue
+        try:
+            raw[key[len(prefix) :]] = json.loads(value) if isinstance(value, str) else value
+        except json.JSONDecodeError:
+            raw[key[len(prefix) :]] = value
+    return build_stack_config(pulumi.get_stack(), raw)

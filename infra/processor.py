@@ -1,0 +1,218 @@
+"""The stateful stream processor: a StatefulSet whose pods keep their identity and their state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra import workload
+from infra.config import ProcessorConfig
+from infra.processor_properties import (
+    HEALTH_PORT,
+    PROPERTIES_DIR,
+    PROPERTIES_FILE,
+    STATE_DIR,
+    format_properties,
+)
+
+PROCESSOR_UID = 10001
+
+
+@dataclass(frozen=True)
+class ProcessorArgs:
+    """Inputs of a `Processor`."""
+
+    namespace: str
+    config: ProcessorConfig
+    properties: dict[str, str]
+
+
+class Processor(pulumi.ComponentResource):
+    """One pod = one processor instance = one member of the consumer group.
+
+    Pod `<app>-N` always mounts claim `state-<app>-N` and joins the group as `<app>-N`
+    (static membership): a restart within the session timeout resumes with the same
+    partitions and the same local state, so nothing moves and nothing is replayed.
+    """
+
+    name: str
+    stateful_set: k8s.apps.v1.StatefulSet
+
+    def __init__(
+        self, name: str, args: ProcessorArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("stateful-streaming:processor:Processor", name, None, opts)
+        cfg, ns = args.config, args.namespace
+        app = cfg.application_id
+        child = pulumi.ResourceOptions(parent=self)
+        component_labels = workload.labels(app, "processor")
+        self.name = app
+
+        properties_text = format_properties(args.properties)
+        # Named after its content: a settings change is a new ConfigMap and so a rolling update.
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=workload.content_name(f"{app}-config", properties_text),
+                namespace=ns,
+                labels=component_labels,
+            ),
+            data={PROPERTIES_FILE: properties_text},
+            opts=child,
+        )
+        workload.headless_service(
+            app,
+            ns,
+            service_labels=component_labels,
+            ports=[("health", HEALTH_PORT)],
+            publish_not_ready=False,
+            opts=child,
+        )
+        workload.disruption_budget(app, ns, component_labels, child)
+        workload.service_account(app, ns, component_labels, child)
+        k8s.networking.v1.NetworkPolicy(
+            app,
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=app, namespace=ns, labels=component_labels),
+            spec=k8s.networking.v1.NetworkPolicySpecArgs(
+                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(app)),
+                policy_types=["Ingress"],
+                # Only the health and metrics port, from anywhere a Prometheus may run.
+                ingress=[
+                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                        from_=[
+                            k8s.networking.v1.NetworkPolicyPeerArgs(
+                                namespace_selector=k8s.meta.v1.LabelSelectorArgs()
+                            )
+                        ],
+                        ports=[
+                            k8s.networking.v1.NetworkPolicyPortArgs(
+                                port=HEALTH_PORT, protocol="TCP"
+                            )
+                        ],
+                    )
+                ],
+            ),
+            opts=child,
+        )
+
+        skips = {"CKV_K8S_43": "the fork pins its processor image by digest"}
+        if cfg.image_pull_policy != "Always":
+            skips["CKV_K8S_15"] = "dev loads the image into kind (kind load); no registry to pull"
+        self.stateful_set = k8s.apps.v1.StatefulSet(
+            name,
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=app,
+                namespace=ns,
+                labels=component_labels,
+                annotations=workload.checkov_skips(skips),
+            ),
+            spec=k8s.apps.v1.StatefulSetSpecArgs(
+                service_name=app,
+                replicas=cfg.replicas,
+                # Created and scaled one pod at a time, each after the previous is ready: every
+                # join is one small cooperative rebalance, and restores do not compete.
+                pod_management_policy=cfg.pod_management_policy,
+                # A pod counts as available only after it has been ready this long: the roll
+                # moves on once the restarted instance is processing, not merely started.
+                min_ready_seconds=cfg.min_ready_seconds,
+                # One pod at a time (rollingUpdate.maxUnavailable is behind a feature gate);
+                # `partition` holds pods below that ordinal on the old revision (canaries).
+                update_strategy=k8s.apps.v1.StatefulSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=k8s.apps.v1.RollingUpdateStatefulSetStrategyArgs(
+                        partition=cfg.partition
+                    ),
+                ),
+                persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(app)),
+                template=self._pod_template(cfg, component_labels, config_map),
+                volume_claim_templates=[
+                    workload.state_claim("state", cfg.storage_class_name, cfg.storage)
+                ],
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                custom_timeouts=workload.roll_timeouts(cfg.replicas, cfg.restart_budget_seconds),
+            ),
+        )
+        self.register_outputs({"name": self.name})
+
+    @staticmethod
+    def _pod_template(
+        cfg: ProcessorConfig, component_labels: dict[str, str], config_map: k8s.core.v1.ConfigMap
+    ) -> k8s.core.v1.PodTemplateSpecArgs:
+        app = cfg.application_id
+        affinity, spread = workload.placement(
+            app, anti_affinity=cfg.anti_affinity, zone_spread=cfg.zone_spread
+        )
+
+        def http_probe(path: str, **timing: int) -> k8s.core.v1.ProbeArgs:
+            return k8s.core.v1.ProbeArgs(
+                http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port=HEALTH_PORT), **timing
+            )
+
+        return k8s.core.v1.PodTemplateSpecArgs(
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                labels={**component_labels, **workload.KAFKA_CLIENT_LABEL}
+            ),
+            spec=k8s.core.v1.PodSpecArgs(
+                service_account_name=app,
+                automount_service_account_token=False,
+                # The longest batch plus stopping the query and closing the consumer.
+                termination_grace_period_seconds=cfg.termination_grace_period_seconds,
+                security_context=workload.pod_security_context(PROCESSOR_UID),
+                affinity=affinity,
+                topology_spread_constraints=spread,
+                containers=[
+                    k8s.core.v1.ContainerArgs(
+                        name="processor",
+                        image=cfg.image,
+                        image_pull_policy=cfg.image_pull_policy,
+                        command=[
+                            "python",
+                            "-m",
+                            "app.processor",
+                            "--properties",
+                            f"{PROPERTIES_DIR}/{PROPERTIES_FILE}",
+                        ],
+                        # POD_NAME is the instance id: group.instance.id and transactional.id.
+                        env=workload.downward_env(),
+                        ports=[
+                            k8s.core.v1.ContainerPortArgs(name="health", container_port=HEALTH_PORT)
+                        ],
+                        resources=workload.guaranteed_resources(cfg.cpu, cfg.memory),
+                        security_context=workload.container_security_context(),
+                        startup_probe=http_probe(
+                            "/live",
+                            initial_delay_seconds=cfg.startup_probe.initial_delay_seconds,
+                            period_seconds=cfg.startup_probe.period_seconds,
+                            failure_threshold=cfg.startup_probe.failure_threshold,
+                        ),
+                        # Ready = the query runs, the assignment is known and restore is done.
+                        readiness_probe=http_probe("/ready", period_seconds=5, failure_threshold=3),
+                        liveness_probe=http_probe("/live", period_seconds=10, failure_threshold=6),
+                        volume_mounts=[
+                            k8s.core.v1.VolumeMountArgs(name="state", mount_path=STATE_DIR),
+                            k8s.core.v1.VolumeMountArgs(
+                                name="config", mount_path=PROPERTIES_DIR, read_only=True
+                            ),
+                            # Spark's scratch space (spark.local.dir) and the JVM's temp files.
+                            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                        ],
+                    )
+                ],
+                volumes=[
+                    k8s.core.v1.VolumeArgs(
+                        name="config",
+                        config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                            name=config_map.metadata.name
+                        ),
+                    ),
+                    k8s.core.v1.VolumeArgs(
+                        name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()
+                    ),
+                ],
+            ),
+        )

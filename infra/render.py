@@ -1,0 +1,247 @@
+"""Run the Pulumi program offline under Pulumi's own mocks and write what it would apply.
+
+    python -m infra.render --stack dev --out build/manifests/dev
+
+No cluster, credentials or Pulumi CLI: the program runs exactly as `pulumi up` runs it
+(`runpy` on `infra/`, inside a root stack), with `Pulumi.<stack>.yaml` as its configuration and
+`pulumi.runtime.set_mocks` in place of the engine. Every registered resource is recorded with its
+inputs and options; `record_stack` is the API the policy pack's offline runner and the tests use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import runpy
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _sync_await
+
+from infra.config import PROJECT, StackConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "infra"
+STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+@dataclass(frozen=True)
+class RecordedResource:
+    """One resource as the engine would receive it."""
+
+    type: str  # "kubernetes:apps/v1:StatefulSet"
+    name: str  # Pulumi logical name
+    urn: str
+    props: dict[str, Any]  # inputs, wire names (camelCase Kubernetes fields), numbers as given
+    parent: str | None
+    provider: str | None
+    dependencies: tuple[str, ...]
+    custom_timeouts: dict[str, str] | None  # {"create": "20m", "update": "40m", "delete": ...}
+    protect: bool
+
+    @property
+    def is_kubernetes(self) -> bool:
+        """Whether this is a Kubernetes object (a manifest), not a component or a RandomId."""
+        return self.type.startswith("kubernetes:") and "apiVersion" in self.props
+
+
+@dataclass(frozen=True)
+class RecordedStack:
+    """Everything one run of the program registered."""
+
+    stack: str
+    project: str
+    config: dict[str, str]
+    resources: tuple[RecordedResource, ...]
+    outputs: dict[str, Any]
+
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """The Kubernetes manifests, integral numbers as ints (the engine passes floats)."""
+        return [_integral(r.props) for r in self.resources if r.is_kubernetes]
+
+    def find(self, type_: str, name: str) -> RecordedResource:
+        """The resource with that type token and logical name (KeyError names what exists)."""
+        for resource in self.resources:
+            if resource.type == type_ and resource.name == name:
+                return resource
+        known = sorted(f"{r.type} {r.name}" for r in self.resources)
+        raise KeyError(f"no {type_} named {name!r}; recorded: {known}")
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    """The engine's stand-in: every resource is created with its inputs as its state.
+
+    `random:index/randomId:RandomId` gets a value derived from its URN, the way a real stack
+    keeps the one generated at the first `pulumi up`: the same stack always sees the same id.
+    """
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
+        state = dict(args.inputs)
+        if args.typ == "random:index/randomId:RandomId":
+            digest = hashlib.sha256(f"{settings.get_stack()}/{args.name}".encode()).digest()
+            raw = digest[: int(args.inputs.get("byteLength", 16))]
+            state.update(_random_id_forms(raw))
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        return {}
+
+
+def _random_id_forms(raw: bytes) -> dict[str, Any]:
+    import base64
+
+    b64 = base64.b64encode(raw).decode()
+    return {
+        "b64Std": b64,
+        "b64Url": base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        "hex": raw.hex(),
+        "dec": str(int.from_bytes(raw, "big")),
+        "id": base64.urlsafe_b64encode(raw).decode().rstrip("="),
+    }
+
+
+class _RecordingMonitor(MockMonitor):
+    """Pulumi's mock monitor that also keeps each registration's options and the stack outputs."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.recorded: list[RecordedResource] = []
+        self.outputs: dict[str, Any] = {}
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type == STACK_TYPE:
+            return response
+        timeouts = request.customTimeouts
+        self.recorded.append(
+            RecordedResource(
+                type=request.type,
+                name=request.name,
+                urn=response.urn,
+                props=rpc.deserialize_properties(request.object),
+                parent=request.parent or None,
+                provider=request.provider or None,
+                dependencies=tuple(request.dependencies),
+                custom_timeouts=(
+                    {k: v for k in ("create", "update", "delete") if (v := getattr(timeouts, k))}
+                    or None
+                ),
+                protect=bool(request.protect),
+            )
+        )
+        return response
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        if request.urn.split("::")[2] == STACK_TYPE:
+            self.outputs = rpc.deserialize_properties(request.outputs)
+        return super().RegisterResourceOutputs(request)
+
+
+def load_stack_file(stack: str) -> dict[str, str]:
+    """The config of `Pulumi.<stack>.yaml` as the CLI hands it to a program (JSON for objects)."""
+    path = ROOT / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        known = sorted(p.name for p in ROOT.glob("Pulumi.*.yaml"))
+        raise StackConfigError(f"stack {stack!r}: {path.name} not found; stack files: {known}")
+    document = yaml.safe_load(path.read_text()) or {}
+    config = {}
+    for key, value in (document.get("config") or {}).items():
+        if isinstance(value, Mapping) and "secure" in value:
+            raise StackConfigError(f"{key}: secrets cannot be rendered offline; pass an override")
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        config[full] = value if isinstance(value, str) else json.dumps(value)
+    return config
+
+
+def record_stack(stack: str, overrides: Mapping[str, Any] | None = None) -> RecordedStack:
+    """Run the program for `stack` under mocks and return every resource it registers.
+
+    `overrides` maps config keys (`stateful-streaming:processor`, or without the project prefix)
+    to values (strings, or objects that are passed as JSON) that replace the stack file's.
+    """
+    config = load_stack_file(stack)
+    for key, value in (overrides or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        config[full] = value if isinstance(value, str) else json.dumps(value)
+
+    mocks = _Mocks()
+    monitor = _RecordingMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    set_all_config(config, [])
+    # set_mocks installs a root stack for unit tests; the program gets its own, as under the CLI.
+    settings.set_root_resource(None)  # type: ignore[arg-type]
+    try:
+        _sync_await(run_in_stack(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+    finally:
+        settings.set_root_resource(None)  # type: ignore[arg-type]
+    return RecordedStack(
+        stack=stack,
+        project=PROJECT,
+        config=config,
+        resources=tuple(monitor.recorded),
+        outputs=monitor.outputs,
+    )
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def manifest_filename(obj: Mapping[str, Any]) -> str:
+    """`<kind>-<name>.yaml`, lower case, unique within one stack."""
+    return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def write_manifests(recorded: RecordedStack, out: Path) -> list[Path]:
+    """Write one YAML file per Kubernetes object; stale files from an earlier render are removed."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.yaml"):
+        stale.unlink()
+    written = []
+    for obj in recorded.kubernetes_objects():
+        path = out / manifest_filename(obj)
+        path.write_text(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.render", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    parser.add_argument("--out", type=Path, required=True, help="directory for the manifests")
+    args = parser.parse_args(argv)
+    try:
+        recorded = record_stack(args.stack)
+    except StackConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for path in write_manifests(recorded, args.out):
+        meta = yaml.safe_load(path.read_text())["metadata"]
+        print(f"{path}  {meta.get('namespace', '-')}/{meta['name']}")
+    print(f"stack {args.stack}: {len(recorded.kubernetes_objects())} manifests, outputs:")
+    for key, value in sorted(recorded.outputs.items()):
+        print(f"  {key} = {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The pipeline's topics, reconciled into the cluster by a Job that runs `python -m app.topics`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from app.topic_specs import TopicSpec, dumps
+from infra import workload
+
+SPECS_DIR = "/etc/topics"
+SPECS_FILE = "topics.json"
+RECONCILER_UID = 10001
+
+
+@dataclass(frozen=True)
+class TopicReconciliationArgs:
+    """Inputs of a `TopicReconciliation`."""
+
+    namespace: str
+    specs: Sequence[TopicSpec]
+    bootstrap_servers: str
+    image: str
+    image_pull_policy: str
+    allow_partition_increase: bool
+
+
+class TopicReconciliation(pulumi.ComponentResource):
+    """The topic specs as a ConfigMap and the Job that creates or alters the topics to match.
+
+    Both are named after a hash of the specs: Jobs are immutable, so a changed spec is a new
+    Job (and `pulumi up` waits for it to complete), while an unchanged one is left alone.
+    """
+
+    job_name: str
+
+    def __init__(
+        self, name: str, args: TopicReconciliationArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("stateful-streaming:topics:TopicReconciliation", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        ns = args.namespace
+        specs_json = dumps(list(args.specs))
+        component_labels = workload.labels(name, "topic-reconciler")
+        command = [
+            "python",
+            "-m",
+            "app.topics",
+            "--bootstrap-servers",
+            args.bootstrap_servers,
+            "--specs",
+            f"{SPECS_DIR}/{SPECS_FILE}",
+        ]
+        if args.allow_partition_increase:
+            command.append("--allow-partition-increase")
+        revision = workload.content_name(name, specs_json + " ".join(command) + args.image)
+
+        specs = k8s.core.v1.ConfigMap(
+            f"{name}-specs",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=revision, namespace=ns, labels=component_labels
+            ),
+            data={SPECS_FILE: specs_json},
+            opts=child,
+        )
+        self.job_name = revision
+        k8s.batch.v1.Job(
+            name,
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=revision,
+                namespace=ns,
+                labels=component_labels,
+                annotations=workload.checkov_skips(
+                    {"CKV_K8S_43": "the fork pins its processor image by digest"}
+                ),
+            ),
+            spec=k8s.batch.v1.JobSpecArgs(
+                # Retries cover a cluster that is still electing leaders after a roll.
+                backoff_limit=6,
+                active_deadline_seconds=900,
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels={**component_labels, **workload.KAFKA_CLIENT_LABEL}
+                    ),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        restart_policy="OnFailure",
+                        automount_service_account_token=False,
+                        security_context=workload.pod_security_context(RECONCILER_UID),
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name="reconcile",
+                                image=args.image,
+                                image_pull_policy=args.image_pull_policy,
+                                command=command,
+                                resources=workload.guaranteed_resources("250m", "256Mi"),
+                                security_context=workload.container_security_context(),
+                                volume_mounts=[
+                                    k8s.core.v1.VolumeMountArgs(
+                                        name="specs", mount_path=SPECS_DIR, read_only=True
+                                    ),
+                                    k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                                ],
+                            )
+                        ],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(
+                                name="specs",
+                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                                    name=specs.metadata.name
+                                ),
+                            ),
+                            k8s.core.v1.VolumeArgs(
+                                name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()
+                            ),
+                        ],
+                    ),
+                ),
+            ),
+            # No ttlSecondsAfterFinished: the completed Job is the record that this revision of
+            # the specs was applied; a Job deleted behind Pulumi's back would run again.
+            opts=child,
+        )
+        self.register_outputs({"jobName": self.job_name})

@@ -1,0 +1,214 @@
+"""Building blocks the Kafka and processor StatefulSets share: labels, hardened security
+contexts, placement, the headless Service and PodDisruptionBudget every StatefulSet needs, and
+the Pulumi timeout that covers a full roll."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+PART_OF = "stateful-streaming"
+
+# Pods with this label may reach Kafka's client port (the Kafka NetworkPolicy selects it).
+KAFKA_CLIENT_LABEL = {"stateful-streaming.io/kafka-client": "true"}
+
+# Anti-affinity and spread keys: one pod a node, pods spread over zones.
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+ZONE_TOPOLOGY = "topology.kubernetes.io/zone"
+
+
+def labels(name: str, component: str) -> dict[str, str]:
+    """Recommended labels; `name` and `instance` select the pods of one workload."""
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+
+
+def selector(name: str) -> dict[str, str]:
+    """The immutable subset of `labels` that selects a workload's pods."""
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name}
+
+
+def content_name(prefix: str, content: str) -> str:
+    """A name that changes with the content: a new ConfigMap or Job rolls what uses it."""
+    return f"{prefix}-{hashlib.sha256(content.encode()).hexdigest()[:8]}"
+
+
+def checkov_skips(reasons: Mapping[str, str]) -> dict[str, str]:
+    """Checkov skip annotations (`checkov.io/skipN: CKV_ID=reason`), one per exception."""
+    return {
+        f"checkov.io/skip{i}": f"{check}={reason}"
+        for i, (check, reason) in enumerate(sorted(reasons.items()), start=1)
+    }
+
+
+def pod_security_context(uid: int) -> k8s.core.v1.PodSecurityContextArgs:
+    """Non-root pod, the runtime's default seccomp profile, volumes writable by `uid`'s group."""
+    return k8s.core.v1.PodSecurityContextArgs(
+        run_as_non_root=True,
+        run_as_user=uid,
+        run_as_group=uid,
+        fs_group=uid,
+        # Only chown a volume when its root has the wrong group: fast restarts on large PVCs.
+        fs_group_change_policy="OnRootMismatch",
+        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+    )
+
+
+def container_security_context() -> k8s.core.v1.SecurityContextArgs:
+    """Least privilege: no capabilities, no escalation, nothing written outside the mounts."""
+    return k8s.core.v1.SecurityContextArgs(
+        allow_privilege_escalation=False,
+        read_only_root_filesystem=True,
+        privileged=False,
+        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+    )
+
+
+def guaranteed_resources(cpu: str, memory: str) -> k8s.core.v1.ResourceRequirementsArgs:
+    """Requests equal to limits: Guaranteed QoS, the last class evicted under node pressure."""
+    amounts = {"cpu": cpu, "memory": memory}
+    return k8s.core.v1.ResourceRequirementsArgs(requests=amounts, limits=amounts)
+
+
+def placement(
+    name: str, *, anti_affinity: str, zone_spread: bool
+) -> tuple[k8s.core.v1.AffinityArgs, list[k8s.core.v1.TopologySpreadConstraintArgs] | None]:
+    """Hostname anti-affinity (required or preferred) and, if asked, an even spread over zones."""
+    term = k8s.core.v1.PodAffinityTermArgs(
+        label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector(name)),
+        topology_key=HOSTNAME_TOPOLOGY,
+    )
+    if anti_affinity == "required":
+        pod_anti_affinity = k8s.core.v1.PodAntiAffinityArgs(
+            required_during_scheduling_ignored_during_execution=[term]
+        )
+    else:
+        pod_anti_affinity = k8s.core.v1.PodAntiAffinityArgs(
+            preferred_during_scheduling_ignored_during_execution=[
+                k8s.core.v1.WeightedPodAffinityTermArgs(weight=100, pod_affinity_term=term)
+            ]
+        )
+    spread = None
+    if zone_spread:
+        spread = [
+            k8s.core.v1.TopologySpreadConstraintArgs(
+                max_skew=1,
+                topology_key=ZONE_TOPOLOGY,
+                when_unsatisfiable="DoNotSchedule",
+                label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector(name)),
+            )
+        ]
+    return k8s.core.v1.AffinityArgs(pod_anti_affinity=pod_anti_affinity), spread
+
+
+def downward_env(*extra: k8s.core.v1.EnvVarArgs) -> list[k8s.core.v1.EnvVarArgs]:
+    """POD_NAME and POD_NAMESPACE from the downward API, then `extra`."""
+    return [
+        k8s.core.v1.EnvVarArgs(
+            name="POD_NAME",
+            value_from=k8s.core.v1.EnvVarSourceArgs(
+                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")
+            ),
+        ),
+        k8s.core.v1.EnvVarArgs(
+            name="POD_NAMESPACE",
+            value_from=k8s.core.v1.EnvVarSourceArgs(
+                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.namespace")
+            ),
+        ),
+        *extra,
+    ]
+
+
+def state_claim(
+    claim: str, storage_class_name: str, storage: str
+) -> k8s.core.v1.PersistentVolumeClaimArgs:
+    """A `volumeClaimTemplates` entry: pod N always mounts `<claim>-<statefulset>-N`.
+
+    Templates are immutable: changing size or class needs the StatefulSet replaced (delete with
+    `--cascade=orphan`, then `pulumi up`), which keeps the retained claims.
+    """
+    return k8s.core.v1.PersistentVolumeClaimArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=claim),
+        spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+            access_modes=["ReadWriteOnce"],
+            storage_class_name=storage_class_name or None,
+            resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": storage}),
+        ),
+    )
+
+
+# The claims outlive the StatefulSet and its scale-down: state and logs are never deleted
+# by an automated change (GA since Kubernetes 1.32).
+RETAIN_CLAIMS = k8s.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicyArgs(
+    when_deleted="Retain", when_scaled="Retain"
+)
+
+
+def headless_service(
+    name: str,
+    namespace: str,
+    *,
+    service_labels: Mapping[str, str],
+    ports: Sequence[tuple[str, int]],
+    publish_not_ready: bool,
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.Service:
+    """The StatefulSet's governing Service: stable DNS names `<pod>.<name>.<namespace>.svc`."""
+    return k8s.core.v1.Service(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=service_labels),
+        spec=k8s.core.v1.ServiceSpecArgs(
+            cluster_ip="None",
+            publish_not_ready_addresses=publish_not_ready,
+            selector=selector(service_labels["app.kubernetes.io/name"]),
+            ports=[
+                k8s.core.v1.ServicePortArgs(name=port_name, port=port, target_port=port)
+                for port_name, port in ports
+            ],
+        ),
+        opts=opts,
+    )
+
+
+def disruption_budget(
+    name: str, namespace: str, service_labels: Mapping[str, str], opts: pulumi.ResourceOptions
+) -> k8s.policy.v1.PodDisruptionBudget:
+    """At most one pod of the workload voluntarily down (drains, node upgrades) at a time."""
+    return k8s.policy.v1.PodDisruptionBudget(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=service_labels),
+        spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+            max_unavailable=1,
+            selector=k8s.meta.v1.LabelSelectorArgs(
+                match_labels=selector(service_labels["app.kubernetes.io/name"])
+            ),
+        ),
+        opts=opts,
+    )
+
+
+def service_account(
+    name: str, namespace: str, service_labels: Mapping[str, str], opts: pulumi.ResourceOptions
+) -> k8s.core.v1.ServiceAccount:
+    """A workload's own identity with no API token mounted: none of the pods call the API."""
+    return k8s.core.v1.ServiceAccount(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=service_labels),
+        automount_service_account_token=False,
+        opts=opts,
+    )
+
+
+def roll_timeouts(replicas: int, restart_budget_seconds: int) -> pulumi.CustomTimeouts:
+    """Pulumi's wait for a StatefulSet: every pod restarted one at a time, plus 5 minutes."""
+    minutes = -(-replicas * restart_budget_seconds // 60) + 5
+    return pulumi.CustomTimeouts(create=f"{minutes}m", update=f"{minutes}m")
