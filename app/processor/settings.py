@@ -18,12 +18,14 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 import confluent_kafka
+
+from app.java_properties import parse_properties, resolve_env
 
 CONSUMER_PREFIX = "consumer."
 PRODUCER_PREFIX = "producer."
@@ -152,8 +154,6 @@ REQUIRED_VALUES: Mapping[str, tuple[str, str]] = MappingProxyType(
     }
 )
 
-_ENV_REFERENCE = re.compile(r"\$\{([^}:]*):([^}]*)\}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INT = re.compile(r"[+-]?\d+")
 _SECRET_WORDS = ("password", "secret", "token")
 
@@ -168,100 +168,6 @@ class SettingsError(ValueError):
         count = f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"
         listing = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"invalid processor settings{where} ({count}):\n{listing}")
-
-
-# --- Java properties format ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PropertyLine:
-    """One key/value pair of a properties file, with the line its logical line starts on."""
-
-    key: str
-    value: str
-    line: int
-
-
-_WHITESPACE = " \t\f"
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
-    """Join continuation lines (odd number of trailing backslashes) as java.util.Properties does."""
-    natural = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    index = 0
-    while index < len(natural):
-        start = index
-        line = natural[index].lstrip(_WHITESPACE)
-        index += 1
-        if not line or line[0] in "#!":
-            continue  # a comment is one natural line, even when it ends with a backslash
-        while _ends_with_continuation(line):
-            line = line[:-1]
-            if index >= len(natural):
-                break  # a backslash at the end of the file is dropped
-            line += natural[index].lstrip(_WHITESPACE)
-            index += 1
-        yield start + 1, line
-
-
-def _ends_with_continuation(line: str) -> bool:
-    backslashes = len(line) - len(line.rstrip("\\"))
-    return backslashes % 2 == 1
-
-
-def _unescape(text: str, line_no: int) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        i += 1
-        if char != "\\" or i >= len(text):
-            out.append(char)
-            continue
-        escaped = text[i]
-        i += 1
-        if escaped == "u":
-            digits = text[i : i + 4]
-            if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
-                raise ValueError(
-                    f"line {line_no}: malformed \\uxxxx escape {text[i - 2 : i + 4]!r}"
-                )
-            out.append(chr(int(digits, 16)))
-            i += 4
-        else:
-            out.append(_ESCAPES.get(escaped, escaped))
-    return "".join(out)
-
-
-def _split_key_value(line: str) -> tuple[str, str]:
-    """Split at the first unescaped `=`, `:` or whitespace; one separator and blanks are skipped."""
-    i = 0
-    while i < len(line):
-        char = line[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char in "=:" or char in _WHITESPACE:
-            break
-        i += 1
-    key, rest = line[:i], line[i:]
-    rest = rest.lstrip(_WHITESPACE)
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(_WHITESPACE)
-    return key, rest
-
-
-def parse_properties(text: str) -> list[PropertyLine]:
-    """Parse the java.util.Properties text format (comments, `=`/`:`/blank separators,
-    continuation lines, backslash and \\uXXXX escapes); a later duplicate key wins, as in Java."""
-    entries = []
-    for line_no, line in _logical_lines(text):
-        raw_key, raw_value = _split_key_value(line)
-        entries.append(
-            PropertyLine(_unescape(raw_key, line_no), _unescape(raw_value, line_no), line_no)
-        )
-    return entries
 
 
 # --- the settings ----------------------------------------------------------------------------
@@ -406,7 +312,7 @@ def parse_settings(
     resolved: dict[str, _Value] = {}
     for key, item in values.items():
         try:
-            resolved[key] = _Value(_resolve_env(item.value, env), item.origin)
+            resolved[key] = _Value(resolve_env(item.value, env), item.origin)
         except LookupError as exc:
             problems.append(_problem(key, item, str(exc)))
             resolved[key] = item  # reported once; the checks below still see that it is set
@@ -414,26 +320,6 @@ def parse_settings(
     if problems:
         raise SettingsError(problems, source=source)
     return _build(resolved, source)
-
-
-def _resolve_env(value: str, env: Mapping[str, str]) -> str:
-    def replace(match: re.Match[str]) -> str:
-        provider, name = match.group(1), match.group(2)
-        if provider != "env":
-            raise LookupError(
-                f"config provider {provider!r} in {match.group(0)!r} is not supported; "
-                "only ${env:NAME} (environment variables) is"
-            )
-        if not _ENV_NAME.fullmatch(name):
-            raise LookupError(f"{match.group(0)!r} does not name an environment variable")
-        if name not in env:
-            raise LookupError(
-                f"environment variable {name} is not set; set it in the pod spec "
-                "(e.g. POD_NAME from the downward API metadata.name)"
-            )
-        return env[name]
-
-    return _ENV_REFERENCE.sub(replace, value)
 
 
 def _problem(key: str, item: _Value, message: str) -> str:
