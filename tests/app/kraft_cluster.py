@@ -1,0 +1,492 @@
+"""A throwaway Apache Kafka KRaft cluster on loopback ports, started from a Kafka distribution.
+
+Some facts the processor relies on only hold on Apache Kafka (static member replacement without
+a rebalance, takeover after the session timeout, transactional fencing of a zombie): the embedded
+broker deviates there (DESIGN.md, "The embedded broker and its limits"). This module starts the
+real thing from the distribution a user already has (`KAFKA_HOME`, Apache Kafka 3.9 or newer;
+4.x is what the project deploys), with the broker settings of the production design:
+
+    cluster = KraftCluster.from_env()          # KAFKA_HOME names the distribution
+    with cluster:                               # format, start, wait until usable
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        cluster.kill_node(2)                    # SIGKILL one node
+        cluster.start_node(2)
+        cluster.wait_until_fully_replicated()
+
+Every node is a combined broker+controller (as in the Kubernetes StatefulSet), all three form
+a dynamic controller quorum (KIP-853: `controller.quorum.bootstrap.servers` and
+`kafka-storage.sh format --initial-controllers`). Data, configs and logs live in one temporary
+directory; the processes are killed on `close()` (also at interpreter exit), the directory is
+removed unless asked to keep it for a post-mortem.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.embedded_broker import free_port
+
+log = logging.getLogger(__name__)
+
+KAFKA_HOME_ENV = "KAFKA_HOME"
+HOST = "127.0.0.1"
+# `--initial-controllers` (dynamic quorum, KIP-853) appeared in 3.9.
+MIN_KAFKA_VERSION = (3, 9)
+# Small but enough for tests: three JVMs fit next to Spark on a 2-core, few-GiB machine.
+DEFAULT_HEAP_OPTS = "-Xms256m -Xmx384m"
+
+# The broker configuration of the production design (DESIGN.md, "Kafka cluster"), the one
+# place that holds it for the tests. `group.initial.rebalance.delay.ms` is 0 because a test
+# group should form at once; production stacks set a few seconds for cold starts.
+BROKER_DEFAULTS: Mapping[str, str] = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    "unclean.leader.election.enable": "false",
+    "auto.create.topics.enable": "false",
+    "group.initial.rebalance.delay.ms": "0",
+    # Fewer threads than the defaults (3 network, 8 I/O): three brokers share two cores.
+    "num.network.threads": "2",
+    "num.io.threads": "2",
+}
+
+
+class KraftClusterError(RuntimeError):
+    """The distribution is unusable, or the cluster did not start or recover in time."""
+
+
+def kafka_uuid() -> str:
+    """A random id in Kafka's text form (base64url of 16 bytes, no padding), as
+    `kafka-storage.sh random-uuid` prints it; like Kafka, never one starting with '-'."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def kafka_version(kafka_home: Path) -> tuple[int, int]:
+    """The (major, minor) version of the distribution at `kafka_home`, from its client jar."""
+    for jar in sorted((kafka_home / "libs").glob("kafka-clients-*.jar")):
+        match = re.fullmatch(r"kafka-clients-(\d+)\.(\d+)\.\d+.*\.jar", jar.name)
+        if match:
+            return int(match[1]), int(match[2])
+    raise KraftClusterError(
+        f"{KAFKA_HOME_ENV}={kafka_home} is not an Apache Kafka distribution: no "
+        "libs/kafka-clients-<version>.jar; point it at an unpacked kafka_2.13-<version> folder"
+    )
+
+
+def check_distribution(kafka_home: Path) -> Path:
+    """`kafka_home` if it holds a usable Kafka (3.9+, with its scripts), else a clear error."""
+    script = kafka_home / "bin" / "kafka-server-start.sh"
+    if not script.is_file():
+        raise KraftClusterError(
+            f"{KAFKA_HOME_ENV}={kafka_home} has no bin/kafka-server-start.sh; set it to an "
+            "unpacked Apache Kafka distribution (for example /opt/kafka_2.13-4.1.0)"
+        )
+    version = kafka_version(kafka_home)
+    if version < MIN_KAFKA_VERSION:
+        wanted = ".".join(map(str, MIN_KAFKA_VERSION))
+        raise KraftClusterError(
+            f"{KAFKA_HOME_ENV}={kafka_home} is Kafka {version[0]}.{version[1]}; the test "
+            f"cluster needs {wanted} or newer (dynamic KRaft quorum): use Apache Kafka 4.x"
+        )
+    return kafka_home
+
+
+@dataclass
+class KraftNode:
+    """One combined broker+controller process and the files that belong to it."""
+
+    node_id: int
+    broker_port: int
+    controller_port: int
+    directory: Path
+    directory_id: str = field(default_factory=kafka_uuid)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def log_dir(self) -> Path:
+        """Where Kafka's log4j files go (server.log, controller.log, ...)."""
+        return self.directory / "logs"
+
+    @property
+    def console_path(self) -> Path:
+        """The process's stdout and stderr (JVM errors before logging starts land here)."""
+        return self.directory / "console.log"
+
+    @property
+    def controller_endpoint(self) -> str:
+        return f"{HOST}:{self.controller_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class KraftCluster:
+    """An N-node (default 3) combined broker+controller KRaft cluster on 127.0.0.1.
+
+    `start()` formats the storage, starts every node and returns once an AdminClient sees all
+    brokers and can create a topic replicated to all of them. Use it as a context manager so
+    the processes die even when the code inside fails.
+    """
+
+    def __init__(
+        self,
+        kafka_home: Path | str,
+        nodes: int = 3,
+        *,
+        broker_configs: Mapping[str, str] | None = None,
+        heap_opts: str = DEFAULT_HEAP_OPTS,
+        work_dir: Path | None = None,
+    ) -> None:
+        if nodes < 1:
+            raise KraftClusterError(f"nodes={nodes}: a cluster needs at least 1 node (3 for RF 3)")
+        self.kafka_home = check_distribution(Path(kafka_home))
+        self.heap_opts = heap_opts
+        self.cluster_id = kafka_uuid()
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="kraft-cluster-"))
+        self.broker_configs = {**BROKER_DEFAULTS, **(broker_configs or {})}
+        # A single node cannot hold replication factor 3; cap what needs more brokers than exist.
+        replication = str(min(3, nodes))
+        for key in (
+            "default.replication.factor",
+            "offsets.topic.replication.factor",
+            "transaction.state.log.replication.factor",
+            "share.coordinator.state.topic.replication.factor",
+        ):
+            if int(self.broker_configs[key]) > nodes:
+                self.broker_configs[key] = replication
+        self.nodes = [
+            KraftNode(
+                node_id=node_id,
+                broker_port=free_port(HOST),
+                controller_port=free_port(HOST),
+                directory=self.work_dir / f"node-{node_id}",
+            )
+            for node_id in range(1, nodes + 1)
+        ]
+        self._closed = False
+
+    @classmethod
+    def from_env(cls, nodes: int = 3, heap_opts: str = DEFAULT_HEAP_OPTS) -> KraftCluster:
+        """A cluster from the distribution named by $KAFKA_HOME (a clear error when unset)."""
+        kafka_home = os.environ.get(KAFKA_HOME_ENV)
+        if not kafka_home:
+            raise KraftClusterError(
+                f"{KAFKA_HOME_ENV} is not set; set it to an unpacked Apache Kafka 4.x "
+                "distribution (for example /opt/kafka_2.13-4.1.0)"
+            )
+        return cls(kafka_home, nodes, heap_opts=heap_opts)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The `bootstrap.servers` value for clients: every broker listener."""
+        return ",".join(f"{HOST}:{node.broker_port}" for node in self.nodes)
+
+    def node(self, node_id: int) -> KraftNode:
+        """The node with `node.id` = `node_id` (1-based, as in the configs)."""
+        for candidate in self.nodes:
+            if candidate.node_id == node_id:
+                return candidate
+        known = [n.node_id for n in self.nodes]
+        raise KraftClusterError(f"node.id={node_id} is not in this cluster; node ids: {known}")
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 120.0) -> KraftCluster:
+        """Write configs, format storage, start every node, wait until the cluster is usable."""
+        started = time.monotonic()
+        version = ".".join(map(str, kafka_version(self.kafka_home)))
+        log.info(
+            "starting a %d-node KRaft cluster (Kafka %s from %s) in %s",
+            len(self.nodes),
+            version,
+            self.kafka_home,
+            self.work_dir,
+        )
+        atexit.register(self.close)
+        for node in self.nodes:
+            node.log_dir.mkdir(parents=True, exist_ok=True)
+            node.config_path.write_text(self._server_properties(node))
+        self._format_storage()
+        log.info(
+            "storage formatted (cluster id %s) after %.1f s",
+            self.cluster_id,
+            time.monotonic() - started,
+        )
+        for node in self.nodes:
+            self.start_node(node.node_id)
+        self.wait_until_ready(timeout_s - (time.monotonic() - started))
+        log.info(
+            "cluster usable after %.1f s: bootstrap.servers=%s",
+            time.monotonic() - started,
+            self.bootstrap_servers,
+        )
+        return self
+
+    def start_node(self, node_id: int) -> None:
+        """Start (or restart after `stop_node`/`kill_node`) one node; does not wait for it."""
+        node = self.node(node_id)
+        if node.process is not None:
+            raise KraftClusterError(f"node {node_id} is already running (pid {node.process.pid})")
+        env = {
+            **os.environ,
+            "KAFKA_HEAP_OPTS": self.heap_opts,
+            "LOG_DIR": str(node.log_dir),  # else the scripts write into $KAFKA_HOME/logs
+        }
+        env.pop("JMX_PORT", None)  # one JMX port cannot serve three JVMs
+        with node.console_path.open("ab") as console:
+            node.process = subprocess.Popen(
+                [str(self.kafka_home / "bin" / "kafka-server-start.sh"), str(node.config_path)],
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # Its own session: a Ctrl-C in the terminal reaches pytest, which then kills it.
+                start_new_session=True,
+            )
+        log.info(
+            "node %d started (pid %d, broker %s:%d, controller %s)",
+            node_id,
+            node.process.pid,
+            HOST,
+            node.broker_port,
+            node.controller_endpoint,
+        )
+
+    def stop_node(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Stop one node gracefully (SIGTERM: controlled shutdown, leadership moves first)."""
+        self._signal_node(node_id, signal.SIGTERM, timeout_s)
+
+    def kill_node(self, node_id: int) -> None:
+        """Kill one node at once (SIGKILL), as a crashed or evicted pod."""
+        self._signal_node(node_id, signal.SIGKILL, 30.0)
+
+    def restart_node(self, node_id: int, timeout_s: float = 120.0) -> None:
+        """Stop one node gracefully, start it again, wait until every replica is back in sync."""
+        self.stop_node(node_id)
+        self.start_node(node_id)
+        self.wait_until_fully_replicated(timeout_s)
+
+    def close(self, keep_files: bool = False) -> None:
+        """Kill every node; remove the working directory unless `keep_files` (post-mortems)."""
+        if self._closed:
+            return
+        self._closed = True
+        for node in self.nodes:
+            if node.running:
+                self.kill_node(node.node_id)
+        atexit.unregister(self.close)
+        if keep_files:
+            log.info("cluster files kept in %s", self.work_dir)
+        else:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> KraftCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close(keep_files=True)
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            log.error("cluster logs after a failure:\n%s", self.log_tails())
+        self.close(keep_files=exc is not None)
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def wait_until_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait until every running node is a registered broker and a topic replicated to
+        all of them (up to 3) can be created: the cluster accepts real work."""
+        deadline = time.monotonic() + timeout_s
+        running = {node.node_id for node in self.nodes if node.running}
+        admin = self._admin()
+        while True:
+            self._check_alive()
+            try:
+                brokers = {b.id for b in admin.describe_cluster(request_timeout=5).result().nodes}
+            except KafkaException:
+                brokers = set()
+            if running <= brokers:
+                break
+            self._check_deadline(deadline, f"brokers {sorted(running)} to register")
+            time.sleep(0.5)
+        log.info("brokers registered: %s", sorted(brokers))
+        probe = f"__kraft-cluster-probe-{kafka_uuid()}"
+        replication = min(3, len(running))
+        while True:
+            self._check_alive()
+            future = admin.create_topics([NewTopic(probe, 1, replication)], request_timeout=10)
+            try:
+                future[probe].result()
+                break
+            except KafkaException as exc:
+                self._check_deadline(
+                    deadline,
+                    f"a topic with replication factor "
+                    f"{replication} to be created (last error: {exc})",
+                )
+                time.sleep(0.5)
+        admin.delete_topics([probe], request_timeout=10)[probe].result()
+
+    def wait_until_fully_replicated(self, timeout_s: float = 120.0) -> None:
+        """Wait until every node is a broker again and every partition of every topic has all
+        its replicas in sync (what a rolling restart waits for before the next node)."""
+        deadline = time.monotonic() + timeout_s
+        self.wait_until_ready(timeout_s)
+        admin = self._admin()
+        while True:
+            self._check_alive()
+            lagging = self._under_replicated(admin)
+            if not lagging:
+                return
+            self._check_deadline(deadline, f"replicas to catch up (out of sync: {lagging[:5]})")
+            time.sleep(0.5)
+
+    # -- diagnostics ----------------------------------------------------------------------
+
+    def log_tails(self, lines: int = 30) -> str:
+        """The last `lines` of each node's console and server.log, for a failure report."""
+        parts = [f"cluster files: {self.work_dir}"]
+        for node in self.nodes:
+            for path in (node.console_path, node.log_dir / "server.log"):
+                if path.is_file():
+                    tail = path.read_text(errors="replace").splitlines()[-lines:]
+                    parts.append(f"--- node {node.node_id}: {path} ---\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _server_properties(self, node: KraftNode) -> str:
+        voters = ",".join(n.controller_endpoint for n in self.nodes)
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.bootstrap.servers": voters,
+            "listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
+            f"CONTROLLER://{node.controller_endpoint}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
+            f"CONTROLLER://{node.controller_endpoint}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(node.data_dir),
+            **self.broker_configs,
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def _format_storage(self) -> None:
+        # Every node gets the same initial quorum: id@host:port:directory-id of all controllers.
+        initial = ",".join(
+            f"{n.node_id}@{n.controller_endpoint}:{n.directory_id}" for n in self.nodes
+        )
+        commands = {
+            node.node_id: [
+                str(self.kafka_home / "bin" / "kafka-storage.sh"),
+                "format",
+                "--cluster-id",
+                self.cluster_id,
+                "--config",
+                str(node.config_path),
+                "--initial-controllers",
+                initial,
+            ]
+            for node in self.nodes
+        }
+        # One JVM start each (about 2 s): run them side by side.
+        env = {**os.environ, "LOG_DIR": str(self.work_dir)}
+        running = {
+            node_id: subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+            )
+            for node_id, command in commands.items()
+        }
+        for node_id, process in running.items():
+            output, _ = process.communicate(timeout=120)
+            if process.returncode != 0:
+                raise KraftClusterError(
+                    f"formatting node {node_id} failed ({' '.join(commands[node_id])}):\n"
+                    + output.decode(errors="replace")
+                )
+
+    def _signal_node(self, node_id: int, signum: signal.Signals, timeout_s: float) -> None:
+        node = self.node(node_id)
+        if node.process is None:
+            return
+        started = time.monotonic()
+        node.process.send_signal(signum)
+        try:
+            node.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "node %d ignored %s for %.0f s: killing it", node_id, signum.name, timeout_s
+            )
+            node.process.kill()
+            node.process.wait()
+        node.process = None
+        log.info(
+            "node %d stopped by %s in %.1f s", node_id, signum.name, time.monotonic() - started
+        )
+
+    def _admin(self) -> AdminClient:
+        running = [f"{HOST}:{n.broker_port}" for n in self.nodes if n.running]
+        # log_level 2: no "connection refused" lines while nodes start or are down on purpose.
+        return AdminClient({"bootstrap.servers": ",".join(running), "log_level": 2})
+
+    def _under_replicated(self, admin: AdminClient) -> list[str]:
+        topics = admin.list_topics(timeout=10).topics
+        return [
+            f"{name}-{partition.id}"
+            for name, metadata in topics.items()
+            for partition in metadata.partitions.values()
+            if set(partition.isrs) != set(partition.replicas)
+        ]
+
+    def _check_alive(self) -> None:
+        # A stopped node has no process; one that has a process and exited died by itself.
+        for node in self.nodes:
+            if node.process is not None and node.process.poll() is not None:
+                raise KraftClusterError(
+                    f"node {node.node_id} exited with code {node.process.returncode}:\n"
+                    + self.log_tails()
+                )
+
+    def _check_deadline(self, deadline: float, waiting_for: str) -> None:
+        if time.monotonic() > deadline:
+            raise KraftClusterError(f"timed out waiting for {waiting_for}\n" + self.log_tails())

@@ -1,0 +1,105 @@
+"""The Apache Kafka test cluster is what the production design says: three KRaft nodes, topics
+replicated three times with min.insync.replicas 2, and acks=all writes that survive one node."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from tests.app.kraft_cluster import KraftCluster
+
+pytestmark = pytest.mark.apache_kafka
+
+
+def create_topic(admin: AdminClient, partitions: int) -> str:
+    """A fresh topic with the broker's default replication factor (the cluster's defaults)."""
+    name = f"kraft-test-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, partitions)])[name].result(30)
+    return name
+
+
+def test_every_node_is_a_registered_broker(kraft_cluster: KraftCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": kraft_cluster.bootstrap_servers})
+    cluster = admin.describe_cluster(request_timeout=10).result()
+    assert sorted(node.id for node in cluster.nodes) == [1, 2, 3]
+    assert cluster.cluster_id == kraft_cluster.cluster_id
+
+
+def test_new_topic_gets_three_replicas_and_min_insync_two(kraft_cluster: KraftCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": kraft_cluster.bootstrap_servers})
+    topic = create_topic(admin, partitions=3)
+
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    assert [sorted(p.replicas) for p in partitions] == [[1, 2, 3]] * 3
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert configs["min.insync.replicas"].value == "2"
+    assert configs["unclean.leader.election.enable"].value == "false"
+
+
+def test_acks_all_produce_survives_the_loss_of_one_node(kraft_cluster: KraftCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": kraft_cluster.bootstrap_servers})
+    topic = create_topic(admin, partitions=3)
+    # Kill the leader of partition 0: its writes must move to a new leader, not fail.
+    victim = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    records = 300
+    errors: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, _message: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": kraft_cluster.bootstrap_servers,
+            "acks": "all",
+            "enable.idempotence": True,
+        }
+    )
+    try:
+        killed = time.monotonic()
+        kraft_cluster.kill_node(victim)
+        for i in range(records):
+            producer.produce(
+                topic,
+                key=str(i).encode(),
+                value=str(i).encode(),
+                partition=i % 3,
+                on_delivery=on_delivery,
+            )
+        assert producer.flush(60) == 0
+        print(
+            f"\n{records} acks=all records delivered {time.monotonic() - killed:.1f} s "
+            f"after node {victim} was killed"
+        )
+        assert errors == []
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": kraft_cluster.bootstrap_servers,
+                "group.id": f"reader-{topic}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.subscribe([topic])
+        seen: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(seen) < records and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                seen.add(message.value())
+        consumer.close()
+        assert len(seen) == records
+    finally:
+        restarted = time.monotonic()
+        kraft_cluster.start_node(victim)
+        kraft_cluster.wait_until_fully_replicated()
+        print(
+            f"node {victim} back and all replicas in sync after "
+            f"{time.monotonic() - restarted:.1f} s"
+        )
