@@ -1,0 +1,132 @@
+"""Offline policy check for pull requests: no cluster, no credentials, no Pulumi CLI.
+
+    python -m policies.check --stack dev [--config policies/config.dev.json] [--sarif FILE]
+
+Records the stack with the Pulumi program under Pulumi's mocks (`infra.render.record_stack`,
+configuration from `Pulumi.<stack>.yaml`), runs every policy the way `pulumi preview
+--policy-pack policies --policy-pack-config policies/config.<stack>.json` does, prints the
+violations grouped by resource, and exits 1 if any is mandatory (0 otherwise, 2 on bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from pulumi_policy import EnforcementLevel, Policy
+
+from policies.evaluate import (
+    PolicyConfigError,
+    Resource,
+    Violation,
+    evaluate,
+    load_policy_config,
+)
+from policies.rules import all_policies
+from policies.sarif import to_sarif, write_sarif
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def resolved_levels(policies: Sequence[Policy], config: Mapping[str, Any]) -> dict[str, str]:
+    """Each policy's enforcement level after the config file (as the engine resolves it)."""
+    levels = {}
+    for policy in policies:
+        entry = config.get(policy.name, {})
+        level = entry if isinstance(entry, str) else entry.get("enforcementLevel")
+        own = (policy.enforcement_level or EnforcementLevel.ADVISORY).value
+        levels[policy.name] = level or config.get("all") or own
+    return levels
+
+
+def resource_label(resource: Resource | None) -> str:
+    """`StatefulSet streaming/kafka` for Kubernetes objects, the type and name otherwise."""
+    if resource is None:
+        return "stack"
+    metadata = resource.props.get("metadata") if isinstance(resource.props, Mapping) else None
+    if isinstance(metadata, Mapping) and "name" in metadata:
+        kind = resource.type.rsplit(":", 1)[-1]
+        return f"{kind} {metadata.get('namespace', 'default')}/{metadata['name']}"
+    return f"{resource.type} {resource.name}"
+
+
+def print_report(
+    out: TextIO,
+    *,
+    stack: str,
+    config_path: Path,
+    policies: Sequence[Policy],
+    resources: Sequence[Resource],
+    violations: Sequence[Violation],
+) -> None:
+    """The table: one block per resource, one line per violation, then the totals."""
+    by_urn = {r.urn: r for r in resources}
+    mandatory = sum(v.mandatory for v in violations)
+    shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
+    print(
+        f"policy check: stack {stack}, {len(policies)} policies over {len(resources)} "
+        f"resources, thresholds from {shown}",
+        file=out,
+    )
+    groups: dict[str, list[Violation]] = {}
+    for violation in violations:
+        groups.setdefault(resource_label(by_urn.get(violation.urn or "")), []).append(violation)
+    width = max((len(v.policy) for v in violations), default=0)
+    for label in sorted(groups, key=lambda g: (g == "stack", g)):
+        print(f"\n{label}", file=out)
+        for v in sorted(groups[label], key=lambda v: (not v.mandatory, v.policy)):
+            print(f"  {v.level.upper():<9}  {v.policy:<{width}}  {v.message}", file=out)
+    noun = "violation" if len(violations) == 1 else "violations"
+    advisory = len(violations) - mandatory
+    print(f"\n{len(violations)} {noun}: {mandatory} mandatory, {advisory} advisory", file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: 0 clean or advisory only, 1 mandatory violations, 2 bad input."""
+    parser = argparse.ArgumentParser(
+        prog="python -m policies.check", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--stack", required=True, help="stack name: Pulumi.<stack>.yaml")
+    parser.add_argument("--config", type=Path, help="policy config (policies/config.<stack>.json)")
+    parser.add_argument("--sarif", type=Path, help="also write the results as SARIF 2.1.0")
+    args = parser.parse_args(argv)
+
+    from infra.config import StackConfigError
+    from infra.render import record_stack
+
+    policies = all_policies()
+    config_path = args.config or REPO / "policies" / f"config.{args.stack}.json"
+    try:
+        config = load_policy_config(config_path, policies)
+        recorded = record_stack(args.stack)
+    except (PolicyConfigError, StackConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    violations = evaluate(recorded.resources, policies, config)
+    print_report(
+        sys.stdout,
+        stack=args.stack,
+        config_path=config_path,
+        policies=policies,
+        resources=recorded.resources,
+        violations=violations,
+    )
+    if args.sarif:
+        log = to_sarif(
+            repo=REPO,
+            stack=args.stack,
+            policies=policies,
+            resources=recorded.resources,
+            violations=violations,
+            levels=resolved_levels(policies, config),
+        )
+        write_sarif(args.sarif, log)
+        print(f"SARIF written to {args.sarif}")
+    return 1 if any(v.mandatory for v in violations) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Rules for the stream processor: a StatefulSet with its state on a PVC, rolled slowly."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pulumi_policy import ResourceValidationArgs, StackValidationArgs
+
+from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
+from .manifests import (
+    CONFIG_MAP,
+    STATEFUL_SET,
+    fmt,
+    get,
+    is_processor,
+    items,
+    kind,
+    label,
+    number,
+    pod_spec,
+    processor_container,
+)
+from .messages import violation
+from .properties_file import parse_properties
+from .stack_view import PROPERTIES_KEY, StackView
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+_CHANGELOG_CHECKPOINTING_KEY = (
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+)
+
+
+def _processor_statefulset(args: ResourceValidationArgs) -> bool:
+    return args.resource_type == STATEFUL_SET and is_processor(args.resource_type, args.props)
+
+
+def check_is_statefulset(
+    args: StackValidationArgs, _: Mapping[str, Any]
+) -> Iterator[tuple[str, str | None]]:
+    """A stateful processor runs as a StatefulSet (stable pod name, own PVC)."""
+    for processor in StackView(args.resources).processors():
+        workload = processor.workload
+        if processor.stateful and workload.resource_type != STATEFUL_SET:
+            yield (
+                violation(
+                    label(workload.resource_type, workload.props),
+                    "kind",
+                    kind(workload.resource_type),
+                    "StatefulSet (the processor's properties say stateful=true)",
+                    "run stateful processing as a StatefulSet: a Deployment's pods get new names "
+                    "(so static membership cannot work) and share no per-pod volume (so every "
+                    "restart restores the whole state from the changelog)",
+                ),
+                workload.urn,
+            )
+
+
+def check_min_ready_seconds(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
+    """The roll waits after each pod is ready, so it cannot outrun the consumer group."""
+    if not _processor_statefulset(args):
+        return
+    found = number(get(args.props, "spec", "minReadySeconds")) or 0.0
+    if found < cfg["minSeconds"]:
+        yield violation(
+            label(args.resource_type, args.props),
+            "spec.minReadySeconds",
+            fmt(found),
+            f">= {fmt(cfg['minSeconds'])}",
+            f"set minReadySeconds: {fmt(cfg['minSeconds'])} (GA since Kubernetes 1.25): the "
+            "next pod must not stop before this one has rejoined the group and caught up",
+        )
+
+
+def check_state_volume(
+    args: StackValidationArgs, _: Mapping[str, Any]
+) -> Iterator[tuple[str, str | None]]:
+    """A claim template mounted where `state.dir` (the Spark checkpoint) lives."""
+    for processor in StackView(args.resources).processors():
+        workload = processor.workload
+        if not processor.stateful or workload.resource_type != STATEFUL_SET:
+            continue
+        state_dir = processor.properties.get("state.dir")
+        templates = {
+            get(t, "metadata", "name")
+            for t in items(workload.props, "spec", "volumeClaimTemplates")
+        }
+        container = processor_container(pod_spec(workload.resource_type, workload.props)) or {}
+        mounts = {
+            get(m, "mountPath"): get(m, "name")
+            for m in items(container, "volumeMounts")
+            if get(m, "name") in templates
+        }
+        covered = state_dir and any(
+            posixpath.commonpath([str(path), state_dir]) == posixpath.normpath(str(path))
+            for path in mounts
+        )
+        if not covered:
+            yield (
+                violation(
+                    label(workload.resource_type, workload.props),
+                    f"volumeMounts of a volumeClaimTemplate at state.dir ({state_dir})",
+                    ", ".join(f"{name} at {path}" for path, name in mounts.items())
+                    or f"no claim template mounted (templates: {sorted(map(str, templates))})",
+                    "a volumeClaimTemplate mounted at state.dir or a parent of it",
+                    "add a volumeClaimTemplate (e.g. `state`) and mount it at state.dir; the "
+                    "checkpoint (offsets log and RocksDB) on an emptyDir is lost with the pod",
+                ),
+                workload.urn,
+            )
+
+
+def check_grace_period(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
+    """SIGTERM lets the current batch finish and the consumer close."""
+    if not _processor_statefulset(args):
+        return
+    grace = number(get(pod_spec(args.resource_type, args.props), "terminationGracePeriodSeconds"))
+    grace = 30.0 if grace is None else grace
+    needed = cfg["longestBatchSeconds"] + cfg["shutdownSeconds"]
+    if grace < needed:
+        yield violation(
+            label(args.resource_type, args.props),
+            "spec.template.spec.terminationGracePeriodSeconds",
+            fmt(grace),
+            f">= longest batch {fmt(cfg['longestBatchSeconds'])} s + shutdown "
+            f"{fmt(cfg['shutdownSeconds'])} s = {fmt(needed)} s",
+            "raise terminationGracePeriodSeconds: a SIGKILL mid-batch aborts its transaction and "
+            "the next start redoes the batch",
+        )
+
+
+def check_state_store(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
+    """RocksDB state store with changelog checkpointing."""
+    if args.resource_type != CONFIG_MAP:
+        return
+    text = get(args.props, "data", PROPERTIES_KEY)
+    if not isinstance(text, str):
+        return
+    properties = parse_properties(text)
+    if properties.get("stateful", "true").lower() == "false":
+        return
+    subject = f"{label(args.resource_type, args.props)} data[{PROPERTIES_KEY}]"
+    expected = {_PROVIDER_KEY: ROCKSDB_PROVIDER, _CHANGELOG_CHECKPOINTING_KEY: "true"}
+    for key, wanted in expected.items():
+        found = properties.get(key)
+        if (found or "").lower() != wanted.lower():
+            yield violation(
+                subject,
+                key,
+                found or "absent",
+                wanted,
+                f"set {key}={wanted}: the default HDFS-backed store keeps all state on the JVM "
+                "heap and snapshots it whole; RocksDB with changelog checkpointing uploads only "
+                "the changes of each batch",
+            )
+
+
+POLICIES = [
+    stack_rule(
+        name="processor-is-statefulset",
+        description=(
+            "A stateful processor runs as a StatefulSet, never a Deployment: static group "
+            "membership needs stable pod names, and local state needs one PVC per pod."
+        ),
+        level=MANDATORY,
+        check=check_is_statefulset,
+    ),
+    resource_rule(
+        name="processor-min-ready-seconds",
+        description=(
+            "The processor StatefulSet sets minReadySeconds, so a rolling update waits for each "
+            "new pod to rejoin and catch up before it stops the next one."
+        ),
+        level=MANDATORY,
+        check=check_min_ready_seconds,
+        thresholds=[Threshold("minSeconds", "integer", 30, "Minimum spec.minReadySeconds.", 0)],
+    ),
+    stack_rule(
+        name="processor-state-volume",
+        description=(
+            "The processor's state.dir (Spark checkpoint and RocksDB) is on a volumeClaimTemplate "
+            "mount: a restarted pod finds its state and restores nothing."
+        ),
+        level=MANDATORY,
+        check=check_state_volume,
+    ),
+    resource_rule(
+        name="processor-grace-period",
+        description=(
+            "The processor's terminationGracePeriodSeconds covers the longest batch plus "
+            "shutdown: SIGTERM finishes the batch and closes the consumer without a kill."
+        ),
+        level=ADVISORY,
+        check=check_grace_period,
+        thresholds=[
+            Threshold("longestBatchSeconds", "integer", 60, "Longest expected batch.", 0),
+            Threshold("shutdownSeconds", "integer", 15, "Query stop and consumer close.", 0),
+        ],
+    ),
+    resource_rule(
+        name="processor-state-store",
+        description=(
+            "A stateful processor uses Spark's RocksDB state store provider with changelog "
+            "checkpointing: state off the heap, and each checkpoint uploads only its changes."
+        ),
+        level=MANDATORY,
+        check=check_state_store,
+    ),
+]

@@ -1,0 +1,155 @@
+"""Stack-wide rules: every StatefulSet has its PDB and governing headless Service; prod keeps
+standby state for the processor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pulumi_policy import StackValidationArgs
+
+from .config import ADVISORY, MANDATORY, Threshold, stack_rule
+from .manifests import fmt, get, label, number, pod_labels
+from .messages import violation
+from .stack_view import StackView, selects
+
+Finding = tuple[str, str | None]
+
+
+def check_pdb(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
+    """A PodDisruptionBudget that lets at most one pod be evicted at a time."""
+    view = StackView(args.resources)
+    for statefulset in view.statefulsets():
+        subject = label(statefulset.resource_type, statefulset.props)
+        replicas = number(get(statefulset.props, "spec", "replicas")) or 1.0
+        pdbs = view.pdbs_for(statefulset)
+        if not pdbs:
+            yield (
+                violation(
+                    subject,
+                    "PodDisruptionBudget",
+                    "none selects its pods",
+                    f"a PDB with maxUnavailable <= {fmt(cfg['maxUnavailable'])}",
+                    "add a PodDisruptionBudget (maxUnavailable: 1) with the StatefulSet's "
+                    "selector: without it a node drain evicts every replica at once",
+                ),
+                statefulset.urn,
+            )
+            continue
+        for pdb in pdbs:
+            max_unavailable = number(get(pdb.props, "spec", "maxUnavailable"))
+            min_available = number(get(pdb.props, "spec", "minAvailable"))
+            allowed = (
+                max_unavailable
+                if max_unavailable is not None
+                else replicas - (min_available if min_available is not None else 0.0)
+            )
+            if allowed > cfg["maxUnavailable"]:
+                found = (
+                    f"maxUnavailable {fmt(max_unavailable)}"
+                    if max_unavailable is not None
+                    else f"minAvailable {get(pdb.props, 'spec', 'minAvailable', default='absent')}"
+                )
+                yield (
+                    violation(
+                        label(pdb.resource_type, pdb.props),
+                        "spec",
+                        f"{found} (allows {fmt(allowed)} of {fmt(replicas)} pods down)",
+                        f"at most {fmt(cfg['maxUnavailable'])} pod down",
+                        "set maxUnavailable: 1 (not a percentage or a minAvailable that goes "
+                        "stale when replicas change)",
+                    ),
+                    pdb.urn,
+                )
+
+
+def check_headless_service(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
+    """`spec.serviceName` names a headless Service selecting the pods (stable pod DNS names)."""
+    view = StackView(args.resources)
+    for statefulset in view.statefulsets():
+        subject = label(statefulset.resource_type, statefulset.props)
+        name = get(statefulset.props, "spec", "serviceName")
+        service = view.governing_service(statefulset)
+        problem = None
+        if service is None:
+            problem = f"{name or 'absent'} (no such Service in this stack)"
+        elif get(service.props, "spec", "clusterIP") != "None":
+            problem = f"{name}, whose clusterIP is {get(service.props, 'spec', 'clusterIP')}"
+        elif not selects(
+            get(service.props, "spec", "selector"),
+            pod_labels(statefulset.resource_type, statefulset.props),
+        ):
+            problem = f"{name}, whose selector does not select the pods"
+        if problem:
+            yield (
+                violation(
+                    subject,
+                    "spec.serviceName",
+                    problem,
+                    "a headless Service (clusterIP: None) selecting the StatefulSet's pods",
+                    "declare the governing headless Service: it gives each pod the stable DNS "
+                    "name that KRaft voters and static members are known by",
+                ),
+                statefulset.urn,
+            )
+
+
+def check_standby(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
+    """Standby state, or an active/standby pair of processor deployments."""
+    if not cfg["required"]:
+        return
+    processors = [p for p in StackView(args.resources).processors() if p.stateful]
+    group_ids = {p.properties.get("application.id") for p in processors}
+    has_pair = len(processors) >= 2 and len(group_ids) >= 2
+    for processor in processors:
+        standby = number(processor.properties.get("num.standby.replicas")) or 0.0
+        if standby >= 1 or has_pair:
+            continue
+        workload = processor.workload
+        yield (
+            violation(
+                label(workload.resource_type, workload.props),
+                "num.standby.replicas in its properties",
+                processor.properties.get("num.standby.replicas", "absent"),
+                ">= 1, or a second processor StatefulSet with its own application.id "
+                "(an active/standby pair)",
+                "keep a warm copy of each partition's state on another instance so a failover "
+                "catches up from the last synced offset instead of replaying the changelog "
+                "(advisory: the processor does not implement standby state yet)",
+            ),
+            workload.urn,
+        )
+
+
+POLICIES = [
+    stack_rule(
+        name="statefulset-pdb",
+        description=(
+            "Every StatefulSet has a PodDisruptionBudget allowing at most one pod down: node "
+            "drains and evictions take one Kafka replica or one processor at a time."
+        ),
+        level=MANDATORY,
+        check=check_pdb,
+        thresholds=[Threshold("maxUnavailable", "integer", 1, "Most pods a PDB may let go.", 1)],
+    ),
+    stack_rule(
+        name="statefulset-headless-service",
+        description=(
+            "Every StatefulSet's serviceName names a headless Service selecting its pods: the "
+            "stable per-pod DNS names that KRaft voters and static members rely on."
+        ),
+        level=MANDATORY,
+        check=check_headless_service,
+    ),
+    stack_rule(
+        name="standby-state",
+        description=(
+            "Where required (prod), the processor keeps standby state (num.standby.replicas >= "
+            "1) or runs as an active/standby pair of deployments with distinct group ids. "
+            "Advisory for now: the processor does not implement standby replicas yet."
+        ),
+        level=ADVISORY,
+        check=check_standby,
+        thresholds=[Threshold("required", "boolean", True, "Require standby state on this stack.")],
+    ),
+]

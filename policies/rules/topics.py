@@ -1,0 +1,199 @@
+"""Rules for the declared topics (the `topics.json` the reconciler Job applies).
+
+The JSON is parsed here with a few lines rather than with `app.topic_specs`: the pack must run
+on its own under `pulumi preview --policy-pack policies`, where the repository is not importable,
+and `TopicSpec` rejects the very mistakes these rules exist to report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pulumi_policy import ResourceValidationArgs
+
+from .config import MANDATORY, Threshold, resource_rule
+from .manifests import CONFIG_MAP, fmt, get, label, number
+from .messages import violation
+
+TOPICS_KEY = "topics.json"
+CO_PARTITIONED_ROLES = ("input", "output", "changelog")
+DEFAULT_SEGMENT_BYTES = 1073741824  # Kafka's log.segment.bytes default (1 GiB)
+
+
+@dataclass(frozen=True)
+class Topic:
+    """One declared topic, as the reconciler reads it."""
+
+    name: str
+    partitions: float
+    replication_factor: float
+    role: str
+    configs: Mapping[str, str]
+
+
+def declared_topics(args: ResourceValidationArgs) -> list[Topic] | str | None:
+    """The topics of a topic-spec ConfigMap; an error text if unreadable; None for others."""
+    if args.resource_type != CONFIG_MAP:
+        return None
+    text = get(args.props, "data", TOPICS_KEY)
+    if not isinstance(text, str):
+        return None
+    try:
+        data = json.loads(text)
+        return [
+            Topic(
+                name=str(t["name"]),
+                partitions=float(t["partitions"]),
+                replication_factor=float(t["replication_factor"]),
+                role=str(t["role"]),
+                configs={str(k): str(v) for k, v in t.get("configs", {}).items()},
+            )
+            for t in data["topics"]
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        return f"{type(error).__name__}: {error}"
+
+
+def _topic_subject(args: ResourceValidationArgs, topic: Topic) -> str:
+    return f"{label(args.resource_type, args.props)} data[{TOPICS_KEY}] topic {topic.name}"
+
+
+def check_durability(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
+    """Replication factor and min.insync.replicas on every topic."""
+    topics = declared_topics(args)
+    if isinstance(topics, str):
+        yield violation(
+            label(args.resource_type, args.props),
+            f"data[{TOPICS_KEY}]",
+            f"unreadable ({topics})",
+            '{"topics": [{"name", "partitions", "replication_factor", "role", "configs"}]}',
+            "render it with app.topic_specs.dumps",
+        )
+        return
+    for topic in topics or ():
+        subject = _topic_subject(args, topic)
+        if topic.replication_factor < cfg["minReplicationFactor"]:
+            yield violation(
+                subject,
+                "replication_factor",
+                fmt(topic.replication_factor),
+                f">= {fmt(cfg['minReplicationFactor'])}",
+                "declare the topic with replication factor 3 (the reconciler refuses to change "
+                "it later: decide before the first deploy)",
+            )
+        isr = number(topic.configs.get("min.insync.replicas"))
+        if isr is None or isr < cfg["minInsyncReplicas"] or isr >= topic.replication_factor:
+            yield violation(
+                subject,
+                "configs[min.insync.replicas]",
+                topic.configs.get("min.insync.replicas", "absent"),
+                f">= {fmt(cfg['minInsyncReplicas'])} and below the replication factor "
+                f"({fmt(topic.replication_factor)})",
+                "set min.insync.replicas=2 on the topic: with 1, an acks=all write is "
+                "acknowledged by a single broker and lost with it",
+            )
+
+
+def check_changelog_compacted(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
+    """Changelog topics keep the latest value per key, forever."""
+    topics = declared_topics(args)
+    for topic in topics if isinstance(topics, list) else ():
+        policy = topic.configs.get("cleanup.policy", "delete")
+        if topic.role == "changelog" and policy != "compact":
+            yield violation(
+                _topic_subject(args, topic),
+                "configs[cleanup.policy]",
+                policy,
+                "compact",
+                "set cleanup.policy=compact: with delete, state older than retention.ms is "
+                "gone, and without compaction a restore replays every update ever made",
+            )
+
+
+def check_changelog_segments(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
+    """Small changelog segments: the active segment is never compacted."""
+    topics = declared_topics(args)
+    for topic in topics if isinstance(topics, list) else ():
+        if topic.role != "changelog":
+            continue
+        found = topic.configs.get("segment.bytes")
+        size = number(found) if found is not None else float(DEFAULT_SEGMENT_BYTES)
+        if size is None or size > cfg["maxSegmentBytes"]:
+            yield violation(
+                _topic_subject(args, topic),
+                "configs[segment.bytes]",
+                found if found is not None else f"absent (broker default {DEFAULT_SEGMENT_BYTES})",
+                f"<= {fmt(cfg['maxSegmentBytes'])}",
+                f"set segment.bytes={fmt(cfg['maxSegmentBytes'])} (64 MiB): the active segment "
+                "is never compacted, so a 1 GiB segment means a restore replays up to 1 GiB of "
+                "superseded updates",
+            )
+
+
+def check_co_partitioned(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
+    """Input, output and changelog topics have the same partition count."""
+    topics = declared_topics(args)
+    if not isinstance(topics, list):
+        return
+    counts = {t.name: t.partitions for t in topics if t.role in CO_PARTITIONED_ROLES}
+    if len(set(counts.values())) > 1:
+        yield violation(
+            label(args.resource_type, args.props),
+            f"data[{TOPICS_KEY}] partitions",
+            ", ".join(f"{name}={fmt(n)}" for name, n in counts.items()),
+            "the same count for the input, output and changelog topics",
+            "give them one partition count: the processor writes a key's result and its state "
+            "change to the input record's partition number",
+        )
+
+
+POLICIES = [
+    resource_rule(
+        name="topic-durability",
+        description=(
+            "Every declared topic has replication factor >= 3 and min.insync.replicas >= 2 "
+            "(below the replication factor): one broker can fail, or roll, without losing or "
+            "blocking acknowledged writes."
+        ),
+        level=MANDATORY,
+        check=check_durability,
+        thresholds=[
+            Threshold("minReplicationFactor", "integer", 3, "Minimum replication factor.", 1),
+            Threshold("minInsyncReplicas", "integer", 2, "Minimum min.insync.replicas.", 1),
+        ],
+    ),
+    resource_rule(
+        name="changelog-compacted",
+        description=(
+            "Changelog topics use cleanup.policy=compact: the changelog is the state's backup, "
+            "and compaction keeps one record per key so a restore is as short as the state."
+        ),
+        level=MANDATORY,
+        check=check_changelog_compacted,
+    ),
+    resource_rule(
+        name="changelog-segment-size",
+        description=(
+            "Changelog topics use small segments (segment.bytes at or under 64 MiB): the active "
+            "segment is never compacted, and the default 1 GiB makes restores replay millions "
+            "of redundant records."
+        ),
+        level=MANDATORY,
+        check=check_changelog_segments,
+        thresholds=[
+            Threshold("maxSegmentBytes", "integer", 67108864, "Largest changelog segment.bytes.", 1)
+        ],
+    ),
+    resource_rule(
+        name="topics-co-partitioned",
+        description=(
+            "The input, output and changelog topics are co-partitioned (same partition count): "
+            "partition N of each holds the same keys."
+        ),
+        level=MANDATORY,
+        check=check_co_partitioned,
+    ),
+]
