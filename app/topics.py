@@ -1,0 +1,206 @@
+"""The topic reconciler's command line: `python -m app.topics`, run as a Kubernetes Job.
+
+    python -m app.topics --bootstrap-servers kafka:9092 --specs /etc/topics/topics.json
+        [--command-config /etc/topics/client.properties] [--allow-partition-increase] [--dry-run]
+
+It prints the plan as a table, refuses unsafe changes before applying anything, and logs each
+change it makes. Run twice, the second run changes nothing and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from app.java_properties import parse_properties, resolve_env
+from app.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
+from app.topic_specs import TopicSpec, TopicSpecError, loads
+
+log = logging.getLogger("app.topics")
+
+EXIT_OK = 0
+EXIT_REFUSED_OR_FAILED = 1
+EXIT_USAGE = 2
+# The Job may start before the brokers accept connections (a fresh cluster takes a minute or two).
+DEFAULT_WAIT_S = 300.0
+ATTEMPT_TIMEOUT_S = 5.0
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+EPILOG = """\
+exit codes:
+  0  the topics match the specs (changes applied, or nothing to do; with --dry-run: nothing
+     refused)
+  1  refused (replication factor change, fewer partitions, more partitions without
+     --allow-partition-increase: nothing at all is applied), a change failed, or Kafka did not
+     answer within --wait-timeout
+  2  usage: bad arguments, unreadable or invalid --specs or --command-config
+"""
+
+
+class UsageError(Exception):
+    """A bad argument or input file (exit code 2)."""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line (argparse exits with 2 on a usage error)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m app.topics",
+        description="Reconcile Kafka topics with their specs: create missing topics, alter "
+        "differing configs (only the keys a spec names), add partitions only when allowed; "
+        "refuse replication factor changes and shrinking.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]")
+    parser.add_argument(
+        "--specs", required=True, type=Path, metavar="FILE", help="topic specs (JSON)"
+    )
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="client properties (security settings; ${env:NAME} is resolved), as for "
+        "Kafka's own tools: secrets never go on the command line",
+    )
+    parser.add_argument(
+        "--allow-partition-increase",
+        action="store_true",
+        help="add partitions where a spec asks for more (moves keys between partitions)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    parser.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=DEFAULT_WAIT_S,
+        metavar="SECONDS",
+        help=f"how long to wait for Kafka to answer (default {DEFAULT_WAIT_S:g})",
+    )
+    return parser.parse_args(argv)
+
+
+def load_specs(path: Path) -> list[TopicSpec]:
+    """The specs in `path`, or a `UsageError` naming the file and the problem."""
+    try:
+        return loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read --specs {path}: {exc.strerror or exc}") from exc
+    except (TopicSpecError, ValueError) as exc:
+        raise UsageError(f"invalid topic specs in {path}: {exc}") from exc
+
+
+def load_client_config(path: Path | None, env: Mapping[str, str]) -> dict[str, str]:
+    """Client properties from `--command-config`, `${env:NAME}` resolved."""
+    if path is None:
+        return {}
+    try:
+        entries = parse_properties(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read --command-config {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise UsageError(f"invalid --command-config {path}: {exc}") from exc
+    config = {}
+    for entry in entries:
+        try:
+            config[entry.key] = resolve_env(entry.value, env)
+        except LookupError as exc:
+            raise UsageError(f"--command-config {path}:{entry.line} {entry.key}: {exc}") from exc
+    return config
+
+
+def wait_for_cluster(admin: AdminClient, servers: str, timeout_s: float) -> ClusterMetadata:
+    """Cluster metadata, retrying until Kafka answers or `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        attempt += 1
+        left = deadline - time.monotonic()
+        try:
+            metadata = admin.list_topics(timeout=max(0.5, min(ATTEMPT_TIMEOUT_S, left)))
+        except KafkaException as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"Kafka at {servers} did not answer within {timeout_s:g} s "
+                    f"({attempt} attempts; last error: {exc.args[0] if exc.args else exc}). "
+                    "Check --bootstrap-servers, that the brokers are Ready "
+                    "(kubectl get pods), and the security settings in --command-config"
+                ) from exc
+            log.info("waiting for Kafka at %s (attempt %d, %.0f s left)", servers, attempt, left)
+            time.sleep(min(2.0, left))
+            continue
+        log.info("connected to Kafka at %s (%d broker(s))", servers, len(metadata.brokers))
+        return metadata
+
+
+def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """Plan, print, and (unless refused or dry) apply; the exit code."""
+    specs = load_specs(args.specs)
+    client_config = load_client_config(args.command_config, env)
+    try:
+        admin = AdminClient(
+            {
+                **client_config,
+                "bootstrap.servers": args.bootstrap_servers,
+                "logger": logging.getLogger("librdkafka"),
+            }
+        )
+    except KafkaException as exc:
+        raise UsageError(f"invalid client settings: {exc.args[0].str()}") from exc
+    try:
+        metadata = wait_for_cluster(admin, args.bootstrap_servers, args.wait_timeout)
+        cluster = read_cluster(admin, [s.name for s in specs], metadata)
+    except (TimeoutError, KafkaException) as exc:
+        log.error("cannot read the cluster's topics: %s", exc)
+        return EXIT_REFUSED_OR_FAILED
+    the_plan = plan(specs, cluster, allow_partition_increase=args.allow_partition_increase)
+    print(format_table(the_plan), flush=True)
+    if the_plan.refusals:
+        for step in the_plan.refusals:
+            log.error("refused: topic %s: %s", step.topic, step.detail)
+        print(
+            f"refused: {len(the_plan.refusals)} unsafe change(s); nothing was applied",
+            flush=True,
+        )
+        return EXIT_REFUSED_OR_FAILED
+    changes = len(the_plan.changes)
+    if changes == 0:
+        print(f"0 changes: {len(specs)} topics up to date", flush=True)
+        return EXIT_OK
+    if args.dry_run:
+        print(f"dry run: {changes} change(s) planned, nothing applied", flush=True)
+        return EXIT_OK
+    try:
+        applied = apply(admin, the_plan)
+    except ReconcileError as exc:
+        for failure in exc.failures:
+            log.error("%s", failure)
+        print(f"failed: {len(exc.failures)} of {changes} change(s) did not apply", flush=True)
+        return EXIT_REFUSED_OR_FAILED
+    print(
+        f"{applied} change(s) applied; {len(the_plan.up_to_date)} topics were up to date",
+        flush=True,
+    )
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m app.topics`."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    args = parse_args(argv)
+    try:
+        return run(args, os.environ)
+    except UsageError as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
