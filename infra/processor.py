@@ -97,16 +97,15 @@ class Processor(pulumi.ComponentResource):
             opts=child,
         )
 
-        skips = {"CKV_K8S_43": "the fork pins its processor image by digest"}
-        if cfg.image_pull_policy != "Always":
-            skips["CKV_K8S_15"] = "dev loads the image into kind (kind load); no registry to pull"
         self.stateful_set = k8s.apps.v1.StatefulSet(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=app,
                 namespace=ns,
                 labels=component_labels,
-                annotations=workload.checkov_skips(skips),
+                annotations=workload.checkov_skips(
+                    workload.processor_image_skips(cfg.image_pull_policy)
+                ),
             ),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
                 service_name=app,

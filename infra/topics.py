@@ -74,7 +74,7 @@ class TopicReconciliation(pulumi.ComponentResource):
                 namespace=ns,
                 labels=component_labels,
                 annotations=workload.checkov_skips(
-                    {"CKV_K8S_43": "the fork pins its processor image by digest"}
+                    workload.processor_image_skips(args.image_pull_policy)
                 ),
             ),
             spec=k8s.batch.v1.JobSpecArgs(
@@ -121,6 +121,16 @@ class TopicReconciliation(pulumi.ComponentResource):
             ),
             # No ttlSecondsAfterFinished: the completed Job is the record that this revision of
             # the specs was applied; a Job deleted behind Pulumi's back would run again.
+            opts=child,
+        )
+        # The reconciler serves nothing: no ingress at all (its egress to Kafka stays open).
+        k8s.networking.v1.NetworkPolicy(
+            name,
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=ns, labels=component_labels),
+            spec=k8s.networking.v1.NetworkPolicySpecArgs(
+                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(name)),
+                policy_types=["Ingress"],
+            ),
             opts=child,
         )
         self.register_outputs({"jobName": self.job_name})

@@ -49,6 +49,14 @@ def checkov_skips(reasons: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def processor_image_skips(image_pull_policy: str) -> dict[str, str]:
+    """The checks the processor image cannot pass as shipped, with the reason for each."""
+    skips = {"CKV_K8S_43": "the fork pins its processor image by digest"}
+    if image_pull_policy != "Always":
+        skips["CKV_K8S_15"] = "dev loads the image into kind (kind load); no registry to pull"
+    return skips
+
+
 def pod_security_context(uid: int) -> k8s.core.v1.PodSecurityContextArgs:
     """Non-root pod, the runtime's default seccomp profile, volumes writable by `uid`'s group."""
     return k8s.core.v1.PodSecurityContextArgs(

@@ -1,0 +1,187 @@
+"""The KRaft cluster: quorum, broker settings, placement, probes, storage and security."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.kafka_cluster import broker_env_name, heap_megabytes
+from infra.render import RecordedStack, record_stack
+from tests.infra.conftest import container_env, k8s_object
+
+
+def test_broker_env_names_follow_the_official_image_convention() -> None:
+    assert broker_env_name("min.insync.replicas") == "KAFKA_MIN_INSYNC_REPLICAS"
+    assert broker_env_name("a_b.c-d") == "KAFKA_A__B_C___D"
+
+
+def test_heap_is_half_the_memory_limit() -> None:
+    assert heap_megabytes("1Gi") == 512
+    assert heap_megabytes("8Gi") == 4096
+
+
+def test_three_combined_nodes_start_in_parallel_with_a_quorum_from_pod_dns(
+    stack: RecordedStack,
+) -> None:
+    sts = k8s_object(stack, "StatefulSet", "kafka")
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["spec"]["serviceName"] == "kafka-headless"
+    env = container_env(sts)
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == ",".join(
+        f"{i}@kafka-{i}.kafka-headless.streaming.svc.cluster.local:9093" for i in range(3)
+    )
+    assert env["KAFKA_NODE_ID"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
+    }
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == (
+        "PLAINTEXT://$(POD_NAME).kafka-headless.streaming.svc.cluster.local:9092"
+    )
+    names = [e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]]
+    # Kubernetes expands $(POD_NAME) only from a variable defined earlier in the list.
+    assert names.index("POD_NAME") < names.index("KAFKA_ADVERTISED_LISTENERS")
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("default.replication.factor", "3"),
+        ("min.insync.replicas", "2"),
+        ("offsets.topic.replication.factor", "3"),
+        ("transaction.state.log.replication.factor", "3"),
+        ("transaction.state.log.min.isr", "2"),
+        ("unclean.leader.election.enable", "false"),
+        ("auto.create.topics.enable", "false"),
+        ("group.max.session.timeout.ms", "1800000"),
+    ],
+)
+def test_broker_defaults_are_durable(stack: RecordedStack, setting: str, value: str) -> None:
+    env = container_env(k8s_object(stack, "StatefulSet", "kafka"))
+    assert env[broker_env_name(setting)] == value
+
+
+def test_initial_rebalance_delay_is_per_stack(dev: RecordedStack, prod: RecordedStack) -> None:
+    name = broker_env_name("group.initial.rebalance.delay.ms")
+    assert container_env(k8s_object(dev, "StatefulSet", "kafka"))[name] == "0"
+    assert container_env(k8s_object(prod, "StatefulSet", "kafka"))[name] == "3000"
+
+
+def test_headless_service_publishes_not_ready_addresses_for_the_quorum(
+    stack: RecordedStack,
+) -> None:
+    headless = k8s_object(stack, "Service", "kafka-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    client = k8s_object(stack, "Service", "kafka")
+    assert [p["port"] for p in client["spec"]["ports"]] == [9092]
+
+
+def test_broker_volumes_are_retained_and_one_broker_may_be_disrupted(stack: RecordedStack) -> None:
+    sts = k8s_object(stack, "StatefulSet", "kafka")
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
+    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["data"]
+    assert k8s_object(stack, "PodDisruptionBudget", "kafka")["spec"]["maxUnavailable"] == 1
+
+
+def test_anti_affinity_is_required_with_zone_spread_in_prod(prod: RecordedStack) -> None:
+    pod = k8s_object(prod, "StatefulSet", "kafka")["spec"]["template"]["spec"]
+    required = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+
+
+def test_anti_affinity_is_only_preferred_on_a_one_node_dev_cluster(dev: RecordedStack) -> None:
+    pod = k8s_object(dev, "StatefulSet", "kafka")["spec"]["template"]["spec"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
+    assert "topologySpreadConstraints" not in pod
+
+
+def test_readiness_needs_a_kafka_request_answered_not_an_open_port(stack: RecordedStack) -> None:
+    container = k8s_object(stack, "StatefulSet", "kafka")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    readiness = " ".join(container["readinessProbe"]["exec"]["command"])
+    assert "kafka-broker-api-versions.sh --bootstrap-server localhost:9092" in readiness
+    assert "tcpSocket" in container["startupProbe"]
+    assert "tcpSocket" in container["livenessProbe"]
+
+
+def test_heap_and_resources_give_guaranteed_qos(stack: RecordedStack) -> None:
+    container = k8s_object(stack, "StatefulSet", "kafka")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"]
+    heap = heap_megabytes(resources["limits"]["memory"])
+    assert container_env(k8s_object(stack, "StatefulSet", "kafka"))["KAFKA_HEAP_OPTS"] == (
+        f"-Xms{heap}m -Xmx{heap}m"
+    )
+
+
+def test_brokers_run_non_root_with_a_read_only_root(stack: RecordedStack) -> None:
+    pod = k8s_object(stack, "StatefulSet", "kafka")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    for container in pod["containers"] + pod["initContainers"]:
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert container["image"] == "apache/kafka:4.1.0"
+
+
+def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> None:
+    policy = k8s_object(stack, "NetworkPolicy", "kafka")["spec"]
+    peers = {
+        tuple(sorted(rule["from"][0]["podSelector"]["matchLabels"].items())): sorted(
+            p["port"] for p in rule["ports"]
+        )
+        for rule in policy["ingress"]
+    }
+    assert peers[(("stateful-streaming.io/kafka-client", "true"),)] == [9092]
+    assert sorted(peers.values()) == [[9092], [9092, 9093]]
+    for client in ("page-view-counter",):
+        labels = k8s_object(stack, "StatefulSet", client)["spec"]["template"]["metadata"]["labels"]
+        assert labels["stateful-streaming.io/kafka-client"] == "true"
+    job = next(o for o in stack.kubernetes_objects() if o["kind"] == "Job")
+    assert job["spec"]["template"]["metadata"]["labels"]["stateful-streaming.io/kafka-client"] == (
+        "true"
+    )
+
+
+def test_pulumi_waits_long_enough_for_a_full_roll(stack: RecordedStack) -> None:
+    kafka = stack.find("kubernetes:apps/v1:StatefulSet", "kafka")
+    # 3 brokers x (60 s grace + 310 s startup budget + 60 s to become ready), plus 5 minutes.
+    grace = 60 if stack.stack == "dev" else 120
+    minutes = -(-3 * (grace + 310 + 60) // 60) + 5
+    assert kafka.custom_timeouts == {"create": f"{minutes}m", "update": f"{minutes}m"}
+
+
+def test_cluster_id_is_one_random_id_without_keepers(stack: RecordedStack) -> None:
+    ids = [r for r in stack.resources if r.type == "random:index/randomId:RandomId"]
+    assert len(ids) == 1
+    # No keepers: no setting can ever force a new id (a replace is the only way RandomId changes).
+    assert ids[0].props == {"byteLength": 16}
+    assert ids[0].protect is (stack.stack == "prod")
+
+
+def test_cluster_id_survives_any_change_to_the_cluster_settings(dev: RecordedStack) -> None:
+    changed = record_stack(
+        "dev",
+        {"kafka": {"image": "apache/kafka:4.1.1", "memory": "2Gi", "storage": "5Gi"}},
+    )
+    before = dev.find("random:index/randomId:RandomId", "kafka-cluster-id")
+    after = changed.find("random:index/randomId:RandomId", "kafka-cluster-id")
+    # Same URN and same inputs: the engine diffs nothing, so the id in the state is kept.
+    assert (after.urn, after.props) == (before.urn, before.props)
+    cluster_id = container_env(k8s_object(changed, "StatefulSet", "kafka"))["CLUSTER_ID"]
+    assert cluster_id == container_env(k8s_object(dev, "StatefulSet", "kafka"))["CLUSTER_ID"]
+    # The mocked engine derives the value from stack and URN, the way the state keys it; it is
+    # a valid KRaft cluster id: 16 bytes in URL-safe base64 without padding, 22 characters.
+    assert len(cluster_id) == 22
+    assert container_env(k8s_object(changed, "StatefulSet", "kafka"))["KAFKA_HEAP_OPTS"] == (
+        "-Xms1024m -Xmx1024m"
+    )

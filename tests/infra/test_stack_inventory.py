@@ -1,0 +1,70 @@
+"""What each stack deploys and exports."""
+
+from __future__ import annotations
+
+from infra.render import RecordedStack
+
+COMMON = {
+    ("Namespace", "streaming"),
+    ("Service", "kafka-headless"),
+    ("Service", "kafka"),
+    ("PodDisruptionBudget", "kafka"),
+    ("ServiceAccount", "kafka"),
+    ("NetworkPolicy", "kafka"),
+    ("StatefulSet", "kafka"),
+    ("NetworkPolicy", "topics"),
+    ("Service", "page-view-counter"),
+    ("PodDisruptionBudget", "page-view-counter"),
+    ("ServiceAccount", "page-view-counter"),
+    ("NetworkPolicy", "page-view-counter"),
+    ("StatefulSet", "page-view-counter"),
+}
+
+
+def inventory(stack: RecordedStack) -> set[tuple[str, str]]:
+    return {(o["kind"], o["metadata"]["name"]) for o in stack.kubernetes_objects()}
+
+
+def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: RecordedStack) -> None:
+    kinds = inventory(stack)
+    assert COMMON <= kinds
+    hashed = sorted(kind for kind, name in kinds - COMMON)
+    # The specs ConfigMap, the reconciler Job and the processor properties, named by content.
+    assert hashed == ["ConfigMap", "ConfigMap", "Job"]
+    assert len(kinds) == len(stack.kubernetes_objects()) == 16
+
+
+def test_every_namespaced_object_lives_in_the_stack_namespace(stack: RecordedStack) -> None:
+    for obj in stack.kubernetes_objects():
+        if obj["kind"] != "Namespace":
+            assert obj["metadata"]["namespace"] == "streaming", obj["metadata"]["name"]
+
+
+def test_namespace_enforces_the_restricted_pod_security_standard(stack: RecordedStack) -> None:
+    namespace = next(o for o in stack.kubernetes_objects() if o["kind"] == "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_stack_exports_bootstrap_servers_topics_and_processor_name(stack: RecordedStack) -> None:
+    assert stack.outputs["bootstrapServers"] == "kafka.streaming.svc.cluster.local:9092"
+    assert stack.outputs["topics"] == {
+        "input": "page-views",
+        "output": "page-view-counts",
+        "changelog": "page-view-counter-counts-changelog",
+        "dlq": "page-view-counter-dlq",
+    }
+    assert stack.outputs["processorName"] == "page-view-counter"
+    assert stack.outputs["namespace"] == "streaming"
+
+
+def test_components_parent_their_resources(stack: RecordedStack) -> None:
+    components = {
+        r.type for r in stack.resources if not r.type.startswith(("kubernetes:", "random:"))
+    }
+    assert components == {
+        "stateful-streaming:kafka:KafkaCluster",
+        "stateful-streaming:topics:TopicReconciliation",
+        "stateful-streaming:processor:Processor",
+    }
+    statefulsets = [r for r in stack.resources if r.type == "kubernetes:apps/v1:StatefulSet"]
+    assert all(r.parent and "stateful-streaming:" in r.parent for r in statefulsets)
