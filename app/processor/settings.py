@@ -382,8 +382,8 @@ def _check_client_key(key: str, item: _Value) -> list[str]:
         roles.append(("producer", confluent_kafka.Producer, {}))
     for role, client, base in roles:
         message = _librdkafka_error(client, {**base, _strip_client_prefix(key): item.value})
-        if message is None:
-            continue
+        if message is None or message.startswith("Failed to create"):
+            continue  # a combination of keys: checked above, or by _check_with_librdkafka
         if "No such configuration property" in message:
             close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=3, cutoff=0.75)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -459,6 +459,15 @@ def _check_protocol(values: dict[str, _Value]) -> list[str]:
                 values["consumer.heartbeat.interval.ms"],
                 f"must be at most a third of consumer.session.timeout.ms={session} "
                 f"(<= {session // 3}), so that a missed heartbeat or two does not end the session",
+            )
+        )
+    max_poll = _int_or_none(values, "consumer.max.poll.interval.ms")
+    if session is not None and max_poll is not None and max_poll < session:
+        problems.append(
+            _problem(
+                "consumer.max.poll.interval.ms",
+                values["consumer.max.poll.interval.ms"],
+                f"must be at least consumer.session.timeout.ms={session} (librdkafka's rule)",
             )
         )
     return problems
