@@ -1,0 +1,484 @@
+"""Every rule, one compliant and at least one violating case, through the engine's argument
+objects (pulumi_policy's analyzer servicer: proxy props, numbers as floats)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.policies.handmade_stack import Resource, changed, handmade_stack
+
+STS = "StatefulSet"
+
+
+def _kafka_env(name: str, value: str | None) -> Callable[[Resource], None]:
+    def edit(r: Resource) -> None:
+        env = r.props["spec"]["template"]["spec"]["containers"][0]["env"]
+        env[:] = [e for e in env if e["name"] != name]
+        if value is not None:
+            env.append({"name": name, "value": value})
+
+    return edit
+
+
+def _pod(r: Resource) -> dict[str, Any]:
+    return r.props["spec"]["template"]["spec"]
+
+
+def _container(r: Resource) -> dict[str, Any]:
+    return _pod(r)["containers"][0]
+
+
+def _properties(replace: dict[str, str | None]) -> Callable[[Resource], None]:
+    def edit(r: Resource) -> None:
+        lines = r.props["data"]["processor.properties"].replace("\\\n", "").splitlines()
+        kept = [line for line in lines if line.split("=", 1)[0] not in replace]
+        kept += [f"{k}={v}" for k, v in replace.items() if v is not None]
+        r.props["data"]["processor.properties"] = "\n".join(kept) + "\n"
+
+    return edit
+
+
+def _topics(edit_topics: Callable[[list[dict[str, Any]]], None]) -> Callable[[Resource], None]:
+    import json
+
+    def edit(r: Resource) -> None:
+        data = json.loads(r.props["data"]["topics.json"])
+        edit_topics(data["topics"])
+        r.props["data"]["topics.json"] = json.dumps(data)
+
+    return edit
+
+
+def _changelog(key: str, value: str) -> Callable[[list[dict[str, Any]]], None]:
+    def edit(topics: list[dict[str, Any]]) -> None:
+        topics[2]["configs"][key] = value
+
+    return edit
+
+
+def _set(path: str, value: Any) -> Callable[[Resource], None]:
+    """Set a dotted path under props (`spec.replicas`)."""
+
+    def edit(r: Resource) -> None:
+        target = r.props
+        *parents, last = path.split(".")
+        for key in parents:
+            target = target[key]
+        target[last] = value
+
+    return edit
+
+
+def _as_deployment(r: Resource) -> None:
+    r.type = "kubernetes:apps/v1:Deployment"
+    r.props["kind"] = "Deployment"
+    for key in ("serviceName", "volumeClaimTemplates", "persistentVolumeClaimRetentionPolicy"):
+        r.props["spec"].pop(key)
+    r.props["spec"].pop("updateStrategy")
+
+
+# (rule, resource name, edit, text the message must contain)
+VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
+    ("kafka-quorum-size", "kafka", _set("spec.replicas", 4), "spec.replicas is 4"),
+    ("kafka-quorum-size", "kafka", _set("spec.replicas", 1), "an odd number >= 3"),
+    (
+        "kafka-parallel-pod-management",
+        "kafka",
+        _set("spec.podManagementPolicy", "OrderedReady"),
+        "spec.podManagementPolicy is OrderedReady",
+    ),
+    (
+        "kafka-durability-configs",
+        "kafka",
+        _kafka_env("KAFKA_MIN_INSYNC_REPLICAS", "1"),
+        "min.insync.replicas (env KAFKA_MIN_INSYNC_REPLICAS) is 1; required: >= 2",
+    ),
+    (
+        "kafka-durability-configs",
+        "kafka",
+        _kafka_env("KAFKA_DEFAULT_REPLICATION_FACTOR", None),
+        "default.replication.factor (env KAFKA_DEFAULT_REPLICATION_FACTOR) is 1",
+    ),
+    (
+        "kafka-durability-configs",
+        "kafka",
+        _kafka_env("KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE", "true"),
+        "unclean.leader.election.enable (env KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE) is true",
+    ),
+    (
+        "kafka-auto-create-topics-disabled",
+        "kafka",
+        _kafka_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", None),
+        "auto.create.topics.enable (env KAFKA_AUTO_CREATE_TOPICS_ENABLE) is true",
+    ),
+    (
+        "kafka-initial-rebalance-delay",
+        "kafka",
+        _kafka_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"),
+        "is 0; required: >= 3000 ms",
+    ),
+    (
+        "kafka-heap-size",
+        "kafka",
+        _kafka_env("KAFKA_HEAP_OPTS", "-Xmx2g"),
+        "KAFKA_HEAP_OPTS is -Xmx2g; required: between 0.25 and 0.75 of limits.memory (2Gi)",
+    ),
+    (
+        "kafka-grace-period",
+        "kafka",
+        _set("spec.template.spec.terminationGracePeriodSeconds", 10),
+        "terminationGracePeriodSeconds is 10; required: >= 60",
+    ),
+    (
+        "kafka-headless-service-publishes-not-ready",
+        "kafka-headless",
+        _set("spec.publishNotReadyAddresses", False),
+        "Service streaming/kafka-headless: spec.publishNotReadyAddresses is false",
+    ),
+    (
+        "topic-durability",
+        "topics-specs",
+        _topics(lambda t: t[0].update(replication_factor=2)),
+        "topic page-views: replication_factor is 2; required: >= 3",
+    ),
+    (
+        "topic-durability",
+        "topics-specs",
+        _topics(lambda t: t[1]["configs"].update({"min.insync.replicas": "1"})),
+        "topic page-view-counts: configs[min.insync.replicas] is 1",
+    ),
+    (
+        "changelog-compacted",
+        "topics-specs",
+        _topics(_changelog("cleanup.policy", "delete")),
+        "configs[cleanup.policy] is delete; required: compact",
+    ),
+    (
+        "changelog-segment-size",
+        "topics-specs",
+        _topics(_changelog("segment.bytes", "1073741824")),
+        "configs[segment.bytes] is 1073741824; required: <= 67108864",
+    ),
+    (
+        "topics-co-partitioned",
+        "topics-specs",
+        _topics(lambda t: t[2].update(partitions=12)),
+        "page-view-counter-counts-changelog=12",
+    ),
+    (
+        "processor-is-statefulset",
+        "processor",
+        _as_deployment,
+        "Deployment streaming/page-view-counter: kind is Deployment; required: StatefulSet",
+    ),
+    (
+        "processor-min-ready-seconds",
+        "processor",
+        _set("spec.minReadySeconds", 0),
+        "spec.minReadySeconds is 0; required: >= 30",
+    ),
+    (
+        "processor-state-volume",
+        "processor",
+        lambda r: _container(r)["volumeMounts"].pop(0),
+        "volumeMounts of a volumeClaimTemplate at state.dir (/var/lib/processor)",
+    ),
+    (
+        "processor-grace-period",
+        "processor",
+        _set("spec.template.spec.terminationGracePeriodSeconds", 30),
+        "terminationGracePeriodSeconds is 30; required: >= longest batch 60 s + shutdown 15 s",
+    ),
+    (
+        "processor-state-store",
+        "processor-config",
+        _properties({"spark.sql.streaming.stateStore.providerClass": None}),
+        "spark.sql.streaming.stateStore.providerClass is absent",
+    ),
+    (
+        "group-static-membership",
+        "processor-config",
+        _properties({"consumer.group.instance.id": None}),
+        "consumer.group.instance.id is absent",
+    ),
+    (
+        "group-static-membership",
+        "processor-config",
+        _properties({"stateful": "false"}),
+        "required: absent for a stateless processor",
+    ),
+    (
+        "group-session-timeout",
+        "processor-config",
+        _properties({"consumer.session.timeout.ms": "45000"}),
+        "consumer.session.timeout.ms is 45000; required: >= the restart budget of "
+        "StatefulSet streaming/page-view-counter (terminationGracePeriodSeconds 90 + "
+        "startupProbe budget 60 + minReadySeconds 30 = 180 s",
+    ),
+    (
+        "group-heartbeat-interval",
+        "processor-config",
+        _properties({"consumer.heartbeat.interval.ms": "90000"}),
+        "consumer.heartbeat.interval.ms is 90000; required: <= consumer.session.timeout.ms "
+        "(200000) / 3 = 66667",
+    ),
+    (
+        "group-cooperative-assignor",
+        "processor-config",
+        _properties({"consumer.partition.assignment.strategy": "range"}),
+        "consumer.partition.assignment.strategy is range; required: cooperative-sticky",
+    ),
+    (
+        "group-read-committed",
+        "processor-config",
+        _properties({"consumer.isolation.level": "read_uncommitted"}),
+        "consumer.isolation.level is read_uncommitted",
+    ),
+    (
+        "statefulset-rolling-update",
+        "kafka",
+        _set(
+            "spec.updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}}
+        ),
+        "maxUnavailable is 2; required: absent or 1",
+    ),
+    (
+        "statefulset-rolling-update",
+        "processor",
+        _set("spec.updateStrategy", {"type": "OnDelete"}),
+        "spec.updateStrategy.type is OnDelete",
+    ),
+    (
+        "statefulset-volume-retention",
+        "kafka",
+        _set("spec.persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Delete"}),
+        "whenDeleted is Delete; required: Retain",
+    ),
+    (
+        "statefulset-spread",
+        "kafka",
+        _set("spec.template.spec.topologySpreadConstraints", []),
+        "topologySpreadConstraints is absent; required: a constraint on "
+        "topology.kubernetes.io/zone",
+    ),
+    (
+        "statefulset-probes",
+        "processor",
+        lambda r: _container(r).pop("startupProbe"),
+        "container processor startupProbe is absent",
+    ),
+    (
+        "statefulset-probes",
+        "kafka",
+        lambda r: _container(r).update(readinessProbe={"tcpSocket": {"port": 9092}}),
+        "container kafka readinessProbe is a tcpSocket check",
+    ),
+    (
+        "statefulset-resources",
+        "kafka",
+        lambda r: _container(r)["resources"]["requests"].update(memory="1Gi"),
+        "resources.requests.memory is 1Gi; required: equal to limits.memory (2Gi)",
+    ),
+    (
+        "statefulset-update-timeout",
+        "processor",
+        lambda r: setattr(r, "custom_timeouts", {"update": "5m"}),
+        "Pulumi customTimeouts.update is 300 s; required: >= replicas 3 x",
+    ),
+    (
+        "pod-security",
+        "processor",
+        lambda r: _container(r)["securityContext"].update(allowPrivilegeEscalation=True),
+        "container processor securityContext.allowPrivilegeEscalation is true; required: false",
+    ),
+    (
+        "pinned-images",
+        "kafka",
+        lambda r: _container(r).update(image="apache/kafka:latest"),
+        "container kafka image is apache/kafka:latest; required: a version tag or a digest",
+    ),
+    (
+        "statefulset-pdb",
+        "kafka",
+        _set("spec.maxUnavailable", 2),
+        "PodDisruptionBudget streaming/kafka: spec is maxUnavailable 2 (allows 2 of 3 pods down)",
+    ),
+    (
+        "statefulset-headless-service",
+        "kafka",
+        _set("spec.serviceName", "kafka-missing"),
+        "spec.serviceName is kafka-missing (no such Service in this stack)",
+    ),
+    (
+        "standby-state",
+        "processor-config",
+        _properties({"num.standby.replicas": None}),
+        "num.standby.replicas in its properties is absent",
+    ),
+]
+
+# Mutations that also (rightly) trip a second rule.
+ALSO_FIRES = {
+    ("kafka-quorum-size", "spec.replicas is 1"): {"statefulset-spread"},
+    ("kafka-durability-configs", "is 1; required: >= 2"): set(),
+    ("processor-is-statefulset", "kind is Deployment"): {"statefulset-pdb"},
+    ("group-static-membership", "absent for a stateless"): set(),
+    ("statefulset-pdb", "maxUnavailable 2"): set(),
+}
+
+
+@pytest.fixture(scope="module")
+def compliant() -> list[Resource]:
+    return handmade_stack()
+
+
+def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
+    assert run(compliant) == []
+    assert len(policies) == 33
+
+
+def test_every_rule_has_a_violating_case(policies) -> None:
+    covered = {rule for rule, *_ in VIOLATIONS}
+    assert covered == {p.name for p in policies}
+
+
+@pytest.mark.parametrize(
+    ("rule", "name", "edit", "expected"),
+    VIOLATIONS,
+    ids=[f"{rule}-{i}" for i, (rule, *_) in enumerate(VIOLATIONS)],
+)
+def test_rule_reports_the_violation_with_what_was_found_and_required(
+    run, compliant, rule, name, edit, expected
+) -> None:
+    suffix = ":ConfigMap" if name.endswith(("-config", "-specs")) else ""
+    if name in ("kafka", "processor") and rule not in ("statefulset-pdb",):
+        suffix = ":StatefulSet"
+    if rule == "statefulset-pdb":
+        suffix = ":PodDisruptionBudget"
+    violations = run(changed(compliant, name, edit, suffix))
+    fired = {v.policy for v in violations}
+    allowed = {rule} | next(
+        (extra for (r, text), extra in ALSO_FIRES.items() if r == rule and text in expected),
+        set(),
+    )
+    assert rule in fired, violations
+    assert fired <= allowed, f"unexpected rules {fired - allowed}: {violations}"
+    messages = [v.message for v in violations if v.policy == rule]
+    assert any(expected in m for m in messages), messages
+    assert all("Fix: " in m for m in messages)
+
+
+def _kip_848(broker_env: dict[str, str], properties: dict[str, str | None]) -> list[Resource]:
+    stack = handmade_stack()
+    for name, value in broker_env.items():
+        stack = changed(stack, "kafka", _kafka_env(name, value), ":StatefulSet")
+    client_side = {
+        "consumer.session.timeout.ms": None,
+        "consumer.heartbeat.interval.ms": None,
+        "consumer.partition.assignment.strategy": None,
+        "consumer.group.protocol": "consumer",
+    }
+    return changed(stack, "processor-config", _properties({**client_side, **properties}))
+
+
+BROKER_SESSION = {
+    "KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "200000",
+    "KAFKA_GROUP_CONSUMER_MAX_SESSION_TIMEOUT_MS": "300000",
+}
+
+
+def test_kip_848_processor_is_checked_against_the_broker_session_timeout(run) -> None:
+    assert run(_kip_848(BROKER_SESSION, {})) == []
+    violations = run(_kip_848({}, {}))
+    assert {v.policy for v in violations} == {"group-session-timeout"}
+    assert (
+        "StatefulSet streaming/kafka broker config: group.consumer.session.timeout.ms "
+        "(env KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS) is 45000" in violations[0].message
+    )
+    assert "<= broker group.consumer.max.session.timeout.ms 60000" in violations[0].message
+
+
+def test_kip_848_processor_must_leave_session_and_assignor_to_the_broker(run) -> None:
+    violations = run(_kip_848(BROKER_SESSION, {"consumer.partition.assignment.strategy": "range"}))
+    assert {v.policy for v in violations} == {"group-session-timeout"}
+    assert "consumer.partition.assignment.strategy is range; required: absent with " in (
+        violations[0].message
+    )
+
+
+def test_kip_848_heartbeat_is_read_from_the_broker(run) -> None:
+    slow = {**BROKER_SESSION, "KAFKA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "90000"}
+    violations = run(_kip_848(slow, {}))
+    assert {v.policy for v in violations} == {"group-heartbeat-interval"}
+    assert (
+        "group.consumer.heartbeat.interval.ms (env KAFKA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS)"
+        in (violations[0].message)
+    )
+
+
+def test_session_timeout_above_the_broker_maximum_is_a_violation(run, compliant) -> None:
+    stack = changed(
+        compliant,
+        "kafka",
+        _kafka_env("KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS", "150000"),
+        ":StatefulSet",
+    )
+    violations = run(stack)
+    assert {v.policy for v in violations} == {"group-session-timeout"}
+    assert "<= broker group.max.session.timeout.ms 150000" in violations[0].message
+
+
+def test_session_timeout_budget_follows_the_statefulset(run, compliant) -> None:
+    """Raising minReadySeconds by 30 s raises the required session timeout by 30 s."""
+    stack = changed(compliant, "processor", _set("spec.minReadySeconds", 60), ":StatefulSet")
+    (violation,) = run(stack)
+    assert violation.policy == "group-session-timeout"
+    assert "minReadySeconds 60 = 210 s = 210000 ms" in violation.message
+
+
+def test_stateless_processor_without_instance_id_passes(run, compliant) -> None:
+    stack = changed(
+        compliant,
+        "processor-config",
+        _properties({"stateful": "false", "consumer.group.instance.id": None}),
+    )
+    assert run(stack) == []
+
+
+def test_thresholds_and_levels_come_from_the_config(run, compliant) -> None:
+    from tests.policies.conftest import stack_config
+
+    stack = changed(compliant, "processor", _set("spec.minReadySeconds", 10), ":StatefulSet")
+    config = stack_config("prod")
+    assert {v.policy for v in run(stack, config)} == {"processor-min-ready-seconds"}
+    assert run(stack, stack_config("dev")) == []  # dev: minSeconds 10
+    config["processor-min-ready-seconds"]["enforcementLevel"] = "advisory"
+    (violation,) = run(stack, config)
+    assert violation.level == "advisory"
+    config["processor-min-ready-seconds"]["enforcementLevel"] = "disabled"
+    assert run(stack, config) == []
+
+
+def test_policies_receive_read_only_proxies_and_float_numbers(compliant) -> None:
+    from collections.abc import Mapping, Sequence
+
+    from pulumi_policy import ResourceValidationPolicy
+
+    from policies.evaluate import evaluate
+
+    seen: list[Any] = []
+
+    def capture(args, report_violation) -> None:
+        if args.resource_type.endswith("StatefulSet"):
+            seen.append(args.props)
+
+    probe = ResourceValidationPolicy(name="probe", description="captures args", validate=capture)
+    evaluate(compliant, [probe], {})
+    props = seen[0]
+    assert isinstance(props, Mapping) and not isinstance(props, dict)
+    assert isinstance(props["spec"]["template"]["spec"]["containers"], Sequence)
+    assert not isinstance(props["spec"]["template"]["spec"]["containers"], list)
+    assert type(props["spec"]["replicas"]) is float
