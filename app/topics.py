@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ EXIT_REFUSED_OR_FAILED = 1
 EXIT_USAGE = 2
 # The Job may start before the brokers accept connections (a fresh cluster takes a minute or two).
 DEFAULT_WAIT_S = 300.0
-ATTEMPT_TIMEOUT_S = 5.0
+ATTEMPT_TIMEOUT_S = 3.0
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 EPILOG = """\
@@ -43,6 +44,29 @@ exit codes:
      answer within --wait-timeout
   2  usage: bad arguments, unreadable or invalid --specs or --command-config
 """
+
+
+class _FirstOccurrence(logging.Filter):
+    """Pass each distinct librdkafka message once: it repeats a failing connect every backoff."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = re.sub(r"\d+ms", "", record.getMessage())
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+def librdkafka_logger() -> logging.Logger:
+    """Where librdkafka's own lines go (auth failures, unreachable brokers), deduplicated."""
+    logger = logging.getLogger("librdkafka")
+    if not any(isinstance(f, _FirstOccurrence) for f in logger.filters):
+        logger.addFilter(_FirstOccurrence())
+    return logger
 
 
 class UsageError(Exception):
@@ -125,6 +149,7 @@ def wait_for_cluster(admin: AdminClient, servers: str, timeout_s: float) -> Clus
         try:
             metadata = admin.list_topics(timeout=max(0.5, min(ATTEMPT_TIMEOUT_S, left)))
         except KafkaException as exc:
+            admin.poll(0)  # hands librdkafka's own log lines (e.g. an auth failure) to logging
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(
@@ -149,7 +174,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             {
                 **client_config,
                 "bootstrap.servers": args.bootstrap_servers,
-                "logger": logging.getLogger("librdkafka"),
+                "logger": librdkafka_logger(),
             }
         )
     except KafkaException as exc:
