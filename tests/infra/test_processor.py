@@ -1,0 +1,210 @@
+"""The processor StatefulSet, its properties file and the session timeout computed from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.processor_properties import parse_properties
+from infra.render import RecordedStack, record_stack
+from tests.infra.conftest import container_env, k8s_object
+
+APP = "page-view-counter"
+
+
+def properties(stack: RecordedStack) -> dict[str, str]:
+    config_map = next(
+        o
+        for o in stack.kubernetes_objects()
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(f"{APP}-config-")
+    )
+    return parse_properties(config_map["data"]["processor.properties"])
+
+
+def pod_spec(stack: RecordedStack) -> dict[str, Any]:
+    return k8s_object(stack, "StatefulSet", APP)["spec"]["template"]["spec"]
+
+
+def test_replicas_follow_the_stack(dev: RecordedStack, prod: RecordedStack) -> None:
+    assert k8s_object(dev, "StatefulSet", APP)["spec"]["replicas"] == 2
+    assert k8s_object(prod, "StatefulSet", APP)["spec"]["replicas"] == 3
+
+
+def test_rolls_one_pod_at_a_time_and_waits_for_it(stack: RecordedStack) -> None:
+    spec = k8s_object(stack, "StatefulSet", APP)["spec"]
+    assert spec["minReadySeconds"] == (10 if stack.stack == "dev" else 30)
+    assert spec["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+    assert spec["podManagementPolicy"] == "OrderedReady"
+    assert k8s_object(stack, "PodDisruptionBudget", APP)["spec"]["maxUnavailable"] == 1
+
+
+def test_canary_partition_is_a_setting() -> None:
+    canary = record_stack("dev", {"processor": {"partition": 1}})
+    strategy = k8s_object(canary, "StatefulSet", APP)["spec"]["updateStrategy"]
+    assert strategy["rollingUpdate"] == {"partition": 1}
+
+
+def test_state_claim_is_mounted_where_the_checkpoint_lives(stack: RecordedStack) -> None:
+    spec = k8s_object(stack, "StatefulSet", APP)["spec"]
+    assert [t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == ["state"]
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
+    mounts = {m["name"]: m["mountPath"] for m in pod_spec(stack)["containers"][0]["volumeMounts"]}
+    assert mounts["state"] == properties(stack)["state.dir"] == "/var/lib/processor"
+    assert mounts["config"] == "/etc/processor"
+    assert mounts["tmp"] == "/tmp"
+
+
+def test_pod_name_is_the_instance_id(stack: RecordedStack) -> None:
+    env = container_env(k8s_object(stack, "StatefulSet", APP))
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    props = properties(stack)
+    assert props["consumer.group.instance.id"] == "${env:POD_NAME}"
+    assert props["producer.transactional.id"] == "${env:POD_NAME}"
+
+
+def test_properties_carry_the_group_and_state_settings(stack: RecordedStack) -> None:
+    props = properties(stack)
+    assert props["application.id"] == APP
+    assert props["bootstrap.servers"] == "kafka.streaming.svc.cluster.local:9092"
+    assert props["changelog.topic"] == f"{APP}-counts-changelog"
+    assert props["dlq.topic"] == f"{APP}-dlq"
+    assert props["consumer.partition.assignment.strategy"] == "cooperative-sticky"
+    assert props["consumer.isolation.level"] == "read_committed"
+    assert props["consumer.max.poll.interval.ms"] == "300000"
+    assert props["processing.guarantee"] == "exactly_once_v2"
+    assert props["spark.sql.streaming.stateStore.providerClass"].endswith(
+        "RocksDBStateStoreProvider"
+    )
+    assert props["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
+
+
+def test_spark_parallelism_follows_the_cpu_limit(dev: RecordedStack, prod: RecordedStack) -> None:
+    assert properties(dev)["spark.master"] == "local[1]"
+    assert properties(dev)["spark.sql.shuffle.partitions"] == "2"
+    assert properties(prod)["spark.master"] == "local[2]"
+    assert properties(prod)["spark.sql.shuffle.partitions"] == "4"
+
+
+def restart_budget_seconds(stack: RecordedStack) -> int:
+    sts = k8s_object(stack, "StatefulSet", APP)["spec"]
+    pod = sts["template"]["spec"]
+    startup = pod["containers"][0]["startupProbe"]
+    return (
+        pod["terminationGracePeriodSeconds"]
+        + startup["initialDelaySeconds"]
+        + startup["periodSeconds"] * startup["failureThreshold"]
+        + sts["minReadySeconds"]
+    )
+
+
+def test_session_timeout_covers_the_restart_of_one_pod(stack: RecordedStack) -> None:
+    props = properties(stack)
+    session = int(props["consumer.session.timeout.ms"])
+    assert session == (restart_budget_seconds(stack) + 15) * 1000
+    assert int(props["consumer.heartbeat.interval.ms"]) <= session // 3
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"terminationGracePeriodSeconds": 200},
+        {"minReadySeconds": 90},
+        {"startupProbe": {"failureThreshold": 60}},
+        {"startupProbe": {"periodSeconds": 7, "initialDelaySeconds": 30}},
+    ],
+)
+def test_session_timeout_follows_the_statefulset_it_protects(
+    dev: RecordedStack, change: dict[str, Any]
+) -> None:
+    changed = record_stack("dev", {"processor": change})
+    session = int(properties(changed)["consumer.session.timeout.ms"])
+    assert session == (restart_budget_seconds(changed) + 15) * 1000
+    assert session > int(properties(dev)["consumer.session.timeout.ms"])
+
+
+def test_a_stateless_processor_has_no_static_membership() -> None:
+    stateless = record_stack("dev", {"processor": {"stateful": False}})
+    props = properties(stateless)
+    assert props["stateful"] == "false"
+    assert "consumer.group.instance.id" not in props
+
+
+def test_changed_properties_roll_the_pods_through_a_new_config_map(dev: RecordedStack) -> None:
+    changed = record_stack("dev", {"processor": {"properties": {"trigger.interval.ms": "500"}}})
+    assert properties(changed)["trigger.interval.ms"] == "500"
+    volumes = {v["name"]: v for v in pod_spec(changed)["volumes"]}
+    before = {v["name"]: v for v in pod_spec(dev)["volumes"]}
+    assert volumes["config"]["configMap"]["name"] != before["config"]["configMap"]["name"]
+
+
+def test_probes_use_the_health_port(stack: RecordedStack) -> None:
+    container = pod_spec(stack)["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 8080}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/live", "port": 8080}
+    assert container["startupProbe"]["httpGet"]["port"] == 8080
+    assert container["command"] == [
+        "python",
+        "-m",
+        "app.processor",
+        "--properties",
+        "/etc/processor/processor.properties",
+    ]
+
+
+def test_processor_runs_as_uid_10001_with_least_privilege(stack: RecordedStack) -> None:
+    pod = pod_spec(stack)
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    assert k8s_object(stack, "ServiceAccount", APP)["automountServiceAccountToken"] is False
+    security = pod["containers"][0]["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    resources = pod["containers"][0]["resources"]
+    assert resources["requests"] == resources["limits"]
+
+
+def test_headless_service_and_metrics_ingress(stack: RecordedStack) -> None:
+    service = k8s_object(stack, "Service", APP)["spec"]
+    assert service["clusterIP"] == "None"
+    policy = k8s_object(stack, "NetworkPolicy", APP)["spec"]
+    assert policy["ingress"][0]["ports"] == [{"port": 8080, "protocol": "TCP"}]
+
+
+def test_pulumi_waits_for_every_pod_to_restart_in_turn(stack: RecordedStack) -> None:
+    replicas = k8s_object(stack, "StatefulSet", APP)["spec"]["replicas"]
+    minutes = -(-replicas * restart_budget_seconds(stack) // 60) + 5
+    timeouts = stack.find("kubernetes:apps/v1:StatefulSet", "processor").custom_timeouts
+    assert timeouts == {"create": f"{minutes}m", "update": f"{minutes}m"}
+
+
+def test_topic_job_runs_the_reconciler_after_kafka(stack: RecordedStack) -> None:
+    job = next(o for o in stack.kubernetes_objects() if o["kind"] == "Job")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == [
+        "python",
+        "-m",
+        "app.topics",
+        "--bootstrap-servers",
+        "kafka.streaming.svc.cluster.local:9092",
+        "--specs",
+        "/etc/topics/topics.json",
+    ]
+    assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    kafka = stack.find("kubernetes:apps/v1:StatefulSet", "kafka")
+    topics = next(r for r in stack.resources if r.type.endswith(":TopicReconciliation"))
+    assert kafka.urn in topics.dependencies
+
+
+def test_a_spec_change_is_a_new_job(dev: RecordedStack) -> None:
+    more = record_stack("dev", {"topics": {"allowPartitionIncrease": True, "partitions": 8}})
+    jobs = [next(o for o in s.kubernetes_objects() if o["kind"] == "Job") for s in (dev, more)]
+    assert jobs[0]["metadata"]["name"] != jobs[1]["metadata"]["name"]
+    assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["command"][-1] == (
+        "--allow-partition-increase"
+    )

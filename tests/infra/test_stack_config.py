@@ -1,0 +1,117 @@
+"""Invalid settings fail before anything is deployed, with one message naming the setting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.config import StackConfigError, build_stack_config
+from infra.render import main as render_main
+from infra.render import record_stack
+
+
+@pytest.mark.parametrize(
+    ("stack", "raw", "expected"),
+    [
+        (
+            "prod",
+            {"kafka": {"replicas": 1}},
+            ["stateful-streaming:kafka.replicas = 1", "at least 3 brokers"],
+        ),
+        ("dev", {"kafka": {"replicas": 4}}, ["kafka.replicas = 4", "must be odd"]),
+        (
+            "dev",
+            {"processor": {"replicas": 7}},
+            ["processor.replicas = 7", "between 1 and topics.partitions (6)"],
+        ),
+        (
+            "dev",
+            {"processor": {"replica": 2}},
+            ["processor.replica", "unknown key", "'replicas'"],
+        ),
+        ("dev", {"brokers": 3}, ["stateful-streaming:brokers", "unknown key", "'kafka'"]),
+        (
+            "dev",
+            {"topics": {"configs": {"changelog": {"cleanup.policy": "delete"}}}},
+            ["stateful-streaming:topics", "needs cleanup.policy=compact", "found delete"],
+        ),
+        ("dev", {"kafka": {"replicas": "three"}}, ["kafka.replicas = 'three'", "whole number"]),
+        (
+            "dev",
+            {"processor": {"antiAffinity": "sometimes"}},
+            ["processor.antiAffinity = 'sometimes'", "required, preferred"],
+        ),
+        (
+            "prod",
+            {"kafka": {"antiAffinity": "preferred"}},
+            ["kafka.antiAffinity = 'preferred'", "required in prod"],
+        ),
+        (
+            "dev",
+            {"topics": {"replicationFactor": 5}},
+            ["topics.replicationFactor = 5", "at most kafka.replicas (3)"],
+        ),
+        (
+            "dev",
+            {"topics": {"minInsyncReplicas": 3}},
+            ["topics.minInsyncReplicas = 3", "between 1 and 2"],
+        ),
+        (
+            "dev",
+            {"processor": {"properties": {"consumer.session.timeout.ms": "10000"}}},
+            ["consumer.session.timeout.ms = '10000'", "worst-case restart of one pod, 195000 ms"],
+        ),
+        (
+            "dev",
+            {"processor": {"terminationGracePeriodSeconds": 3600}},
+            ["consumer.session.timeout.ms", "group.max.session.timeout.ms (1800000)"],
+        ),
+        ("dev", {"kafka": {"memory": "lots"}}, ["kafka.memory = 'lots'", "quantity"]),
+        ("staging", {}, ["stateful-streaming:profile = None", "dev, prod"]),
+    ],
+)
+def test_invalid_setting_is_named_with_its_value_and_what_is_allowed(
+    stack: str, raw: dict[str, Any], expected: list[str]
+) -> None:
+    with pytest.raises(StackConfigError) as error:
+        build_stack_config(stack, raw)
+    for fragment in expected:
+        assert fragment in str(error.value)
+    assert "Pulumi.<stack>.yaml" in str(error.value)
+
+
+def test_presets_are_valid_as_they_are() -> None:
+    dev = build_stack_config("dev", {})
+    prod = build_stack_config("prod", {})
+    assert (dev.kafka.replicas, dev.processor.replicas, dev.kafka.storage_class_name) == (
+        3,
+        2,
+        "standard",
+    )
+    assert (prod.kafka.replicas, prod.processor.replicas, prod.kafka.anti_affinity) == (
+        3,
+        3,
+        "required",
+    )
+    assert dev.broker_configs["group.initial.rebalance.delay.ms"] == "0"
+    assert prod.broker_configs["group.initial.rebalance.delay.ms"] == "3000"
+
+
+def test_strings_from_pulumi_config_set_are_accepted() -> None:
+    config = build_stack_config("dev", {"processor": {"replicas": "3", "stateful": "false"}})
+    assert (config.processor.replicas, config.processor.stateful) == (3, False)
+
+
+def test_a_named_stack_can_use_a_preset_by_profile() -> None:
+    assert build_stack_config("staging", {"profile": "prod"}).profile == "prod"
+
+
+def test_the_program_refuses_an_invalid_stack_before_registering_anything() -> None:
+    with pytest.raises(StackConfigError, match=r"processor\.replicas = 9"):
+        record_stack("dev", {"processor": {"replicas": 9}})
+
+
+def test_render_cli_exits_non_zero_with_the_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert render_main(["--stack", "nope", "--out", "unused"]) == 2
+    assert "Pulumi.nope.yaml not found" in capsys.readouterr().err
