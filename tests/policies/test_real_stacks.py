@@ -1,0 +1,222 @@
+"""The whole pack over the real dev and prod recordings, and mutations of them that each
+reintroduce one of the seed lessons' mistakes."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.policies.conftest import stack_config
+
+STACKS = ("dev", "prod")
+
+
+def test_real_stacks_have_no_mandatory_violations(run, recorded_stacks) -> None:
+    for stack in STACKS:
+        violations = run(recorded_stacks[stack].resources, stack_config(stack))
+        assert [v for v in violations if v.mandatory] == [], stack
+
+
+def test_dev_is_clean_and_prod_only_lacks_standby_state(run, recorded_stacks) -> None:
+    assert run(recorded_stacks["dev"].resources, stack_config("dev")) == []
+    prod = run(recorded_stacks["prod"].resources, stack_config("prod"))
+    assert [(v.policy, v.level) for v in prod] == [("standby-state", "advisory")]
+
+
+def _find(resources: list[Any], type_suffix: str, name: str) -> int:
+    matches = [
+        i for i, r in enumerate(resources) if r.type.endswith(type_suffix) and r.name == name
+    ]
+    assert len(matches) == 1, f"{type_suffix} {name}: {len(matches)} matches"
+    return matches[0]
+
+
+def _pod(props: dict[str, Any]) -> dict[str, Any]:
+    return props["spec"]["template"]["spec"]
+
+
+def _env(value_by_name: dict[str, str]) -> Callable[[dict[str, Any]], None]:
+    def edit(props: dict[str, Any]) -> None:
+        env = _pod(props)["containers"][0]["env"]
+        env[:] = [e for e in env if e["name"] not in value_by_name]
+        env.extend({"name": k, "value": v} for k, v in value_by_name.items())
+
+    return edit
+
+
+def _property(key: str, value: str | None) -> Callable[[dict[str, Any]], None]:
+    def edit(props: dict[str, Any]) -> None:
+        text = props["data"]["processor.properties"]
+        text = re.sub(rf"(?m)^{re.escape(key)}=.*\n", "", text)
+        props["data"]["processor.properties"] = text + (f"{key}={value}\n" if value else "")
+
+    return edit
+
+
+def _topics(edit_topic: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def edit(props: dict[str, Any]) -> None:
+        data = json.loads(props["data"]["topics.json"])
+        for topic in data["topics"]:
+            edit_topic(topic)
+        props["data"]["topics.json"] = json.dumps(data)
+
+    return edit
+
+
+def _changelog(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def edit(topic: dict[str, Any]) -> None:
+        if topic["role"] == "changelog":
+            topic["configs"][key] = value
+
+    return edit
+
+
+def _below_budget(props: dict[str, Any]) -> None:
+    # The recorded value is the computed budget plus a margin; 45 s (the client default) is below.
+    _property("consumer.session.timeout.ms", "45000")(props)
+
+
+def _set(*path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(props: dict[str, Any]) -> None:
+        target = props
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        if value is None:
+            target.pop(path[-1], None)
+        else:
+            target[path[-1]] = value
+
+    return edit
+
+
+# (mutation id, resource (type suffix, logical name), edit of its props, rule that must fire)
+MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | None, str]] = [
+    ("processor-as-deployment", (":StatefulSet", "processor"), None, "processor-is-statefulset"),
+    (
+        "min-ready-seconds-0",
+        (":StatefulSet", "processor"),
+        _set("spec", "minReadySeconds", value=0),
+        "processor-min-ready-seconds",
+    ),
+    (
+        "no-volume-claim-templates",
+        (":StatefulSet", "processor"),
+        _set("spec", "volumeClaimTemplates", value=None),
+        "processor-state-volume",
+    ),
+    (
+        "changelog-cleanup-delete",
+        (":ConfigMap", "topics-specs"),
+        _topics(_changelog("cleanup.policy", "delete")),
+        "changelog-compacted",
+    ),
+    (
+        "changelog-segment-1GiB",
+        (":ConfigMap", "topics-specs"),
+        _topics(_changelog("segment.bytes", str(2**30))),
+        "changelog-segment-size",
+    ),
+    (
+        "replication-factor-2",
+        (":ConfigMap", "topics-specs"),
+        _topics(lambda t: t.update(replication_factor=2)),
+        "topic-durability",
+    ),
+    (
+        "topic-min-insync-1",
+        (":ConfigMap", "topics-specs"),
+        _topics(lambda t: t["configs"].update({"min.insync.replicas": "1"})),
+        "topic-durability",
+    ),
+    (
+        "broker-min-insync-1",
+        (":StatefulSet", "kafka"),
+        _env({"KAFKA_MIN_INSYNC_REPLICAS": "1"}),
+        "kafka-durability-configs",
+    ),
+    (
+        "one-broker",
+        (":StatefulSet", "kafka"),
+        _set("spec", "replicas", value=1),
+        "kafka-quorum-size",
+    ),
+    (
+        "session-timeout-below-budget",
+        (":ConfigMap", "processor-config"),
+        _below_budget,
+        "group-session-timeout",
+    ),
+    (
+        "no-group-instance-id",
+        (":ConfigMap", "processor-config"),
+        _property("consumer.group.instance.id", None),
+        "group-static-membership",
+    ),
+    (
+        "eager-assignor",
+        (":ConfigMap", "processor-config"),
+        _property("consumer.partition.assignment.strategy", "range"),
+        "group-cooperative-assignor",
+    ),
+    ("missing-pdb", (":PodDisruptionBudget", "page-view-counter"), None, "statefulset-pdb"),
+    (
+        "max-unavailable-2",
+        (":StatefulSet", "processor"),
+        _set(
+            "spec",
+            "updateStrategy",
+            value={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}},
+        ),
+        "statefulset-rolling-update",
+    ),
+    (
+        "unclean-leader-election",
+        (":StatefulSet", "kafka"),
+        _env({"KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE": "true"}),
+        "kafka-durability-configs",
+    ),
+]
+
+
+def _mutated(resources: tuple[Any, ...], mutation: str, target: tuple[str, str], edit) -> list[Any]:
+    result = copy.deepcopy(list(resources))
+    index = _find(result, *target)
+    resource = result[index]
+    if mutation == "missing-pdb":
+        del result[index]
+    elif mutation == "processor-as-deployment":
+        props = resource.props
+        props["kind"] = "Deployment"
+        for key in ("serviceName", "volumeClaimTemplates", "persistentVolumeClaimRetentionPolicy"):
+            props["spec"].pop(key, None)
+        props["spec"].pop("updateStrategy", None)
+        props["spec"].pop("podManagementPolicy", None)
+        result[index] = dataclasses.replace(resource, type="kubernetes:apps/v1:Deployment")
+    else:
+        edit(resource.props)
+    return result
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize(
+    ("mutation", "target", "edit", "rule"), MUTATIONS, ids=[m[0] for m in MUTATIONS]
+)
+def test_mutation_of_the_real_stack_is_caught_by_its_rule(
+    run, recorded_stacks, stack, mutation, target, edit, rule
+) -> None:
+    resources = _mutated(recorded_stacks[stack].resources, mutation, target, edit)
+    violations = run(resources, stack_config(stack))
+    caught = [v for v in violations if v.policy == rule]
+    assert caught, f"{rule} did not fire; got {[(v.policy, v.message) for v in violations]}"
+    assert all(v.mandatory for v in caught)
+    assert all("Fix: " in v.message for v in caught)
+    # The untouched real stack stays as it was: the copy was mutated, not the recording.
+    assert not [
+        v for v in run(recorded_stacks[stack].resources, stack_config(stack)) if v.mandatory
+    ]
