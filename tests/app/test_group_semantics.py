@@ -1,0 +1,388 @@
+"""The Kafka facts the processor's design rests on, measured on a real Apache Kafka with plain
+confluent-kafka clients (the embedded broker's group coordinator and transactions deviate).
+
+- A static member (`group.instance.id`) replaced within its session timeout gets its partitions
+  back and nobody else notices: no rebalance, no callback on the other members. This is why a
+  StatefulSet pod that restarts in time costs no rebalance.
+- A static member that stays away longer than its session timeout loses its partitions, and
+  only then: with cooperative-sticky the survivors are only *given* partitions, none revoked.
+- A dynamic member leaves on close, so its partitions move at once (the stateless case).
+- Transactions: a second producer with the same `transactional.id` fences the first, and
+  `send_offsets_to_transaction` commits the group's offsets atomically with the output, and
+  refuses the group metadata of a member that was replaced (a zombie pod).
+
+Timings are printed, not asserted; the only bounds asserted are the ones that define the
+behaviour ("no callback at all", "not before the session timeout", "far before it").
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+pytestmark = pytest.mark.apache_kafka(
+    reason="Apache Kafka's group coordinator (static membership, cooperative rebalancing) "
+    "and transaction fencing"
+)
+
+PARTITIONS = 6
+# Short enough to keep the module at a few minutes, above the broker's minimum (6 s).
+SESSION_TIMEOUT_S = 10.0
+# Dynamic members get a long timeout, so "left at once" cannot be mistaken for an expiry.
+DYNAMIC_SESSION_TIMEOUT_S = 30.0
+# With the classic protocol a member learns that the group is rebalancing from its next
+# heartbeat, so every rebalance takes about one to two heartbeat intervals.
+HEARTBEAT_INTERVAL_S = 3.0
+
+
+@dataclass
+class RebalanceEvent:
+    at: float
+    kind: str  # "assign" or "revoke"
+    partitions: frozenset[int]
+
+
+@dataclass
+class Member:
+    """A consumer-group member that records every rebalance callback with its time."""
+
+    name: str
+    consumer: Consumer
+    events: list[RebalanceEvent] = field(default_factory=list)
+    assigned: set[int] = field(default_factory=set)
+
+    def on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        new = frozenset(p.partition for p in partitions)
+        self.events.append(RebalanceEvent(time.monotonic(), "assign", new))
+        self.assigned |= new
+
+    def on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = frozenset(p.partition for p in partitions)
+        self.events.append(RebalanceEvent(time.monotonic(), "revoke", gone))
+        self.assigned -= gone
+
+    def events_since(self, since: float) -> list[RebalanceEvent]:
+        return [event for event in self.events if event.at >= since]
+
+
+def join(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    instance_id: str | None,
+    session_timeout_s: float = SESSION_TIMEOUT_S,
+) -> Member:
+    """A cooperative-sticky member subscribed to `topic`; static when `instance_id` is given."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": int(session_timeout_s * 1000),
+        "heartbeat.interval.ms": int(HEARTBEAT_INTERVAL_S * 1000),
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    }
+    if instance_id is not None:
+        config["group.instance.id"] = instance_id
+    member = Member(instance_id or "dynamic", Consumer(config))
+    member.consumer.subscribe([topic], on_assign=member.on_assign, on_revoke=member.on_revoke)
+    return member
+
+
+def poll_until(
+    members: Iterable[Member], done: Callable[[], bool], timeout_s: float, what: str
+) -> float:
+    """Poll every member (callbacks run inside poll) until `done()`; the time it took."""
+    members = list(members)
+    started = time.monotonic()
+    while not done():
+        if time.monotonic() - started > timeout_s:
+            state = {m.name: sorted(m.assigned) for m in members}
+            raise AssertionError(f"{what} not within {timeout_s:.0f} s; assignments: {state}")
+        for member in members:
+            member.consumer.poll(0.05)
+    return time.monotonic() - started
+
+
+def poll_for(members: Iterable[Member], seconds: float) -> None:
+    """Keep the members polling (heartbeating, handling callbacks) for `seconds`."""
+    members = list(members)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for member in members:
+            member.consumer.poll(0.05)
+
+
+def create_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
+    name = f"semantics-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions)])[name].result(30)
+    return name
+
+
+@dataclass
+class Group:
+    name: str
+    a: Member
+    b: Member
+
+
+def form_group(bootstrap: str, topic: str, static: bool, session_timeout_s: float) -> Group:
+    """Members A (the first, so the group leader) and B sharing the topic half and half."""
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    a = join(bootstrap, group, topic, "member-a" if static else None, session_timeout_s)
+    poll_until([a], lambda: len(a.assigned) == PARTITIONS, 60, "A owning every partition")
+    b = join(bootstrap, group, topic, "member-b" if static else None, session_timeout_s)
+    joined = poll_until(
+        [a, b],
+        lambda: len(a.assigned) == len(b.assigned) == PARTITIONS // 2,
+        60,
+        "A and B sharing the partitions",
+    )
+    print(f"\nB joined, cooperative rebalance to 3 + 3 partitions: {joined:.2f} s")
+    return Group(group, a, b)
+
+
+@pytest.fixture
+def topic(apache_kafka: str) -> str:
+    return create_topic(apache_kafka)
+
+
+def test_static_member_replaced_within_session_timeout_causes_no_rebalance(
+    apache_kafka: str, topic: str
+) -> None:
+    group = form_group(apache_kafka, topic, static=True, session_timeout_s=SESSION_TIMEOUT_S)
+    a, b = group.a, group.b
+    owned_by_a = set(a.assigned)
+
+    closed = time.monotonic()
+    a.consumer.close()  # a static member does not leave the group on close
+    replacement = join(apache_kafka, group.name, topic, "member-a")
+    rejoined = poll_until(
+        [replacement, b], lambda: replacement.assigned == owned_by_a, 30, "A' getting A's share"
+    )
+    # Stay past the moment the old member's session would have expired.
+    poll_for([replacement, b], max(0.0, SESSION_TIMEOUT_S + 2 - (time.monotonic() - closed)))
+    print(
+        f"static replacement: A' had A's {len(owned_by_a)} partitions {rejoined:.2f} s after "
+        f"A closed; B saw {len(b.events_since(closed))} rebalance callbacks"
+    )
+
+    assert b.events_since(closed) == []
+    assert b.assigned == set(range(PARTITIONS)) - owned_by_a
+    assert [e.kind for e in replacement.events] == ["assign"]
+    replacement.consumer.close()
+    b.consumer.close()
+
+
+def test_static_member_away_past_session_timeout_loses_only_its_partitions(
+    apache_kafka: str, topic: str
+) -> None:
+    group = form_group(apache_kafka, topic, static=True, session_timeout_s=SESSION_TIMEOUT_S)
+    a, b = group.a, group.b
+    owned_by_a = set(a.assigned)
+    owned_by_b = set(b.assigned)
+
+    closed = time.monotonic()
+    a.consumer.close()
+    moved = poll_until(
+        [b], lambda: b.assigned == set(range(PARTITIONS)), 3 * SESSION_TIMEOUT_S, "takeover"
+    )
+    events = b.events_since(closed)
+    print(
+        f"static member away: B took A's partitions {moved:.2f} s after A closed "
+        f"(session.timeout.ms {SESSION_TIMEOUT_S * 1000:.0f}); B's callbacks: "
+        f"{[(e.kind, sorted(e.partitions), round(e.at - closed, 2)) for e in events]}"
+    )
+
+    # Nothing moves while the member may still come back (its last heartbeat may have been up
+    # to one heartbeat interval before the close).
+    assert moved >= SESSION_TIMEOUT_S - HEARTBEAT_INTERVAL_S
+    # Cooperative: B is only given A's partitions; none of its own is revoked, not even briefly.
+    assert {p for e in events if e.kind == "assign" for p in e.partitions} == owned_by_a
+    assert all(not e.partitions for e in events if e.kind == "revoke")
+    assert owned_by_b <= b.assigned
+    b.consumer.close()
+
+
+def test_dynamic_member_leaves_on_close_and_its_partitions_move_at_once(
+    apache_kafka: str, topic: str
+) -> None:
+    group = form_group(
+        apache_kafka, topic, static=False, session_timeout_s=DYNAMIC_SESSION_TIMEOUT_S
+    )
+    a, b = group.a, group.b
+    owned_by_a = set(a.assigned)
+
+    closed = time.monotonic()
+    a.consumer.close()  # a dynamic member sends LeaveGroup
+    moved = poll_until(
+        [b], lambda: b.assigned == set(range(PARTITIONS)), DYNAMIC_SESSION_TIMEOUT_S, "takeover"
+    )
+    print(
+        f"dynamic member left: B took A's partitions {moved:.2f} s after A closed "
+        f"(session.timeout.ms {DYNAMIC_SESSION_TIMEOUT_S * 1000:.0f})"
+    )
+
+    # Before the earliest moment an expiry could have moved them.
+    assert moved < DYNAMIC_SESSION_TIMEOUT_S - HEARTBEAT_INTERVAL_S
+    assert {p for e in b.events_since(closed) if e.kind == "assign" for p in e.partitions} == (
+        owned_by_a
+    )
+    b.consumer.close()
+
+
+def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 60000,
+            "acks": "all",
+            "enable.idempotence": True,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def committed_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    """The values a read_committed reader sees in `topic` (waits for `expected` of them,
+    then a little longer so that records which should not be there get a chance to show)."""
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    reader.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    quiet_until = float("inf")
+    while time.monotonic() < min(deadline, quiet_until):
+        message = reader.poll(0.2)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+        if len(values) >= expected and quiet_until == float("inf"):
+            quiet_until = time.monotonic() + 2
+    reader.close()
+    return values
+
+
+def test_second_producer_with_same_transactional_id_fences_the_first(apache_kafka: str) -> None:
+    output = create_topic(apache_kafka, partitions=1)
+    transactional_id = f"processor-0-{uuid.uuid4().hex[:6]}"
+    zombie = transactional_producer(apache_kafka, transactional_id)
+    zombie.begin_transaction()
+    zombie.produce(output, b"from the zombie")
+    zombie.flush(10)
+
+    successor = transactional_producer(apache_kafka, transactional_id)  # bumps the epoch
+    successor.begin_transaction()
+    successor.produce(output, b"from the successor")
+    successor.commit_transaction(30)
+
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(30)
+    error: KafkaError = raised.value.args[0]
+    print(f"\nthe fenced producer's commit failed: {error.name()} (fatal={error.fatal()})")
+    assert error.fatal()
+    assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+    assert committed_values(apache_kafka, output, expected=1) == [b"from the successor"]
+
+
+def consume(member: Member, count: int) -> list[Message]:
+    messages: list[Message] = []
+    deadline = time.monotonic() + 30
+    while len(messages) < count and time.monotonic() < deadline:
+        message = member.consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            messages.append(message)
+    assert len(messages) == count
+    return messages
+
+
+def produce_input(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, key=f"page-{i}".encode(), value=b"1")
+    assert producer.flush(30) == 0
+
+
+def next_offsets(messages: list[Message]) -> list[TopicPartition]:
+    """What a consumer commits after `messages`: the next offset to read, per partition."""
+    ends: dict[tuple[str, int], int] = {}
+    for message in messages:
+        key = (message.topic(), message.partition())
+        ends[key] = max(ends.get(key, 0), message.offset() + 1)
+    return [TopicPartition(topic, partition, end) for (topic, partition), end in ends.items()]
+
+
+def test_offsets_sent_to_a_transaction_are_committed_with_it(apache_kafka: str) -> None:
+    source = create_topic(apache_kafka, partitions=3)
+    output = create_topic(apache_kafka, partitions=3)
+    produce_input(apache_kafka, source, 30)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    member = join(apache_kafka, group, source, "processor-0")
+    messages = consume(member, 30)
+    offsets = next_offsets(messages)
+
+    producer = transactional_producer(apache_kafka, f"processor-0-{uuid.uuid4().hex[:6]}")
+    producer.begin_transaction()
+    for message in messages:
+        producer.produce(output, key=message.key(), value=b"1", partition=message.partition())
+    producer.send_offsets_to_transaction(offsets, member.consumer.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+
+    committed = member.consumer.committed([TopicPartition(source, p) for p in range(3)], 10)
+    assert sorted((tp.partition, tp.offset) for tp in committed) == sorted(
+        (tp.partition, tp.offset) for tp in offsets
+    )
+    assert len(committed_values(apache_kafka, output, expected=30)) == 30
+    member.consumer.close()
+
+
+def test_group_metadata_of_a_replaced_static_member_cannot_commit_offsets(
+    apache_kafka: str,
+) -> None:
+    source = create_topic(apache_kafka, partitions=3)
+    produce_input(apache_kafka, source, 3)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    old = join(apache_kafka, group, source, "processor-0")
+    offsets = next_offsets(consume(old, 3))
+    zombie_metadata = old.consumer.consumer_group_metadata()
+    old.consumer.close()
+    # The pod came back under the same name: the old process is a zombie now.
+    replacement = join(apache_kafka, group, source, "processor-0")
+    poll_until([replacement], lambda: len(replacement.assigned) == 3, 30, "the replacement")
+
+    producer = transactional_producer(apache_kafka, f"processor-0-{uuid.uuid4().hex[:6]}")
+    producer.begin_transaction()
+    with pytest.raises(KafkaException) as raised:
+        producer.send_offsets_to_transaction(offsets, zombie_metadata, 30)
+        producer.commit_transaction(30)
+    error: KafkaError = raised.value.args[0]
+    print(
+        f"\nthe zombie's transactional offset commit failed: {error.name()} "
+        f"(fatal={error.fatal()}, abortable={error.txn_requires_abort()})"
+    )
+    committed = replacement.consumer.committed([TopicPartition(source, p) for p in range(3)], 10)
+    assert all(tp.offset < 0 for tp in committed)  # nothing was committed for the group
+    replacement.consumer.close()
