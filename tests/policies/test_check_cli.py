@@ -1,0 +1,93 @@
+"""`python -m policies.check` end to end: recording, table, exit codes, SARIF read back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from policies.check import main
+from tests.policies.conftest import REPO, stack_config
+
+
+def _sarif(path: Path) -> dict:
+    log = json.loads(path.read_text())
+    assert log["version"] == "2.1.0"
+    assert log["$schema"].endswith("sarif-2.1.0.json")
+    (run,) = log["runs"]
+    return run
+
+
+def test_dev_check_prints_a_clean_report_and_exits_0(tmp_path) -> None:
+    sarif = tmp_path / "dev.sarif"
+    result = subprocess.run(
+        [sys.executable, "-m", "policies.check", "--stack", "dev", "--sarif", str(sarif)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "policy check: stack dev, 33 policies" in result.stdout
+    assert "thresholds from policies/config.dev.json" in result.stdout
+    assert "0 violations: 0 mandatory, 0 advisory" in result.stdout
+    run = _sarif(sarif)
+    assert run["results"] == []
+    rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
+    assert len(rules) == 33
+    assert rules["group-session-timeout"]["defaultConfiguration"]["level"] == "error"
+    assert rules["statefulset-spread"]["defaultConfiguration"]["level"] == "warning"
+    assert "restart" in rules["group-session-timeout"]["fullDescription"]["text"]
+
+
+def test_mandatory_violation_exits_1_with_table_and_sarif_pointing_at_the_source(
+    tmp_path, capsys
+) -> None:
+    config = stack_config("prod")
+    config["processor-min-ready-seconds"]["minSeconds"] = 600
+    config_path = tmp_path / "strict.json"
+    config_path.write_text(json.dumps(config))
+    sarif = tmp_path / "prod.sarif"
+
+    code = main(["--stack", "prod", "--config", str(config_path), "--sarif", str(sarif)])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    block = out.split("StatefulSet streaming/page-view-counter\n", 1)[1]
+    assert "MANDATORY  processor-min-ready-seconds" in block
+    assert "spec.minReadySeconds is 30; required: >= 600" in block
+    assert "ADVISORY   standby-state" in block
+    assert "2 violations: 1 mandatory, 1 advisory" in out
+    results = {r["ruleId"]: r for r in _sarif(sarif)["results"]}
+    assert set(results) == {"processor-min-ready-seconds", "standby-state"}
+    mandatory = results["processor-min-ready-seconds"]
+    assert mandatory["level"] == "error"
+    assert results["standby-state"]["level"] == "warning"
+    assert "required: >= 600" in mandatory["message"]["text"]
+    location = mandatory["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "infra/processor.py"
+    line = location["region"]["startLine"]
+    source = (REPO / "infra" / "processor.py").read_text().splitlines()[line - 1]
+    assert "stateful-streaming:processor:Processor" in source
+
+
+def test_advisory_only_exits_0(capsys) -> None:
+    assert main(["--stack", "prod"]) == 0
+    assert "1 violation: 0 mandatory, 1 advisory" in capsys.readouterr().out
+
+
+def test_a_config_the_cli_would_reject_exits_2_naming_the_problem(tmp_path, capsys) -> None:
+    for config, expected in [
+        ({"no-such-policy": {}}, "'no-such-policy' is not a policy of this pack"),
+        (
+            {"changelog-segment-size": {"maxSegmentBytes": "64MiB"}},
+            "changelog-segment-size.maxSegmentBytes: '64MiB' is not of type 'integer'",
+        ),
+        ({"kafka-quorum-size": {"minNode": 3}}, "thresholds of kafka-quorum-size: ['minNodes']"),
+        ({"kafka-quorum-size": "strict"}, "kafka-quorum-size.enforcementLevel='strict'"),
+    ]:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        assert main(["--stack", "dev", "--config", str(path)]) == 2
+        assert expected in capsys.readouterr().err
