@@ -8,6 +8,7 @@ processor settings with their dotted names (`group.initial.rebalance.delay.ms`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import types
@@ -15,6 +16,9 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import pulumi
+from pulumi.runtime.config import CONFIG, get_config_env
 
 from app.topic_specs import TopicSpec, TopicSpecError, pipeline_topics
 
@@ -498,11 +502,6 @@ def _validate_session_timeout(config: StackConfig) -> None:
 
 def load_stack_config() -> StackConfig:
     """The running stack's configuration, read from the Pulumi runtime and validated."""
-    import json
-
-    import pulumi
-    from pulumi.runtime.config import CONFIG, get_config_env
-
     prefix = f"{PROJECT}:"
     raw: dict[str, Any] = {}
     for key, value in {**get_config_env(), **CONFIG.get()}.items():

@@ -11,6 +11,7 @@ inputs and options; `record_stack` is the API the policy pack's offline runner a
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import runpy
@@ -98,8 +99,7 @@ class _Mocks(pulumi.runtime.Mocks):
 
 
 def _random_id_forms(raw: bytes) -> dict[str, Any]:
-    import base64
-
+    """The attributes a RandomId exposes, from its raw bytes."""
     b64 = base64.b64encode(raw).decode()
     return {
         "b64Std": b64,
