@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from numbers import Real
 from typing import Any
 
+from pulumi_policy.proxy import UnknownValueError
+
 STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 SERVICE = "kubernetes:core/v1:Service"
@@ -113,11 +115,19 @@ def containers(spec: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
 
 
 def env(container: Mapping[str, Any]) -> dict[str, str]:
-    """A container's literal environment (`valueFrom` entries are left out)."""
+    """A container's literal environment (`valueFrom` entries are left out).
+
+    A value computed from another resource (the KRaft cluster id on a first preview) is unknown
+    during `pulumi preview`; it is left out too, so the rules that read the other variables
+    still run instead of the whole policy being skipped.
+    """
     result: dict[str, str] = {}
     for var in items(container, "env"):
-        if isinstance(var, Mapping) and "value" in var and var["value"] is not None:
-            result[str(var["name"])] = str(var["value"])
+        try:
+            if isinstance(var, Mapping) and "value" in var and var["value"] is not None:
+                result[str(var["name"])] = str(var["value"])
+        except UnknownValueError:
+            continue
     return result
 
 

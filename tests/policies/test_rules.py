@@ -482,3 +482,17 @@ def test_policies_receive_read_only_proxies_and_float_numbers(compliant) -> None
     assert isinstance(props["spec"]["template"]["spec"]["containers"], Sequence)
     assert not isinstance(props["spec"]["template"]["spec"]["containers"], list)
     assert type(props["spec"]["replicas"]) is float
+
+
+def test_an_unknown_env_value_during_preview_leaves_the_other_kafka_rules_running(
+    run, compliant
+) -> None:
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
+
+    def unknown_cluster_id(r: Resource) -> None:
+        _container(r)["env"].append({"name": "CLUSTER_ID", "value": UNKNOWN_STRING_VALUE})
+
+    stack = changed(compliant, "kafka", unknown_cluster_id, ":StatefulSet")
+    assert run(stack) == []
+    stack = changed(stack, "kafka", _kafka_env("KAFKA_MIN_INSYNC_REPLICAS", "1"), ":StatefulSet")
+    assert {v.policy for v in run(stack)} == {"kafka-durability-configs"}
