@@ -178,7 +178,9 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             }
         )
     except KafkaException as exc:
-        raise UsageError(f"invalid client settings: {exc.args[0].str()}") from exc
+        raise UsageError(
+            f"invalid client settings (--command-config {args.command_config}): {exc.args[0].str()}"
+        ) from exc
     try:
         metadata = wait_for_cluster(admin, args.bootstrap_servers, args.wait_timeout)
         cluster = read_cluster(admin, [s.name for s in specs], metadata)

@@ -298,3 +298,26 @@ def test_cli_gives_up_on_an_unreachable_broker_with_a_clear_message(tmp_path: Pa
     assert result.returncode == 1
     assert "did not answer within 5 s" in result.stderr
     assert "waiting for Kafka" in result.stderr
+
+
+def test_cli_command_config_resolves_env_and_rejects_bad_client_settings(
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+    tmp_path: Path,
+    name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = tmp_path / "client.properties"
+    specs = [topic(name("cfg"))]
+    monkeypatch.setenv("CLIENT_ID", "topic-reconciler")
+    config.write_text("client.id=${env:CLIENT_ID}\n")
+    assert cli(specs, "--command-config", str(config), "--dry-run").returncode == 0
+
+    config.write_text("sasl.password=${env:KAFKA_PASSWORD_UNSET}\n")
+    unset = cli(specs, "--command-config", str(config))
+    assert unset.returncode == 2
+    assert f"{config}:1 sasl.password" in unset.stderr and "KAFKA_PASSWORD_UNSET" in unset.stderr
+
+    config.write_text("securty.protocol=SSL\n")
+    unknown = cli(specs, "--command-config", str(config))
+    assert unknown.returncode == 2
+    assert 'No such configuration property: "securty.protocol"' in unknown.stderr
