@@ -208,6 +208,28 @@ def manifest_filename(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
 
 
+# kubectl's order, so a reviewer reads what an object is before what it holds.
+TOP_LEVEL_ORDER = ("apiVersion", "kind", "metadata", "spec", "data")
+
+
+def conventional_order(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object with its top-level fields in the order Kubernetes documentation uses."""
+    first = {k: obj[k] for k in TOP_LEVEL_ORDER if k in obj}
+    return {**first, **{k: v for k, v in obj.items() if k not in first}}
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    """Multi-line strings (properties files, JSON specs) as literal blocks, as people write them."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ManifestDumper.add_representer(str, _represent_str)
+
+
 def write_manifests(recorded: RecordedStack, out: Path) -> list[Path]:
     """Write one YAML file per Kubernetes object; stale files from an earlier render are removed."""
     out.mkdir(parents=True, exist_ok=True)
@@ -216,7 +238,13 @@ def write_manifests(recorded: RecordedStack, out: Path) -> list[Path]:
     written = []
     for obj in recorded.kubernetes_objects():
         path = out / manifest_filename(obj)
-        path.write_text(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
+        text = yaml.dump(
+            conventional_order(obj),
+            Dumper=_ManifestDumper,
+            sort_keys=False,
+            default_flow_style=False,
+        )
+        path.write_text(text)
         written.append(path)
     return written
 
