@@ -14,7 +14,8 @@ nothing. Unsafe changes are refused for the whole run, before anything is applie
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -269,17 +270,14 @@ def _create_topics(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list
     futures = admin.create_topics(
         new_topics, operation_timeout=timeout_s, request_timeout=timeout_s
     )
-    failures = []
-    for name, future in futures.items():
-        try:
-            future.result()
-            log.info("created topic %s", name)
-        except KafkaException as exc:
-            failures.append(
-                f"topic {name}: create failed ({_error_text(exc)}); wanted "
-                f"{the_plan.spec(name).to_dict()}. Fix the spec (or the broker limits) and rerun"
-            )
-    return failures
+    return _wait_for(
+        futures,
+        "created topic %s",
+        lambda name, error: (
+            f"topic {name}: create failed ({error}); wanted "
+            f"{the_plan.spec(name).to_dict()}. Fix the spec (or the broker limits) and rerun"
+        ),
+    )
 
 
 def _alter_configs(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list[str]:
@@ -299,18 +297,15 @@ def _alter_configs(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list
         ]
         resources.append(ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries))
     futures = admin.incremental_alter_configs(resources, request_timeout=timeout_s)
-    failures = []
-    for resource, future in futures.items():
-        details = ", ".join(s.detail for s in by_topic[resource.name])
-        try:
-            future.result()
-            log.info("altered topic %s: %s", resource.name, details)
-        except KafkaException as exc:
-            failures.append(
-                f"topic {resource.name}: altering {details} failed ({_error_text(exc)}); "
-                "check the setting's name and value in the spec and rerun"
-            )
-    return failures
+    return _wait_for(
+        futures,
+        "altered topic %s",
+        lambda name, error: (
+            f"topic {name}: altering "
+            f"{', '.join(s.detail for s in by_topic[name])} failed ({error}); check the setting's "
+            "name and value in the spec and rerun"
+        ),
+    )
 
 
 def _add_partitions(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list[str]:
@@ -324,16 +319,30 @@ def _add_partitions(admin: AdminClient, the_plan: Plan, timeout_s: float) -> lis
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )
+    return _wait_for(
+        futures,
+        "added partitions to topic %s",
+        lambda name, error: (
+            f"topic {name}: adding partitions failed ({error}); rerun, or check the broker's limits"
+        ),
+    )
+
+
+def _wait_for(
+    futures: Mapping[str | ConfigResource, Future[None]],
+    done: str,
+    failure: Callable[[str, str], str],
+) -> list[str]:
+    """Wait for each topic's result: log `done` for a success, collect `failure(topic, error)`."""
     failures = []
-    for name, future in futures.items():
+    for key, future in futures.items():
+        topic = key if isinstance(key, str) else key.name
         try:
             future.result()
-            log.info("added partitions to topic %s", name)
         except KafkaException as exc:
-            failures.append(
-                f"topic {name}: adding partitions failed ({_error_text(exc)}); rerun, or check "
-                "the broker's limits"
-            )
+            failures.append(failure(topic, _error_text(exc)))
+        else:
+            log.info(done, topic)
     return failures
 
 

@@ -23,7 +23,15 @@ from confluent_kafka.admin import (
 )
 
 from app.embedded_broker import free_port
-from app.topic_reconciler import Action, Plan, TopicState, apply, plan, read_cluster
+from app.topic_reconciler import (
+    Action,
+    Plan,
+    ReconcileError,
+    TopicState,
+    apply,
+    plan,
+    read_cluster,
+)
 from app.topic_specs import TopicRole, TopicSpec, dumps, pipeline_topics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,6 +144,18 @@ def test_alters_only_the_differing_key_and_leaves_other_keys_alone(
     assert described["retention.ms"] == str(2 * HOUR_MS)
     assert described["segment.bytes"] == str(SEGMENT_BYTES)
     assert described["max.message.bytes"] == "2000000"
+
+
+def test_a_change_that_fails_is_reported_with_the_topic_and_the_broker_error(
+    admin: AdminClient, name: Callable[[str], str]
+) -> None:
+    raced = topic(name("raced"))
+    stale_plan = plan([raced], {})  # planned before someone else created the topic
+    reconcile(admin, [raced])
+    with pytest.raises(ReconcileError) as raised:
+        apply(admin, stale_plan)
+    (failure,) = raised.value.failures
+    assert failure.startswith(f"topic {raced.name}: create failed (TOPIC_ALREADY_EXISTS")
 
 
 # --- refusals --------------------------------------------------------------------------------
