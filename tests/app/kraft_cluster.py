@@ -52,10 +52,8 @@ MIN_KAFKA_VERSION = (3, 9)
 # Small but enough for tests: three JVMs fit next to Spark on a 2-core, few-GiB machine.
 DEFAULT_HEAP_OPTS = "-Xms256m -Xmx384m"
 
-# The broker configuration of the production design (DESIGN.md, "Kafka cluster"), the one
-# place that holds it for the tests. `group.initial.rebalance.delay.ms` is 0 because a test
-# group should form at once; production stacks set a few seconds for cold starts.
-BROKER_DEFAULTS: Mapping[str, str] = {
+# The broker configuration of the production design (DESIGN.md, "Kafka cluster").
+PRODUCTION_BROKER_CONFIGS: Mapping[str, str] = {
     "default.replication.factor": "3",
     "min.insync.replicas": "2",
     "offsets.topic.replication.factor": "3",
@@ -65,11 +63,28 @@ BROKER_DEFAULTS: Mapping[str, str] = {
     "share.coordinator.state.topic.min.isr": "2",
     "unclean.leader.election.enable": "false",
     "auto.create.topics.enable": "false",
+}
+
+# What differs for tests, and why: nothing here changes a semantic the tests check.
+TEST_BROKER_CONFIGS: Mapping[str, str] = {
+    # A test group forms at once; production stacks wait a few seconds for a cold start.
     "group.initial.rebalance.delay.ms": "0",
+    # Let groups of the consumer protocol (KIP-848) use session timeouts and heartbeats as short
+    # as the classic protocol allows (defaults: at least 45 s and 5 s), to keep tests short.
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "1000",
     # Fewer threads than the defaults (3 network, 8 I/O): three brokers share two cores.
     "num.network.threads": "2",
     "num.io.threads": "2",
 }
+
+
+# `close()` and the atexit hook do not run when the test process is killed (SIGTERM, SIGKILL):
+# on Linux the nodes then get SIGKILL from the kernel (the parent-death signal survives the
+# scripts' exec of java), so no JVM outlives its test run.
+_DIE_WITH_PARENT: tuple[str, ...] = (
+    ("setpriv", "--pdeathsig", "KILL") if shutil.which("setpriv") else ()
+)
 
 
 class KraftClusterError(RuntimeError):
@@ -176,7 +191,11 @@ class KraftCluster:
         self.heap_opts = heap_opts
         self.cluster_id = kafka_uuid()
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="kraft-cluster-"))
-        self.broker_configs = {**BROKER_DEFAULTS, **(broker_configs or {})}
+        self.broker_configs = {
+            **PRODUCTION_BROKER_CONFIGS,
+            **TEST_BROKER_CONFIGS,
+            **(broker_configs or {}),
+        }
         # A single node cannot hold replication factor 3; cap what needs more brokers than exist.
         replication = str(min(3, nodes))
         for key in (
@@ -268,7 +287,11 @@ class KraftCluster:
         env.pop("JMX_PORT", None)  # one JMX port cannot serve three JVMs
         with node.console_path.open("ab") as console:
             node.process = subprocess.Popen(
-                [str(self.kafka_home / "bin" / "kafka-server-start.sh"), str(node.config_path)],
+                [
+                    *_DIE_WITH_PARENT,
+                    str(self.kafka_home / "bin" / "kafka-server-start.sh"),
+                    str(node.config_path),
+                ],
                 stdout=console,
                 stderr=subprocess.STDOUT,
                 env=env,

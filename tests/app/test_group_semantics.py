@@ -31,7 +31,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 pytestmark = pytest.mark.apache_kafka(
     reason="Apache Kafka's group coordinator (static membership, cooperative rebalancing) "
@@ -78,29 +84,67 @@ class Member:
         return [event for event in self.events if event.at >= since]
 
 
-def join(
-    bootstrap: str,
-    group: str,
-    topic: str,
-    instance_id: str | None,
-    session_timeout_s: float = SESSION_TIMEOUT_S,
-) -> Member:
-    """A cooperative-sticky member subscribed to `topic`; static when `instance_id` is given."""
-    config = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "partition.assignment.strategy": "cooperative-sticky",
-        "session.timeout.ms": int(session_timeout_s * 1000),
-        "heartbeat.interval.ms": int(HEARTBEAT_INTERVAL_S * 1000),
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-    }
-    if instance_id is not None:
-        config["group.instance.id"] = instance_id
-    member = Member(instance_id or "dynamic", Consumer(config))
-    member.consumer.subscribe([topic], on_assign=member.on_assign, on_revoke=member.on_revoke)
-    return member
+@dataclass(frozen=True)
+class ConsumerGroup:
+    """A fresh consumer group with the membership settings under test. With the classic
+    protocol the client sets the session timeout, heartbeat and assignor; with the consumer
+    protocol (KIP-848) they are group configs on the broker and the assignment is always
+    incremental (cooperative)."""
+
+    bootstrap: str
+    topic: str
+    protocol: str = "classic"
+    session_timeout_s: float = SESSION_TIMEOUT_S
+    name: str = field(default_factory=lambda: f"group-{uuid.uuid4().hex[:8]}")
+
+    def __post_init__(self) -> None:
+        if self.protocol == "consumer":
+            self._configure_on_broker()
+
+    def join(self, instance_id: str | None) -> Member:
+        """A member subscribed to the topic; static when `instance_id` is given."""
+        config: dict[str, str | int | bool] = {
+            "bootstrap.servers": self.bootstrap,
+            "group.id": self.name,
+            "group.protocol": self.protocol,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+        if self.protocol == "classic":
+            config["partition.assignment.strategy"] = "cooperative-sticky"
+            config["session.timeout.ms"] = int(self.session_timeout_s * 1000)
+            config["heartbeat.interval.ms"] = int(HEARTBEAT_INTERVAL_S * 1000)
+        if instance_id is not None:
+            config["group.instance.id"] = instance_id
+        member = Member(instance_id or "dynamic", Consumer(config))
+        member.consumer.subscribe(
+            [self.topic], on_assign=member.on_assign, on_revoke=member.on_revoke
+        )
+        return member
+
+    def _configure_on_broker(self) -> None:
+        group = ConfigResource(
+            "GROUP",
+            self.name,
+            incremental_configs=[
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in {
+                    "consumer.session.timeout.ms": str(int(self.session_timeout_s * 1000)),
+                    "consumer.heartbeat.interval.ms": str(int(HEARTBEAT_INTERVAL_S * 1000)),
+                }.items()
+            ],
+        )
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        try:
+            admin.incremental_alter_configs([group])[group].result(30)
+        except KafkaException as exc:
+            pytest.skip(
+                f"the cluster refuses consumer.session.timeout.ms={self.session_timeout_s:.0f} s"
+                f" for a KIP-848 group ({exc.args[0].str()}); lower the broker's "
+                "group.consumer.min.session.timeout.ms and group.consumer.min.heartbeat."
+                "interval.ms (the KAFKA_HOME test cluster does)"
+            )
 
 
 def poll_until(
@@ -134,27 +178,19 @@ def create_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
     return name
 
 
-@dataclass
-class Group:
-    name: str
-    a: Member
-    b: Member
-
-
-def form_group(bootstrap: str, topic: str, static: bool, session_timeout_s: float) -> Group:
+def form_group(group: ConsumerGroup, static: bool) -> tuple[Member, Member]:
     """Members A (the first, so the group leader) and B sharing the topic half and half."""
-    group = f"group-{uuid.uuid4().hex[:8]}"
-    a = join(bootstrap, group, topic, "member-a" if static else None, session_timeout_s)
+    a = group.join("member-a" if static else None)
     poll_until([a], lambda: len(a.assigned) == PARTITIONS, 60, "A owning every partition")
-    b = join(bootstrap, group, topic, "member-b" if static else None, session_timeout_s)
+    b = group.join("member-b" if static else None)
     joined = poll_until(
         [a, b],
         lambda: len(a.assigned) == len(b.assigned) == PARTITIONS // 2,
         60,
         "A and B sharing the partitions",
     )
-    print(f"\nB joined, cooperative rebalance to 3 + 3 partitions: {joined:.2f} s")
-    return Group(group, a, b)
+    print(f"\n[{group.protocol}] B joined, incremental rebalance to 3 + 3: {joined:.2f} s")
+    return a, b
 
 
 @pytest.fixture
@@ -162,24 +198,30 @@ def topic(apache_kafka: str) -> str:
     return create_topic(apache_kafka)
 
 
+@pytest.fixture(params=["classic", "consumer"])
+def group_protocol(request: pytest.FixtureRequest) -> str:
+    """`group.protocol`: the classic rebalance protocol and the consumer protocol (KIP-848)."""
+    return str(request.param)
+
+
 def test_static_member_replaced_within_session_timeout_causes_no_rebalance(
-    apache_kafka: str, topic: str
+    apache_kafka: str, topic: str, group_protocol: str
 ) -> None:
-    group = form_group(apache_kafka, topic, static=True, session_timeout_s=SESSION_TIMEOUT_S)
-    a, b = group.a, group.b
+    group = ConsumerGroup(apache_kafka, topic, group_protocol)
+    a, b = form_group(group, static=True)
     owned_by_a = set(a.assigned)
 
     closed = time.monotonic()
     a.consumer.close()  # a static member does not leave the group on close
-    replacement = join(apache_kafka, group.name, topic, "member-a")
+    replacement = group.join("member-a")
     rejoined = poll_until(
         [replacement, b], lambda: replacement.assigned == owned_by_a, 30, "A' getting A's share"
     )
     # Stay past the moment the old member's session would have expired.
     poll_for([replacement, b], max(0.0, SESSION_TIMEOUT_S + 2 - (time.monotonic() - closed)))
     print(
-        f"static replacement: A' had A's {len(owned_by_a)} partitions {rejoined:.2f} s after "
-        f"A closed; B saw {len(b.events_since(closed))} rebalance callbacks"
+        f"[{group_protocol}] static replacement: A' had A's {len(owned_by_a)} partitions "
+        f"{rejoined:.2f} s after A closed; B saw {len(b.events_since(closed))} rebalance callbacks"
     )
 
     assert b.events_since(closed) == []
@@ -190,10 +232,10 @@ def test_static_member_replaced_within_session_timeout_causes_no_rebalance(
 
 
 def test_static_member_away_past_session_timeout_loses_only_its_partitions(
-    apache_kafka: str, topic: str
+    apache_kafka: str, topic: str, group_protocol: str
 ) -> None:
-    group = form_group(apache_kafka, topic, static=True, session_timeout_s=SESSION_TIMEOUT_S)
-    a, b = group.a, group.b
+    group = ConsumerGroup(apache_kafka, topic, group_protocol)
+    a, b = form_group(group, static=True)
     owned_by_a = set(a.assigned)
     owned_by_b = set(b.assigned)
 
@@ -204,8 +246,8 @@ def test_static_member_away_past_session_timeout_loses_only_its_partitions(
     )
     events = b.events_since(closed)
     print(
-        f"static member away: B took A's partitions {moved:.2f} s after A closed "
-        f"(session.timeout.ms {SESSION_TIMEOUT_S * 1000:.0f}); B's callbacks: "
+        f"[{group_protocol}] static member away: B took A's partitions {moved:.2f} s after "
+        f"A closed (session.timeout.ms {SESSION_TIMEOUT_S * 1000:.0f}); B's callbacks: "
         f"{[(e.kind, sorted(e.partitions), round(e.at - closed, 2)) for e in events]}"
     )
 
@@ -220,12 +262,10 @@ def test_static_member_away_past_session_timeout_loses_only_its_partitions(
 
 
 def test_dynamic_member_leaves_on_close_and_its_partitions_move_at_once(
-    apache_kafka: str, topic: str
+    apache_kafka: str, topic: str, group_protocol: str
 ) -> None:
-    group = form_group(
-        apache_kafka, topic, static=False, session_timeout_s=DYNAMIC_SESSION_TIMEOUT_S
-    )
-    a, b = group.a, group.b
+    group = ConsumerGroup(apache_kafka, topic, group_protocol, DYNAMIC_SESSION_TIMEOUT_S)
+    a, b = form_group(group, static=False)
     owned_by_a = set(a.assigned)
 
     closed = time.monotonic()
@@ -234,8 +274,8 @@ def test_dynamic_member_leaves_on_close_and_its_partitions_move_at_once(
         [b], lambda: b.assigned == set(range(PARTITIONS)), DYNAMIC_SESSION_TIMEOUT_S, "takeover"
     )
     print(
-        f"dynamic member left: B took A's partitions {moved:.2f} s after A closed "
-        f"(session.timeout.ms {DYNAMIC_SESSION_TIMEOUT_S * 1000:.0f})"
+        f"[{group_protocol}] dynamic member left: B took A's partitions {moved:.2f} s after "
+        f"A closed (session.timeout.ms {DYNAMIC_SESSION_TIMEOUT_S * 1000:.0f})"
     )
 
     # Before the earliest moment an expiry could have moved them.
@@ -339,8 +379,7 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it(apache_kafka: str) 
     source = create_topic(apache_kafka, partitions=3)
     output = create_topic(apache_kafka, partitions=3)
     produce_input(apache_kafka, source, 30)
-    group = f"group-{uuid.uuid4().hex[:8]}"
-    member = join(apache_kafka, group, source, "processor-0")
+    member = ConsumerGroup(apache_kafka, source).join("processor-0")
     messages = consume(member, 30)
     offsets = next_offsets(messages)
 
@@ -364,13 +403,13 @@ def test_group_metadata_of_a_replaced_static_member_cannot_commit_offsets(
 ) -> None:
     source = create_topic(apache_kafka, partitions=3)
     produce_input(apache_kafka, source, 3)
-    group = f"group-{uuid.uuid4().hex[:8]}"
-    old = join(apache_kafka, group, source, "processor-0")
+    group = ConsumerGroup(apache_kafka, source)
+    old = group.join("processor-0")
     offsets = next_offsets(consume(old, 3))
     zombie_metadata = old.consumer.consumer_group_metadata()
     old.consumer.close()
     # The pod came back under the same name: the old process is a zombie now.
-    replacement = join(apache_kafka, group, source, "processor-0")
+    replacement = group.join("processor-0")
     poll_until([replacement], lambda: len(replacement.assigned) == 3, 30, "the replacement")
 
     producer = transactional_producer(apache_kafka, f"processor-0-{uuid.uuid4().hex[:6]}")
