@@ -196,16 +196,19 @@ class KraftCluster:
             **TEST_BROKER_CONFIGS,
             **(broker_configs or {}),
         }
-        # A single node cannot hold replication factor 3; cap what needs more brokers than exist.
-        replication = str(min(3, nodes))
+        # Fewer than 3 nodes (a quick local cluster) cannot hold 3 replicas or an ISR of 2:
+        # cap what needs more brokers than there are.
         for key in (
             "default.replication.factor",
             "offsets.topic.replication.factor",
             "transaction.state.log.replication.factor",
             "share.coordinator.state.topic.replication.factor",
+            "min.insync.replicas",
+            "transaction.state.log.min.isr",
+            "share.coordinator.state.topic.min.isr",
         ):
             if int(self.broker_configs[key]) > nodes:
-                self.broker_configs[key] = replication
+                self.broker_configs[key] = str(nodes)
         self.nodes = [
             KraftNode(
                 node_id=node_id,
