@@ -28,7 +28,7 @@ $(VENV)/app/.synced: pyproject.toml uv.lock | $(UV)
 $(VENV)/checkov/.synced: pyproject.toml uv.lock | $(UV)
 	$(call sync_env,checkov,--group checkov)
 
-.PHONY: setup run test test-infra test-app render check lint lock clean
+.PHONY: setup run test test-apache render check lint lock clean
 setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced
 
 ## The main job on the embedded default: no cluster needed.
@@ -40,6 +40,11 @@ run: $(VENV)/infra/.synced
 test: setup
 	$(INFRA_PY) -m pytest tests/infra tests/policies
 	$(APP_PY) -m pytest tests/app
+
+## The tests that need Apache Kafka's group coordinator and fencing: a 3-node KRaft cluster from
+## KAFKA_HOME (an Apache Kafka 4.x distribution), or a running one in KAFKA_APACHE_BOOTSTRAP_SERVERS.
+test-apache: $(VENV)/app/.synced
+	$(APP_PY) -m pytest -m apache_kafka -s tests/app
 
 render: $(VENV)/infra/.synced
 	$(INFRA_PY) -m infra.render --stack $(STACK) --out build/manifests/$(STACK)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.embedded_broker import EmbeddedBroker
+from tests.app.kraft_cluster import KAFKA_HOME_ENV, KraftCluster
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -33,8 +34,6 @@ def kafka_bootstrap() -> Iterator[str]:
 #   KAFKA_HOME                      an Apache Kafka distribution: the tests start a 3-node
 #                                   KRaft cluster from it, once per session.
 # To run everything against one Apache cluster, set both bootstrap variables to it.
-
-from tests.app.kraft_cluster import KAFKA_HOME_ENV, KraftCluster  # noqa: E402
 
 APACHE_BOOTSTRAP_ENV = "KAFKA_APACHE_BOOTSTRAP_SERVERS"
 
