@@ -5,7 +5,6 @@ Every test uses its own topic names, so the tests share one broker without inter
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -35,9 +34,6 @@ from app.topic_reconciler import (
 from app.topic_specs import TopicRole, TopicSpec, dumps, pipeline_topics
 
 REPO = Path(__file__).resolve().parents[2]
-# The embedded broker (Tansu) does not implement CreatePartitions (KIP-195): the increase itself
-# is only exercised against a broker named by KAFKA_BOOTSTRAP_SERVERS (e.g. Apache Kafka).
-EMBEDDED = not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 HOUR_MS = 3_600_000
 SEGMENT_BYTES = 64 * 1024 * 1024
 
@@ -201,14 +197,11 @@ def test_partition_increase_is_refused_without_the_flag(
     assert "--allow-partition-increase" in refusal.detail
 
 
-@pytest.mark.skipif(
-    EMBEDDED,
-    reason="the embedded broker (Tansu) does not implement CreatePartitions (KIP-195); "
-    "set KAFKA_BOOTSTRAP_SERVERS to an Apache Kafka to run this",
-)
+@pytest.mark.apache_kafka(reason="CreatePartitions (KIP-195)")
 def test_partition_increase_is_applied_with_the_flag(
-    admin: AdminClient, name: Callable[[str], str]
+    apache_kafka: str, name: Callable[[str], str]
 ) -> None:
+    admin = AdminClient({"bootstrap.servers": apache_kafka})
     topic_name = name("grow")
     reconcile(admin, [topic(topic_name, partitions=2)])
     the_plan = reconcile(admin, [topic(topic_name, partitions=3)], allow=True)
