@@ -1,0 +1,66 @@
+"""`python -m app.processor --properties FILE [--set key=value ...]`: run one processor instance.
+
+Exit codes: 0 stopped cleanly (SIGTERM/SIGINT), 1 failed, 2 invalid settings or usage,
+3 fenced (another process runs with this instance's identity).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.processor.lifecycle import ProcessorInstance
+from app.processor.settings import SettingsError, load_settings
+
+EXIT_USAGE = 2
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--set wants key=value, got {text!r}")
+    return key.strip(), value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments, validate the settings, run the instance; the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m app.processor",
+        description="The stateful page-view processor: one instance (one pod).",
+        epilog="exit codes: 0 stopped cleanly, 1 failed, 2 invalid settings or usage, 3 fenced",
+    )
+    parser.add_argument("--properties", type=Path, required=True, metavar="FILE")
+    parser.add_argument(
+        "--set",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting of the file (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        settings = load_settings(args.properties, overrides=dict(args.set))
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    logging.getLogger("app.processor").info(
+        "starting %s (instance %s) with %s",
+        settings.application_id,
+        settings.instance_id or "dynamic",
+        settings.source,
+    )
+    return ProcessorInstance(settings).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

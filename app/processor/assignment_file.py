@@ -1,0 +1,85 @@
+"""The local channel from the group member to the Spark source: the current assignment.
+
+The group member lives in the processor's main Python process; the source's reader runs in
+processes the JVM starts (DESIGN.md, "Facts about PySpark 4.3"), so a module-level variable is
+not shared. The member publishes its assignment as a small JSON file in the state directory,
+replaced atomically (write a temporary file, then `os.replace`), and the reader reads it at
+each planning step. A reader never sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FILE_NAME = "assignment.json"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The input partitions this instance owns, as the group last assigned them.
+
+    `generation` grows with every change, so a reader can tell a new assignment from the one it
+    already checked. `draining` is set on shutdown: the source plans no new batch.
+    """
+
+    topic: str
+    partitions: tuple[int, ...] = field(default=())
+    generation: int = 0
+    draining: bool = False
+
+    def to_json(self) -> str:
+        """The file's content."""
+        return json.dumps(
+            {
+                "topic": self.topic,
+                "partitions": sorted(self.partitions),
+                "generation": self.generation,
+                "draining": self.draining,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Assignment:
+        """Parse the file's content."""
+        data = json.loads(text)
+        return cls(
+            topic=str(data["topic"]),
+            partitions=tuple(int(p) for p in data["partitions"]),
+            generation=int(data["generation"]),
+            draining=bool(data.get("draining", False)),
+        )
+
+
+def assignment_path(state_dir: Path) -> Path:
+    """Where the member publishes the assignment for the instance whose state is in `state_dir`."""
+    return state_dir / FILE_NAME
+
+
+def publish(path: Path, assignment: Assignment) -> None:
+    """Replace the file at `path` atomically with `assignment`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(assignment.to_json())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read(path: Path) -> Assignment | None:
+    """The published assignment, or None when none was published yet (the group join is slow)."""
+    try:
+        return Assignment.from_json(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def withdraw(path: Path) -> None:
+    """Remove a published assignment (a new process must not plan with its predecessor's)."""
+    path.unlink(missing_ok=True)

@@ -1,0 +1,380 @@
+"""A Spark Structured Streaming source that reads the partitions the consumer group assigns.
+
+Spark's own Kafka source never joins a consumer group, so none of the group settings
+(static membership, cooperative-sticky, session timeout) would mean anything. This source,
+written with the PySpark Python Data Source API and confluent-kafka, plans offsets only for the
+partitions the instance owns. It never joins the group itself: the group member lives in the
+processor's main process (`membership.py`) and publishes the assignment through a file
+(`assignment_file.py`); the reader only reads that file, the group's committed offsets and the
+partitions' ends. Executors read the planned ranges with `assign()`.
+
+Planning, per owned partition (`SourceOffsets` documents the offsets):
+
+- held (the previous batch had it, and the group's committed offset is where the previous batch
+  ended): input from the previous end up to the partition's last stable offset, at most
+  `max.records.per.batch` over all partitions, shared fairly;
+- gained without its state (a new checkpoint, a lost volume, moved here from another instance,
+  or held but the group's committed offset moved on meanwhile): a restore batch, which reads the
+  partition's compacted changelog from its beginning up to its current end as `restore` rows and
+  positions the input at the group's committed offset (the next batch reads from there).
+
+Rows: key, value, topic, partition, offset, timestamp, `kind` (`input` or `restore`) and
+`restore_epoch` (see `SourceOffsets`). Nothing here commits offsets: the sink does, inside its
+transaction; `commit()` runs late and never for the last batch (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from app.processor import assignment_file
+from app.processor.source_offsets import PartitionPosition, SourceOffsets
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "kafka-group"
+INPUT = "input"
+RESTORE = "restore"
+
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("kind", StringType()),
+        StructField("restore_epoch", LongType()),
+    ]
+)
+ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
+
+# One Spark task reads at most this many offsets, so that one busy partition still uses every
+# core; one Arrow batch holds at most READ_CHUNK records.
+SPLIT_RECORDS = 25_000
+READ_CHUNK = 5_000
+CLIENT_TIMEOUT_S = 30.0
+# A planned range that yields nothing for this long was truncated under us (retention): fail
+# the batch loudly rather than wait forever.
+READ_STALL_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What the source needs, passed as one JSON option (`.option("source", ...)`)."""
+
+    input_topic: str
+    changelog_topic: str
+    assignment_path: str
+    max_records_per_batch: int
+    # librdkafka settings for the reader's clients: bootstrap, group.id (for committed offsets
+    # only: these clients never subscribe), isolation level, security.
+    consumer_config: Mapping[str, str]
+
+    def to_option(self) -> str:
+        """The option's value."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_option(cls, value: str) -> SourceOptions:
+        """Parse the option's value."""
+        return cls(**json.loads(value))
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    """One task's work: offsets [begin, end) of one topic partition."""
+
+    topic: str
+    partition: int
+    begin: int  # OFFSET_BEGINNING for a restore: the changelog's first record, whatever it is
+    end: int
+    kind: str
+    restore_epoch: int
+
+
+class KafkaGroupSource(DataSource):
+    """`spark.readStream.format("kafka-group").option("source", SourceOptions(...).to_option())`."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """Kafka's record fields, plus `kind` and `restore_epoch`."""
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The reader; the JVM creates it in a reader process, not in the main process."""
+        return GroupAssignedReader(SourceOptions.from_option(self.options["source"]))
+
+
+class GroupAssignedReader(DataSourceStreamReader):
+    """Plans owned partitions' ranges and reads them (see the module docstring)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        # Created lazily: the planner process pickles this object to the executors, and a
+        # client created in __init__ would be created (and connect) in every process.
+        self._client: Consumer | None = None
+        self._checked_generation: int | None = None
+        self._diverged: set[int] = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    # --- planning (the long-lived reader process) ----------------------------------------------
+
+    def initialOffset(self) -> dict:
+        """No partition held: a new checkpoint restores every partition it is assigned."""
+        return {}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """`max.records.per.batch` input records per micro-batch, over all partitions."""
+        return ReadMaxRows(self.options.max_records_per_batch)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The next batch's end offsets for the owned partitions (`start` when nothing to do)."""
+        opts = self.options
+        assignment = assignment_file.read(Path(opts.assignment_path))
+        if assignment is None or assignment.draining:
+            return start  # no assignment yet, or shutting down: plan nothing
+        previous = SourceOffsets.from_dict(start, opts.input_topic, opts.changelog_topic)
+        owned = sorted(set(assignment.partitions))
+        if assignment.generation != self._checked_generation:
+            self._diverged = self._moved_on(previous, owned)
+            self._checked_generation = assignment.generation
+        positions: dict[int, PartitionPosition] = {}
+        growing: dict[int, tuple[int, int]] = {}  # partition -> (from, last stable offset)
+        now_ms = int(time.time() * 1000)
+        for p in owned:
+            held = previous.positions.get(p)
+            if held is None or p in self._diverged:
+                positions[p] = PartitionPosition(
+                    input_offset=self._committed_or_earliest(p),
+                    changelog_offset=self._end(opts.changelog_topic, p),
+                    restore_epoch=now_ms,
+                )
+                log.info(
+                    "partition %s-%d: state not held here; restoring it from %s up to offset %d",
+                    opts.input_topic,
+                    p,
+                    opts.changelog_topic,
+                    positions[p].changelog_offset,
+                )
+            else:
+                growing[p] = (held.input_offset, self._end(opts.input_topic, p))
+        budget = None if isinstance(limit, ReadAllAvailable) else _max_rows(limit)
+        taken = fair_share(budget, {p: max(0, end - begin) for p, (begin, end) in growing.items()})
+        for p, (begin, _) in growing.items():
+            held = previous.positions[p]
+            positions[p] = PartitionPosition(
+                input_offset=begin + taken[p],
+                changelog_offset=held.changelog_offset,
+                restore_epoch=held.restore_epoch,
+            )
+        self._diverged.clear()
+        return SourceOffsets(opts.input_topic, opts.changelog_topic, positions).to_dict()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The ranges between two offsets; a pure function of them, so a replay reads the same."""
+        opts = self.options
+        previous = SourceOffsets.from_dict(start, opts.input_topic, opts.changelog_topic)
+        current = SourceOffsets.from_dict(end, opts.input_topic, opts.changelog_topic)
+        restoring = current.restoring(previous)
+        ranges: list[InputPartition] = []
+        for p, pos in sorted(current.positions.items()):
+            if p in restoring:
+                if pos.changelog_offset > 0:
+                    ranges.append(
+                        KafkaRange(
+                            opts.changelog_topic,
+                            p,
+                            OFFSET_BEGINNING,
+                            pos.changelog_offset,
+                            RESTORE,
+                            pos.restore_epoch,
+                        )
+                    )
+                continue
+            begin = previous.positions[p].input_offset
+            for lo in range(begin, pos.input_offset, SPLIT_RECORDS):
+                hi = min(lo + SPLIT_RECORDS, pos.input_offset)
+                ranges.append(KafkaRange(opts.input_topic, p, lo, hi, INPUT, pos.restore_epoch))
+        return ranges
+
+    def commit(self, end: dict) -> None:
+        """Nothing: input offsets are committed in the sink's transaction."""
+
+    def _consumer(self) -> Consumer:
+        if self._client is None:
+            self._client = Consumer(dict(self.options.consumer_config))
+        return self._client
+
+    def _end(self, topic: str, partition: int) -> int:
+        # read_committed: the last stable offset, so a batch never waits on an open transaction.
+        _, high = self._consumer().get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S, cached=False
+        )
+        return int(high)
+
+    def _committed_or_earliest(self, partition: int) -> int:
+        return self._committed([partition])[partition]
+
+    def _committed(self, partitions: Sequence[int]) -> dict[int, int]:
+        """The group's committed offsets (the partition's first offset where there is none)."""
+        topic = self.options.input_topic
+        consumer = self._consumer()
+        found = consumer.committed(
+            [TopicPartition(topic, p) for p in partitions], timeout=CLIENT_TIMEOUT_S
+        )
+        result = {}
+        for tp in found:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            if tp.offset >= 0:
+                result[tp.partition] = tp.offset
+            else:
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(topic, tp.partition), timeout=CLIENT_TIMEOUT_S, cached=False
+                )
+                result[tp.partition] = int(low)
+        return result
+
+    def _moved_on(self, previous: SourceOffsets, owned: Sequence[int]) -> set[int]:
+        """Held partitions whose committed offset is not where the checkpoint stopped.
+
+        Someone else processed them meanwhile (they moved away and back), or this instance's
+        last results for them were never written (revoked mid-batch): the local state is not
+        the group's, so it is restored from the changelog.
+        """
+        held = [p for p in owned if p in previous.positions]
+        if not held:
+            return set()
+        committed = self._committed(held)
+        moved = {p for p in held if committed[p] != previous.positions[p].input_offset}
+        for p in sorted(moved):
+            log.info(
+                "partition %s-%d: checkpoint stopped at %d, group committed %d: restoring",
+                self.options.input_topic,
+                p,
+                previous.positions[p].input_offset,
+                committed[p],
+            )
+        return moved
+
+    # --- reading (executors) -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Exactly the records of one planned range, as Arrow batches (no group: `assign()`)."""
+        assert isinstance(partition, KafkaRange)
+        yield from read_range(self.options.consumer_config, partition)
+
+
+def read_range(config: Mapping[str, str], work: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Read offsets [work.begin, work.end) of one partition with `assign()`."""
+    consumer = Consumer(dict(config))
+    tp = TopicPartition(work.topic, work.partition)
+    try:
+        begin = work.begin
+        if begin == OFFSET_BEGINNING:
+            begin, _ = consumer.get_watermark_offsets(tp, timeout=CLIENT_TIMEOUT_S, cached=False)
+        if begin >= work.end:
+            return
+        consumer.assign([TopicPartition(work.topic, work.partition, begin)])
+        last_progress = time.monotonic()
+        position = begin
+        while position < work.end:
+            messages = consumer.consume(READ_CHUNK, timeout=1.0)
+            batch = _to_arrow(messages, work)
+            if batch.num_rows:
+                yield batch
+            # The position moves past transaction markers and aborted records too.
+            new_position = consumer.position([tp])[0].offset
+            if new_position > position:
+                position, last_progress = new_position, time.monotonic()
+            elif time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
+                raise RuntimeError(
+                    f"{work.topic}-{work.partition}: no progress at offset {position} for "
+                    f"{READ_STALL_TIMEOUT_S:g} s while reading up to {work.end}; were the "
+                    "records deleted (retention) or the topic recreated?"
+                )
+    finally:
+        consumer.close()
+
+
+def _to_arrow(messages: Sequence[Any], work: KafkaRange) -> pa.RecordBatch:
+    keys, values, offsets, timestamps = [], [], [], []
+    for message in messages:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                continue
+            raise KafkaException(error)
+        offset = message.offset()
+        if offset >= work.end:
+            break
+        keys.append(message.key())
+        values.append(message.value())
+        offsets.append(offset)
+        timestamps.append(message.timestamp()[1] * 1000)
+    n = len(offsets)
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([work.topic] * n, pa.string()),
+        pa.array([work.partition] * n, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(timestamps, pa.int64()).cast(ARROW_SCHEMA.field("timestamp").type),
+        pa.array([work.kind] * n, pa.string()),
+        pa.array([work.restore_epoch] * n, pa.int64()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _max_rows(limit: ReadLimit) -> int | None:
+    return int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
+
+
+def fair_share(budget: int | None, available: Mapping[int, int]) -> dict[int, int]:
+    """Split `budget` records over partitions with `available` records each, as evenly as
+    possible (what a small partition leaves goes to the bigger ones); None: take everything."""
+    if budget is None:
+        return dict(available)
+    taken: dict[int, int] = {}
+    remaining = budget
+    by_size = sorted(available, key=lambda p: (available[p], p))
+    for index, p in enumerate(by_size):
+        take = min(available[p], remaining // (len(by_size) - index))
+        taken[p] = take
+        remaining -= take
+    return taken

@@ -1,0 +1,181 @@
+"""One processor instance from start to exit: membership, health, the query and its restarts.
+
+The main process owns what must outlive a query run: the group membership (so a query restart is
+no rebalance), the transactional producer, the health endpoint and the signal handling. The
+query is restarted after a retriable failure (an aborted transaction: Spark replays the batch);
+a fenced producer or group member means another process took this instance's identity, and the
+instance exits non-zero rather than fence it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+
+from pyspark.sql.streaming import StreamingQuery
+
+from app.processor.assignment_file import assignment_path
+from app.processor.health import HealthServer, ReadinessStatus
+from app.processor.membership import GroupMember
+from app.processor.metrics import ProcessorMetrics
+from app.processor.pipeline import spark_session, start_query
+from app.processor.settings import ProcessorSettings
+from app.processor.sink import SinkTopics, TransactionalSink
+from app.processor.source_offsets import held_partitions
+
+log = logging.getLogger(__name__)
+
+# Consecutive failed query runs before the instance gives up (the kubelet then restarts it).
+MAX_QUERY_RESTARTS = 5
+RESTART_BACKOFF_S = 2.0
+# How long SIGTERM waits for the running batch; the pod's terminationGracePeriodSeconds must
+# cover it plus Spark's shutdown (a few seconds).
+DRAIN_TIMEOUT_S = 60.0
+# The group join can take a while (the broker waits group.initial.rebalance.delay.ms).
+ASSIGNMENT_TIMEOUT_S = 300.0
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_FENCED = 3
+
+
+class ProcessorInstance:
+    """Run with `run()`; SIGTERM/SIGINT stop it cleanly (see `_shutdown`)."""
+
+    def __init__(self, settings: ProcessorSettings) -> None:
+        self.settings = settings
+        self.metrics = ProcessorMetrics()
+        self.member = GroupMember(
+            settings.consumer_config(),
+            settings.input_topic,
+            assignment_path(settings.state_dir),
+            self.metrics,
+        )
+        self.health = HealthServer(settings.health_port, self.metrics, self.readiness)
+        self._stop = threading.Event()
+        self._query_running = False
+
+    def readiness(self) -> ReadinessStatus:
+        """Ready: the query runs, the assignment arrived, and every owned partition's state is
+        in the checkpoint (restored or held)."""
+        owned = self.member.assignment()
+        held = held_partitions(
+            self.settings.checkpoint_dir, self.settings.input_topic, self.settings.changelog_topic
+        )
+        return ReadinessStatus(
+            query_running=self._query_running,
+            assignment_received=self.member.assigned,
+            restore_done=self.member.assigned and owned <= held,
+        )
+
+    def request_stop(self, signum: int, _frame: FrameType | None = None) -> None:
+        """Signal handler: finish the current batch, then stop."""
+        log.info(
+            "%s received: finishing the current batch, then stopping", signal.Signals(signum).name
+        )
+        self._stop.set()
+
+    def run(self) -> int:
+        """Run until stopped; the process exit code."""
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self.health.start()
+        self.member.start()
+        spark = None
+        try:
+            started = time.monotonic()
+            spark = spark_session(self.settings)  # 7-10 s, while the group join goes on
+            sink = TransactionalSink(
+                self.settings.producer_config(),
+                SinkTopics(
+                    self.settings.input_topic,
+                    self.settings.output_topic,
+                    self.settings.changelog_topic,
+                    self.settings.dlq_topic,
+                ),
+                self.settings.checkpoint_dir,
+                self.member,
+                self.metrics,
+            )
+            if not self._wait_for_assignment():
+                return EXIT_OK if self._stop.is_set() else EXIT_FAILED
+            log.info("assignment received %.1f s after start", time.monotonic() - started)
+            return self._supervise(spark, sink)
+        finally:
+            self.member.close()
+            if spark is not None:
+                spark.stop()
+            self.health.stop()
+            log.info("processor stopped")
+
+    def _wait_for_assignment(self) -> bool:
+        deadline = time.monotonic() + ASSIGNMENT_TIMEOUT_S
+        while not self._stop.is_set():
+            self.health.heartbeat()
+            if self.member.wait_for_assignment(1.0):
+                return True
+            if time.monotonic() > deadline:
+                log.error(
+                    "no partition assignment from group %s within %.0f s: is the broker "
+                    "reachable and the input topic %s created?",
+                    self.settings.application_id,
+                    ASSIGNMENT_TIMEOUT_S,
+                    self.settings.input_topic,
+                )
+                return False
+        return False
+
+    def _supervise(self, spark: object, sink: TransactionalSink) -> int:
+        failures = 0
+        while not self._stop.is_set():
+            query = start_query(spark, self.settings, sink)  # type: ignore[arg-type]
+            log.info("query %s started (checkpoint %s)", query.id, self.settings.checkpoint_dir)
+            self._query_running = True
+            self._watch(query)
+            self._query_running = False
+            if self._stop.is_set():
+                break
+            error = query.exception()
+            description = str(error) if error is not None else "stopped without an error"
+            if "ProducerFencedError" in description or "MemberFencedError" in description:
+                log.error("this instance was fenced by another one with its identity; exiting")
+                return EXIT_FENCED
+            failures += 1
+            log.warning(
+                "query failed (%d/%d): %s", failures, MAX_QUERY_RESTARTS, _first_line(description)
+            )
+            if failures >= MAX_QUERY_RESTARTS:
+                log.error("giving up after %d failed query runs", failures)
+                return EXIT_FAILED
+            time.sleep(RESTART_BACKOFF_S)
+        return EXIT_OK
+
+    def _watch(self, query: StreamingQuery) -> None:
+        """Wait until the query ends or a stop is requested; then finish the batch and stop it."""
+        while query.isActive:
+            self.health.heartbeat()
+            if self._stop.is_set():
+                self._shutdown(query)
+                return
+            query.awaitTermination(1)
+
+    def _shutdown(self, query: StreamingQuery) -> None:
+        # No new batch gets planned; the running one finishes and commits its transaction.
+        self.member.drain()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while query.isActive and query.status["isTriggerActive"]:
+            if time.monotonic() > deadline:
+                log.warning("batch still running after %.0f s: stopping anyway", DRAIN_TIMEOUT_S)
+                break
+            self.health.heartbeat()
+            time.sleep(0.1)
+        query.stop()
+        log.info("query stopped")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text

@@ -1,0 +1,243 @@
+"""The instance's membership in the consumer group: it owns exactly what the group assigns it.
+
+One confluent-kafka `Consumer`, subscribed to the input topic with `group.id` = application.id,
+`group.instance.id` = the pod name (static membership), cooperative-sticky, read_committed. It
+only holds the membership: every assigned partition is paused, so it never fetches a record; the
+Spark source reads the planned ranges itself. It is polled from a background thread, so the
+instance stays in the group while a long batch runs (`max.poll.interval.ms`) and while the query
+restarts. Each (incremental) assignment change is published to the source through
+`assignment_file`, counted in the metrics, and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from app.processor import assignment_file
+from app.processor.assignment_file import Assignment
+from app.processor.metrics import ProcessorMetrics
+
+log = logging.getLogger(__name__)
+
+POLL_TIMEOUT_S = 0.2
+LAG_INTERVAL_S = 5.0
+CLIENT_TIMEOUT_S = 30.0
+
+
+class MemberFencedError(RuntimeError):
+    """Another process took this instance's `group.instance.id`: this one is a zombie."""
+
+
+class GroupMember:
+    """Holds the group membership on a background thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        consumer_config: dict[str, str],
+        topic: str,
+        channel: Path,
+        metrics: ProcessorMetrics,
+    ) -> None:
+        self.topic = topic
+        self.channel = channel
+        self.metrics = metrics
+        self._config = consumer_config
+        self._consumer: Consumer | None = None
+        # The member's own consumer is polled by the background thread; a request from another
+        # thread (committed offsets) can hang on it while it polls, so those go through a
+        # second consumer that never subscribes, hence never joins the group.
+        self._offsets_client: Consumer | None = None
+        self._offsets_lock = threading.Lock()
+        self._owned: set[int] = set()
+        self._generation = 0
+        self._draining = False
+        self._lock = threading.Lock()
+        self._assigned = threading.Event()
+        self._stop = threading.Event()
+        self._fatal: KafkaError | None = None
+        self._thread = threading.Thread(target=self._run, name="group-member", daemon=True)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> GroupMember:
+        """Join the group (asynchronously: the first assignment arrives later)."""
+        # A predecessor's file must not be planned with before this process's first assignment.
+        assignment_file.withdraw(self.channel)
+        self._consumer = Consumer({**self._config, "error_cb": self._on_error})
+        self._offsets_client = Consumer(
+            {k: v for k, v in self._config.items() if k != "group.instance.id"}
+        )
+        self._consumer.subscribe(
+            [self.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info(
+            "joining group %s as %s (topic %s)",
+            self._config.get("group.id"),
+            self._config.get("group.instance.id", "a dynamic member"),
+            self.topic,
+        )
+        self._thread.start()
+        return self
+
+    def wait_for_assignment(self, timeout_s: float) -> bool:
+        """Whether the first assignment arrived within `timeout_s`."""
+        return self._assigned.wait(timeout_s)
+
+    def drain(self) -> None:
+        """Tell the source to plan no new batch (shutdown); the membership is kept."""
+        with self._lock:
+            self._draining = True
+            self._publish()
+
+    def close(self) -> None:
+        """Stop polling and close the consumer.
+
+        With `group.instance.id` set (a stateful instance), closing does NOT leave the group:
+        the partitions wait for this instance for up to `session.timeout.ms`, so a restart keeps
+        them and their state. Without it (stateless), closing leaves the group and the partitions
+        move at once.
+        """
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=CLIENT_TIMEOUT_S)
+
+    # --- what the sink and the health checks ask ----------------------------------------------
+
+    @property
+    def assigned(self) -> bool:
+        """Whether an assignment has arrived (possibly empty: more instances than partitions)."""
+        return self._assigned.is_set()
+
+    def assignment(self) -> set[int]:
+        """The input partitions owned now."""
+        with self._lock:
+            return set(self._owned)
+
+    def group_metadata(self) -> object:
+        """The consumer group metadata for `send_offsets_to_transaction` (current generation)."""
+        self.raise_if_fenced()
+        return self._client().consumer_group_metadata()
+
+    def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
+        """The group's committed offsets of `partitions` (None where nothing was committed)."""
+        if self._offsets_client is None:
+            raise RuntimeError("GroupMember.start() was not called")
+        with self._offsets_lock:
+            found = self._offsets_client.committed(
+                [TopicPartition(self.topic, p) for p in partitions], timeout=CLIENT_TIMEOUT_S
+            )
+        result: dict[int, int | None] = {}
+        for tp in found:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            result[tp.partition] = tp.offset if tp.offset >= 0 else None
+        return result
+
+    def raise_if_fenced(self) -> None:
+        """Raise `MemberFencedError` when the broker fenced this member (a fatal error)."""
+        if self._fatal is not None:
+            raise MemberFencedError(
+                f"group member {self._config.get('group.instance.id')} was fenced: "
+                f"{self._fatal.str()} (another instance runs with the same group.instance.id)"
+            )
+
+    # --- the polling thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        consumer = self._client()
+        next_lag = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                message = consumer.poll(POLL_TIMEOUT_S)
+                if message is not None and message.error() is not None:
+                    self._on_error(message.error())
+                if time.monotonic() >= next_lag:
+                    next_lag = time.monotonic() + LAG_INTERVAL_S
+                    self._export_lag(consumer)
+        except Exception:  # the thread must not die silently: the instance would leave the group
+            log.exception("group member's polling thread failed")
+            raise
+        finally:
+            consumer.close()
+            if self._offsets_client is not None:
+                self._offsets_client.close()
+            log.info("group member closed (static members stay in the group until the timeout)")
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            raise RuntimeError("GroupMember.start() was not called")
+        return self._consumer
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._fatal = error
+            log.error("group member: fatal error %s", error.str())
+        else:
+            log.warning("group member: %s", error.str())
+
+    def _on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        consumer.incremental_assign(partitions)
+        # Membership only: the source reads the records.
+        if partitions:
+            consumer.pause(partitions)
+        self._changed(added={tp.partition for tp in partitions}, removed=set())
+
+    def _on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        consumer.incremental_unassign(partitions)
+        self._changed(added=set(), removed={tp.partition for tp in partitions})
+
+    def _on_lost(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        log.warning("group member: partitions lost (session timed out): %s", _names(partitions))
+        self._on_revoke(consumer, partitions)
+
+    def _changed(self, added: set[int], removed: set[int]) -> None:
+        with self._lock:
+            self._owned = (self._owned - removed) | added
+            self._generation += 1
+            self._publish()
+            owned = sorted(self._owned)
+        self._assigned.set()
+        self.metrics.rebalance(
+            assigned=[(self.topic, p) for p in added], revoked=[(self.topic, p) for p in removed]
+        )
+        log.info(
+            "rebalance: assigned %s, revoked %s; owned now %s (generation %d)",
+            sorted(added),
+            sorted(removed),
+            owned,
+            self._generation,
+        )
+
+    def _publish(self) -> None:
+        assignment_file.publish(
+            self.channel,
+            Assignment(self.topic, tuple(sorted(self._owned)), self._generation, self._draining),
+        )
+
+    def _export_lag(self, consumer: Consumer) -> None:
+        owned = self.assignment()
+        if not owned:
+            return
+        try:
+            committed = self.committed(owned)
+            for p in sorted(owned):
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=CLIENT_TIMEOUT_S, cached=False
+                )
+                start = committed[p]
+                self.metrics.lag(self.topic, p, max(0, high - start) if start is not None else high)
+        except KafkaException as exc:
+            log.warning("consumer lag not updated: %s", exc)
+
+
+def _names(partitions: Sequence[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions) or "none"

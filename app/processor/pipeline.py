@@ -1,0 +1,64 @@
+"""The Spark side: the session and the streaming query (source -> counting -> sink)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from app.processor.assignment_file import assignment_path
+from app.processor.counting import count_page_views
+from app.processor.kafka_source import SOURCE_NAME, KafkaGroupSource, SourceOptions
+from app.processor.settings import INSTANCE_ID_KEY, ProcessorSettings
+from app.processor.sink import TransactionalSink
+
+# Only the group member holds the instance id; the source's clients never join the group.
+_MEMBER_ONLY = (INSTANCE_ID_KEY.removeprefix("consumer."),)
+
+
+def spark_session(settings: ProcessorSettings) -> SparkSession:
+    """The local Spark application of this instance, with every `spark.*` setting."""
+    # Spark's Python workers (the source's reader, the stateful processor) must run in this
+    # environment, not whatever `python3` is first on the PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(settings.application_id)
+    for key, value in settings.spark_conf().items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KafkaGroupSource)
+    return spark
+
+
+def source_options(settings: ProcessorSettings) -> SourceOptions:
+    """What the Kafka source's reader processes need to know."""
+    config = {k: v for k, v in settings.consumer_config().items() if k not in _MEMBER_ONLY}
+    return SourceOptions(
+        input_topic=settings.input_topic,
+        changelog_topic=settings.changelog_topic,
+        assignment_path=str(assignment_path(settings.state_dir)),
+        max_records_per_batch=settings.max_records_per_batch,
+        consumer_config=config,
+    )
+
+
+def start_query(
+    spark: SparkSession, settings: ProcessorSettings, sink: TransactionalSink
+) -> StreamingQuery:
+    """Start (or resume, from the checkpoint on the state volume) the streaming query."""
+    events = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("source", source_options(settings).to_option())
+        .load()
+    )
+    return (
+        count_page_views(events)
+        .writeStream.queryName(settings.application_id.replace("-", "_"))
+        .outputMode("update")
+        .foreachBatch(sink.write_batch)
+        .trigger(processingTime=settings.trigger_processing_time)
+        .option("checkpointLocation", str(settings.checkpoint_dir))
+        .start()
+    )

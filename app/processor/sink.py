@@ -1,0 +1,225 @@
+"""The exactly-once sink: one Kafka transaction per micro-batch (`foreachBatch`, main process).
+
+Per batch, in one transaction (`transactional.id` from the pod name):
+
+- each updated count to the output topic and to the changelog topic, in the partition of the
+  input record (key: the page; value: the count as a UTF-8 decimal);
+- each record that broke the input contract to the dead-letter topic, unchanged, with the
+  headers `dlq.reason`, `dlq.source.topic`, `dlq.source.partition`, `dlq.source.offset`;
+- the batch's input end offsets (from `<checkpoint>/offsets/<batchId>`) committed to the group
+  with `send_offsets_to_transaction` and the group member's metadata, so the broker fences the
+  commit if this instance no longer owns the partitions.
+
+A batch replayed after a crash whose transaction had committed (the group's committed offsets
+already at its end) is not written again. A transaction that fails is aborted and the exception
+propagates, so Spark does not mark the batch done; the processor restarts the query and Spark
+replays the batch. Results for partitions the instance no longer owns are never written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from pyspark.sql import DataFrame
+
+from app.processor.counting import COUNT, DLQ, RESTORED
+from app.processor.membership import GroupMember
+from app.processor.metrics import ProcessorMetrics
+from app.processor.source_offsets import SourceOffsets, read_batch_offsets
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_TIMEOUT_S = 60.0
+DLQ_HEADERS = ("dlq.reason", "dlq.source.topic", "dlq.source.partition", "dlq.source.offset")
+
+
+class TransactionAbortedError(RuntimeError):
+    """The batch's transaction was aborted; the batch is not done and will be replayed."""
+
+
+class ProducerFencedError(RuntimeError):
+    """A newer producer with this transactional.id exists: this producer can never commit."""
+
+
+@dataclass(frozen=True)
+class SinkTopics:
+    """Where the sink writes."""
+
+    input: str
+    output: str
+    changelog: str
+    dlq: str
+
+
+class TransactionalSink:
+    """`foreachBatch` target; see the module docstring."""
+
+    def __init__(
+        self,
+        producer_config: dict[str, str],
+        topics: SinkTopics,
+        checkpoint_dir: Path,
+        member: GroupMember,
+        metrics: ProcessorMetrics,
+    ) -> None:
+        self.topics = topics
+        self.checkpoint_dir = checkpoint_dir
+        self.member = member
+        self.metrics = metrics
+        self._config = producer_config
+        self.producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        producer = Producer(self._config)
+        # Fences any older producer with this transactional.id (the previous run of this pod)
+        # and aborts its open transaction, so the group's committed offsets become stable.
+        producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        log.info("transactional producer %s ready", self._config.get("transactional.id"))
+        return producer
+
+    def reset(self) -> None:
+        """Replace a producer that hit a fatal error (after the query stopped)."""
+        self.producer = self._new_producer()
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """Write one micro-batch in one transaction (the `foreachBatch` function)."""
+        started = time.monotonic()
+        rows = batch.toArrow()  # the stateful plan runs exactly once, here
+        end = self._offsets(batch_id)
+        start = self._offsets(batch_id - 1)
+        self._report_restores(rows, end, start)
+        advanced = {
+            p: pos.input_offset
+            for p, pos in end.positions.items()
+            if p in start.positions
+            and p not in end.restoring(start)
+            and pos.input_offset > start.positions[p].input_offset
+        }
+        if not advanced:
+            return  # a restore batch, or nothing new: no input offsets to commit
+        committed = self.member.committed(advanced)
+        if all((committed[p] or 0) >= offset for p, offset in advanced.items()):
+            log.info("batch %d: already committed before a restart; not written again", batch_id)
+            self.metrics.batch_skipped()
+            return
+        owned = self.member.assignment()
+        gone = sorted(set(advanced) - owned)
+        if gone:
+            log.warning("batch %d: partitions %s no longer owned: not written", batch_id, gone)
+        offsets = {p: o for p, o in advanced.items() if p in owned}
+        written = self._transaction(batch_id, rows, offsets)
+        records_in: Counter[tuple[str, int]] = Counter()
+        for kind in (COUNT, DLQ):
+            for p, n in _records_by_partition(rows, kind).items():
+                if p in offsets:
+                    records_in[(self.topics.input, p)] += n
+        self.metrics.batch_done(time.monotonic() - started, records_in, written)
+        log.info(
+            "batch %d: committed %s, %d records in, offsets %s",
+            batch_id,
+            dict(written),
+            sum(records_in.values()),
+            offsets,
+        )
+
+    def _offsets(self, batch_id: int) -> SourceOffsets:
+        return read_batch_offsets(
+            self.checkpoint_dir, batch_id, self.topics.input, self.topics.changelog
+        )
+
+    def _transaction(self, batch_id: int, rows: pa.Table, offsets: dict[int, int]) -> Counter[str]:
+        producer = self.producer
+        written: Counter[str] = Counter()
+        try:
+            producer.begin_transaction()
+            for row in rows.to_pylist():
+                partition = row["partition"]
+                if partition not in offsets:
+                    continue
+                if row["kind"] == COUNT:
+                    key = row["page"].encode("utf-8")
+                    value = str(row["count"]).encode("ascii")
+                    for topic in (self.topics.output, self.topics.changelog):
+                        producer.produce(topic, value=value, key=key, partition=partition)
+                        written[topic] += 1
+                elif row["kind"] == DLQ:
+                    producer.produce(
+                        self.topics.dlq,
+                        value=row["value"],
+                        key=row["key"],
+                        headers=_dlq_headers(row["reason"], self.topics.input, partition, row),
+                    )
+                    written[self.topics.dlq] += 1
+                    self.metrics.dlq(row["reason"])
+                producer.poll(0)
+            producer.send_offsets_to_transaction(
+                [TopicPartition(self.topics.input, p, o) for p, o in sorted(offsets.items())],
+                self.member.group_metadata(),
+                TRANSACTION_TIMEOUT_S,
+            )
+            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+        except KafkaException as exc:
+            self._abort(batch_id, exc)
+        self.metrics.transaction(committed=True)
+        return written
+
+    def _abort(self, batch_id: int, exc: KafkaException) -> None:
+        error: KafkaError = exc.args[0]
+        self.metrics.transaction(committed=False)
+        if error.fatal():
+            # Fenced: a newer producer with this transactional.id exists. Nothing this producer
+            # does can commit any more.
+            log.error("batch %d: producer fenced (%s); batch not done", batch_id, error.str())
+            raise ProducerFencedError(error.str()) from exc
+        if error.txn_requires_abort():
+            self.producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+            log.warning(
+                "batch %d: transaction aborted (%s); batch not done, it will be replayed",
+                batch_id,
+                error.str(),
+            )
+            raise TransactionAbortedError(error.str()) from exc
+        raise exc
+
+    def _report_restores(self, rows: pa.Table, end: SourceOffsets, start: SourceOffsets) -> None:
+        restoring = end.restoring(start)
+        if not restoring:
+            return
+        records = _records_by_partition(rows, RESTORED)
+        now_ms = time.time() * 1000
+        for p in sorted(restoring):
+            seconds = max(0.0, (now_ms - end.positions[p].restore_epoch) / 1000)
+            self.metrics.restore_done(p, records[p], seconds)
+            log.info(
+                "partition %s-%d: state restored from %d changelog records in %.2f s (%.0f/s)",
+                self.topics.input,
+                p,
+                records[p],
+                seconds,
+                records[p] / seconds if seconds else 0.0,
+            )
+
+
+def _records_by_partition(rows: pa.Table, kind: str) -> Counter[int]:
+    """How many source records the rows of `kind` stand for, per partition."""
+    found: Counter[int] = Counter()
+    for p, row_kind, n in zip(
+        rows.column("partition").to_pylist(),
+        rows.column("kind").to_pylist(),
+        rows.column("records").to_pylist(),
+        strict=True,
+    ):
+        if row_kind == kind:
+            found[p] += n
+    return found
+
+
+def _dlq_headers(reason: str, topic: str, partition: int, row: dict) -> list[tuple[str, bytes]]:
+    values = (reason, topic, str(partition), str(row["offset"]))
+    return [(name, value.encode("utf-8")) for name, value in zip(DLQ_HEADERS, values, strict=True)]
