@@ -1,0 +1,261 @@
+"""Running the processor as a real subprocess against a real broker, and reading what it wrote.
+
+Used by the processor tests (`test_processor_*.py`): no mocks, only `python -m app.processor`,
+Kafka clients and the processor's own HTTP endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.embedded_broker import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One isolated pipeline: its own topics and group (names with a random suffix)."""
+
+    bootstrap: str
+    application_id: str
+    partitions: int
+
+    @classmethod
+    def create(cls, bootstrap: str, partitions: int = 2, replication: int = 1) -> Pipeline:
+        """Create the four topics of a fresh pipeline."""
+        pipeline = cls(bootstrap, f"pvc-{uuid.uuid4().hex[:8]}", partitions)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        futures = admin.create_topics(
+            [NewTopic(t, partitions, replication) for t in pipeline.topics.values()]
+        )
+        for future in futures.values():
+            future.result(CLIENT_TIMEOUT_S)
+        return pipeline
+
+    @property
+    def topics(self) -> dict[str, str]:
+        """Role -> topic name, as the properties file names them."""
+        return {
+            "input.topic": f"{self.application_id}-page-views",
+            "output.topic": f"{self.application_id}-counts",
+            "changelog.topic": f"{self.application_id}-counts-changelog",
+            "dlq.topic": f"{self.application_id}-dlq",
+        }
+
+    def properties(self, instance: str, state_dir: Path, **extra: str) -> str:
+        """A properties file for one instance (keys as in the contract)."""
+        settings = {
+            "application.id": self.application_id,
+            "bootstrap.servers": self.bootstrap,
+            **self.topics,
+            "state.dir": str(state_dir),
+            "trigger.interval.ms": "500",
+            "max.records.per.batch": "20000",
+            "consumer.group.instance.id": instance,
+            "consumer.session.timeout.ms": "30000",
+            "consumer.heartbeat.interval.ms": "2000",
+            "producer.transactional.id": instance,
+            "producer.transaction.timeout.ms": "30000",
+            "spark.master": "local[2]",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            **extra,
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def produce_page_views(
+    bootstrap: str, topic: str, events: int, pages: int, seed: int
+) -> Counter[str]:
+    """Produce `events` valid page views over `pages` pages; the true count per page.
+
+    One record per produce request (`batch.num.messages=1`): the embedded broker's
+    ListOffsets is wrong after multi-record batches (DESIGN.md).
+    """
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0, "acks": "all"}
+    )
+    rnd = random.Random(seed)
+    truth: Counter[str] = Counter()
+    for i in range(events):
+        page = f"/page/{rnd.randrange(pages)}"
+        truth[page] += 1
+        value = json.dumps({"page": page, "user": f"u{rnd.randrange(1000)}", "seq": i})
+        producer.produce(topic, key=page.encode(), value=value.encode())
+        if i % 500 == 0:
+            producer.poll(0)
+    producer.flush(CLIENT_TIMEOUT_S)
+    return truth
+
+
+def produce_raw(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]):
+    """Produce records exactly as given (key, value), one per request."""
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+    producer.flush(CLIENT_TIMEOUT_S)
+
+
+@dataclass
+class ReadRecord:
+    """One committed record of a topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes] = field(default_factory=dict)
+
+
+def read_committed(bootstrap: str, topic: str) -> list[ReadRecord]:
+    """Every committed record of `topic` (read_committed, up to the current end)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
+        ends = {
+            p: consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=CLIENT_TIMEOUT_S, cached=False
+            )[1]
+            for p in metadata.partitions
+        }
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        records: list[ReadRecord] = []
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for m in consumer.consume(1000, 0.5):
+                if m.error() is None:
+                    headers = {k: v for k, v in (m.headers() or [])}
+                    records.append(
+                        ReadRecord(m.partition(), m.offset(), m.key(), m.value(), headers)
+                    )
+            positions = consumer.position([TopicPartition(topic, p) for p in ends])
+            if all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions):
+                return records
+        raise TimeoutError(f"could not read {topic} up to {ends}")
+    finally:
+        consumer.close()
+
+
+def latest_counts(bootstrap: str, topic: str) -> dict[str, int]:
+    """The table a compacted count topic stands for: the latest count per page."""
+    return {
+        r.key.decode(): int(r.value.decode())
+        for r in sorted(read_committed(bootstrap, topic), key=lambda r: (r.partition, r.offset))
+        if r.key is not None and r.value is not None
+    }
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Poll `predicate` until true; the seconds it took. Fails naming `what` on timeout."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+class ProcessorProcess:
+    """`python -m app.processor` as a subprocess, its log in a file, its health port known."""
+
+    def __init__(self, workdir: Path, name: str, properties: str) -> None:
+        self.health_port = free_port()
+        self.properties_path = workdir / f"{name}.properties"
+        self.properties_path.write_text(properties + f"health.port={self.health_port}\n")
+        self.log_path = workdir / f"{name}.log"
+        self.started = time.monotonic()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "app.processor", "--properties", str(self.properties_path)],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def log(self) -> str:
+        """The processor's output so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str) -> tuple[int, str]:
+        """GET the processor's health endpoint; (status, body), (0, reason) when unreachable."""
+        url = f"http://127.0.0.1:{self.health_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError as exc:
+            return 0, str(exc)
+
+    def metric(self, name: str) -> float:
+        """Sum of every sample of a metric (all labels) on /metrics; 0 when absent."""
+        status, body = self.get("/metrics")
+        assert status == 200, f"/metrics answered {status}: {body}"
+        pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.MULTILINE)
+        return sum(float(m.group(2)) for m in pattern.finditer(body))
+
+    def terminate(self, timeout_s: float = 90.0) -> tuple[int, float]:
+        """SIGTERM; (exit code, seconds until it exited)."""
+        start = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout_s)
+        return code, time.monotonic() - start
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown at all, as when a node dies."""
+        self.process.kill()
+        self.process.wait(30)
+
+    def ensure_stopped(self) -> None:
+        """Kill the process if a test left it running."""
+        if self.process.poll() is None:
+            self.kill()
+
+    def assert_running(self) -> None:
+        """Fail with the log when the processor exited."""
+        code = self.process.poll()
+        assert code is None, f"processor exited with {code}:\n{self.log()[-5000:]}"
+
+
+def wait_for_counts(
+    processor: ProcessorProcess,
+    bootstrap: str,
+    topic: str,
+    truth: Mapping[str, int],
+    timeout_s: float,
+) -> float:
+    """Wait until the committed output equals `truth`; the seconds it took."""
+
+    def matches() -> bool:
+        processor.assert_running()
+        return latest_counts(bootstrap, topic) == dict(truth)
+
+    return wait_until(matches, timeout_s, f"{topic} to hold the true counts")
