@@ -1,0 +1,124 @@
+"""`python -m app.bench rolling-restart|throughput`: the benchmarks (tables and graphs).
+
+    python -m app.bench rolling-restart [--bootstrap-servers HOST:PORT] [--cases a,b]
+        [--session-timeout-ms 20000] [--rate 100] [--out build/bench]
+    python -m app.bench throughput [--bootstrap-servers HOST:PORT]
+        [--configs 5000:1000,20000:250] [--backlog 100000] [--out build/bench]
+
+Without --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) one embedded broker serves every case;
+the cases it cannot run honestly say so in the table. Speeds are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+from app.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
+from app.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
+from app.embedded_broker import EmbeddedBroker
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+EXIT_USAGE = 2
+
+
+def _cases(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASE_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown case(s) {', '.join(unknown)}; allowed: {', '.join(CASE_NAMES)}"
+        )
+    return names
+
+
+def _configs(text: str) -> list[tuple[int, int]]:
+    configs = []
+    for item in text.split(","):
+        records, sep, trigger = item.partition(":")
+        if not sep or not records.strip().isdigit() or not trigger.strip().isdigit():
+            raise argparse.ArgumentTypeError(
+                f"--configs wants max.records.per.batch:trigger.interval.ms pairs separated by "
+                f"commas (e.g. 5000:1000,20000:250), got {item!r}"
+            )
+        configs.append((int(records), int(trigger)))
+    return configs
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(prog="python -m app.bench", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="bench", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        default=os.environ.get(BOOTSTRAP_ENV),
+        metavar="HOST:PORT[,...]",
+        help=f"a running Apache Kafka (default ${BOOTSTRAP_ENV}; unset: the embedded broker)",
+    )
+    common.add_argument("--out", type=Path, default=Path("build/bench"))
+    restart = sub.add_parser("rolling-restart", parents=[common], help="the restart matrix")
+    restart.add_argument(
+        "--cases", type=_cases, default=list(CASE_NAMES), help=f"of {', '.join(CASE_NAMES)}"
+    )
+    defaults = BenchParams()
+    restart.add_argument("--instances", type=int, default=defaults.instances)
+    restart.add_argument("--partitions", type=int, default=defaults.partitions)
+    restart.add_argument("--rate", type=float, default=defaults.rate)
+    restart.add_argument("--keys", type=int, default=defaults.keys)
+    restart.add_argument("--session-timeout-ms", type=int, default=defaults.session_timeout_ms)
+    restart.add_argument("--steady-s", type=float, default=defaults.steady_s)
+    throughput = sub.add_parser("throughput", parents=[common], help="one instance's rate")
+    throughput.add_argument("--configs", type=_configs, default=list(DEFAULT_CONFIGS))
+    tp_defaults = ThroughputParams()
+    throughput.add_argument("--backlog", type=int, default=tp_defaults.backlog)
+    throughput.add_argument("--latency-rate", type=float, default=tp_defaults.latency_rate)
+    throughput.add_argument("--latency-s", type=float, default=tp_defaults.latency_s)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m app.bench`."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout
+    )
+    args = parse_args(argv)
+    out = args.out.resolve()
+    with ExitStack() as stack:
+        bootstrap = args.bootstrap_servers
+        embedded = not bootstrap
+        if embedded:
+            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
+        if args.bench == "rolling-restart":
+            params = replace(
+                BenchParams(),
+                instances=args.instances,
+                partitions=args.partitions,
+                rate=args.rate,
+                keys=args.keys,
+                session_timeout_ms=args.session_timeout_ms,
+                heartbeat_interval_ms=max(1, min(3000, args.session_timeout_ms // 10)),
+                steady_s=args.steady_s,
+            )
+            chosen = [c for c in CASES if c.name in args.cases]
+            results = run_matrix(chosen, params, out, bootstrap, embedded)
+            return 0 if all(r.ok for r in results) else 1
+        params_tp = replace(
+            ThroughputParams(),
+            backlog=args.backlog,
+            latency_rate=args.latency_rate,
+            latency_s=args.latency_s,
+        )
+        run_throughput(args.configs, params_tp, out, bootstrap, embedded)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Measurements over a run: a timeline of samples, and what the output topic shows afterwards.
+
+- `Timeline` samples the group's lag per partition and every instance's endpoints on a thread.
+- `output_latencies` turns count records into event-time-to-output latencies: a page's count
+  going from n to m covers its valid views n+1..m, whose creation times the load generator kept.
+- `zero_output_gaps` is the longest stretch without any output record per partition.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.local.instances import InstanceStatus
+from app.local.observe import CountRecord, PartitionLag
+from app.local.pipeline import LocalPipeline
+
+SAMPLE_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class TimelineSample:
+    """The pipeline at one wall-clock moment."""
+
+    at: float  # time.time()
+    lag: Mapping[int, PartitionLag]
+    instances: tuple[InstanceStatus, ...]
+
+
+class Timeline:
+    """Samples lag and instance status every `interval_s` on a daemon thread."""
+
+    def __init__(self, pipeline: LocalPipeline, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        self.pipeline = pipeline
+        self.interval_s = interval_s
+        self.samples: list[TimelineSample] = []
+        self._stop = threading.Event()
+        # One sample at a time: the sampler thread and `take()` callers share the clients.
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="timeline", daemon=True)
+
+    def start(self) -> Timeline:
+        """Start sampling."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._stop.set()
+        self._thread.join()
+
+    def take(self) -> TimelineSample:
+        """One sample now (also appended to `samples`)."""
+        assert self.pipeline.lag is not None
+        with self._lock:
+            sample = TimelineSample(
+                at=time.time(),
+                lag=self.pipeline.lag.read(),
+                instances=tuple(i.status() for i in self.pipeline.instances),
+            )
+            self.samples.append(sample)
+        return sample
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.take()
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The latency of the oldest view a count record covered."""
+
+    partition: int
+    output_ms: int
+    seconds: float
+
+
+def output_latencies(
+    records: Sequence[CountRecord], view_times_ms: Mapping[str, Sequence[int | None]]
+) -> list[Latency]:
+    """Per count record, output timestamp minus the creation time of the oldest view it counts.
+
+    `view_times_ms[page][i]` is the creation time of the page's view number i+1 (None: not
+    timed). Records whose count goes back (a lost state counting again) cover no new view.
+    """
+    last: dict[str, int] = {}
+    found = []
+    for record in records:
+        before = last.get(record.page, 0)
+        last[record.page] = max(before, record.count)
+        times = view_times_ms.get(record.page, ())
+        if record.count <= before or before >= len(times):
+            continue
+        oldest = times[before]  # view number before+1 (1-based) is the oldest one covered
+        if oldest is None:
+            continue
+        found.append(
+            Latency(record.partition, record.timestamp_ms, (record.timestamp_ms - oldest) / 1000)
+        )
+    return found
+
+
+def zero_output_gaps(
+    records: Sequence[CountRecord], partitions: Sequence[int], since_ms: int, until_ms: int
+) -> dict[int, float]:
+    """Per partition, the longest time in [since, until] with no output record (seconds)."""
+    gaps = {}
+    for p in partitions:
+        times = sorted(r.timestamp_ms for r in records if r.partition == p)
+        edges = [since_ms, *(t for t in times if since_ms < t < until_ms), until_ms]
+        # Output before `since` counts as the start of the first gap.
+        earlier = [t for t in times if t <= since_ms]
+        if earlier:
+            edges[0] = earlier[-1]
+        gaps[p] = max(b - a for a, b in itertools.pairwise(edges)) / 1000
+    return gaps
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """The `fraction` quantile (nearest rank); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def metric_delta(before: InstanceStatus | None, after: InstanceStatus | None, name: str) -> float:
+    """How much a counter grew between two statuses of one process (0 when unknown)."""
+    if after is None:
+        return 0.0
+    return after.metric(name) - (before.metric(name) if before is not None else 0.0)

@@ -1,0 +1,215 @@
+"""The throughput benchmark: what one instance sustains, beside the raw consume rate.
+
+1. A backlog of `--backlog` page views is produced once into a shared input topic.
+2. The ceiling: a plain confluent-kafka consumer reads the whole backlog (`assign()`, no group,
+   read_committed); its records per second is what Kafka and the client can deliver here.
+3. Per configuration (`max.records.per.batch`, `trigger.interval.ms`) one fresh instance (its
+   own application id, output and changelog topics) works the backlog off: events/s is the slope
+   of the group's committed offset from its first commit to the end of the backlog. Then the load
+   generator adds views at `--latency-rate` for `--latency-s` seconds, and the event time to
+   output record time latency of those views gives p50 and p99.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from app.bench import plots
+from app.bench.measure import Timeline, output_latencies, percentile
+from app.bench.table import write_table
+from app.loadgen import LoadGenerator, LoadSettings, producer_config
+from app.local.instances import InstanceOptions, PipelineNames
+from app.local.pipeline import LocalPipeline, PipelineSetup
+from app.topics import librdkafka_logger
+
+log = logging.getLogger("app.bench")
+
+# (max.records.per.batch, trigger.interval.ms)
+DEFAULT_CONFIGS: tuple[tuple[int, int], ...] = (
+    (5_000, 1_000),
+    (20_000, 1_000),
+    (20_000, 250),
+    (50_000, 1_000),
+)
+
+COLUMNS = (
+    "max.records.per.batch",
+    "trigger.interval.ms",
+    "events/s",
+    "raw consume/s",
+    "ratio",
+    "p50 latency s",
+    "p99 latency s",
+    "latency samples",
+    "broker",
+)
+
+
+@dataclass(frozen=True)
+class ThroughputParams:
+    """Sizes of the run."""
+
+    backlog: int = 100_000
+    partitions: int = 4
+    keys: int = 100
+    latency_rate: float = 200.0
+    latency_s: float = 20.0
+    spark_cores: int = 2
+    ready_timeout_s: float = 300.0
+    seed: int = 7
+
+
+def run_throughput(
+    configs: Sequence[tuple[int, int]],
+    params: ThroughputParams,
+    out_dir: Path,
+    bootstrap_servers: str,
+    embedded: bool,
+) -> list[dict[str, object]]:
+    """Run every configuration; write the table and the graph; the rows."""
+    run_id = uuid.uuid4().hex[:6]
+    input_topic = f"tp-{run_id}-page-views"
+    rows = []
+    raw: float | None = None
+    for max_records, trigger_ms in configs:
+        prefix = f"tp-{run_id}-{max_records}-{trigger_ms}"
+        setup = PipelineSetup(
+            base_dir=out_dir / "state" / prefix,
+            instances=1,
+            partitions=params.partitions,
+            bootstrap_servers=bootstrap_servers,
+            one_record_per_batch=embedded,
+            names=PipelineNames(prefix, input_topic, f"{prefix}-page-view-counts"),
+            options=InstanceOptions(
+                trigger_interval_ms=trigger_ms,
+                max_records_per_batch=max_records,
+                spark_cores=params.spark_cores,
+            ),
+        )
+        with LocalPipeline(setup) as pipeline:
+            if raw is None:
+                backlog = produce_backlog(bootstrap_servers, input_topic, params, embedded)
+                raw = raw_consume_rate(bootstrap_servers, input_topic, params.backlog)
+                log.info("raw consume rate: %.0f records/s", raw)
+            row = measure_instance(pipeline, params, backlog)
+        rows.append(
+            {
+                "max.records.per.batch": max_records,
+                "trigger.interval.ms": trigger_ms,
+                **row,
+                "raw consume/s": round(raw),
+                "ratio": f"{row['events/s'] / raw:.3f}" if row["events/s"] else None,
+                "broker": "embedded" if embedded else "apache",
+            }
+        )
+    text = write_table(out_dir, "throughput", COLUMNS, rows)
+    print(text, flush=True)
+    plots.throughput_bars(
+        out_dir / "throughput.png",
+        [f"{r['max.records.per.batch']}/{r['trigger.interval.ms']}ms" for r in rows],
+        [float(r["events/s"] or 0) for r in rows],  # type: ignore[arg-type]
+        raw or 0.0,
+    )
+    print(f"table: {out_dir / 'throughput.md'} and .csv; graph: {out_dir / 'throughput.png'}")
+    return rows
+
+
+def produce_backlog(
+    bootstrap_servers: str, topic: str, params: ThroughputParams, embedded: bool
+) -> Mapping[str, int]:
+    """`params.backlog` page views, as fast as the producer goes; views per page."""
+    generator = LoadGenerator(
+        LoadSettings(
+            topic=topic, rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed
+        ),
+        producer_config(bootstrap_servers, one_record_per_batch=embedded),
+    )
+    summary = generator.run()
+    if summary.failed:
+        raise RuntimeError(f"producing the backlog failed: {summary.first_error}")
+    log.info("backlog: %d records in %.1f s", summary.total, summary.elapsed_s)
+    return summary.per_key
+
+
+def raw_consume_rate(bootstrap_servers: str, topic: str, expected: int) -> float:
+    """Records per second of a plain consumer reading the topic from the beginning."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": "false",
+            "isolation.level": "read_committed",
+            "logger": librdkafka_logger(),
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        partitions = len(metadata.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        read = 0
+        started = time.monotonic()
+        deadline = started + 300
+        while read < expected and time.monotonic() < deadline:
+            read += sum(1 for m in consumer.consume(10_000, timeout=1.0) if m.error() is None)
+        return read / (time.monotonic() - started)
+    finally:
+        consumer.close()
+
+
+def measure_instance(
+    pipeline: LocalPipeline, params: ThroughputParams, backlog: Mapping[str, int]
+) -> dict[str, object]:
+    """Events/s over the backlog, then latency percentiles under a steady load."""
+    assert pipeline.output is not None and pipeline.lag is not None
+    pipeline.start_instances()
+    timeline = Timeline(pipeline).start()
+    deadline = time.monotonic() + params.ready_timeout_s
+    first: tuple[float, int] | None = None
+    last: tuple[float, int] | None = None
+    while time.monotonic() < deadline:
+        sample = timeline.take()
+        committed = sum(p.committed or 0 for p in sample.lag.values())
+        if first is None and committed > 0:
+            first = (sample.at, committed)
+        if committed >= params.backlog:
+            last = (sample.at, committed)
+            break
+        time.sleep(0.25)
+    rate = None
+    if first is not None and last is not None and last[0] > first[0]:
+        rate = round((last[1] - first[1]) / (last[0] - first[0]))
+    loader = pipeline.load(
+        LoadSettings(
+            rate=params.latency_rate,
+            keys=params.keys,
+            duration_s=params.latency_s,
+            seed=params.seed,
+            record_timestamps=True,
+        )
+    )
+    summary = loader.join()
+    wait_s = time.monotonic() + 120
+    while time.monotonic() < wait_s and pipeline.lag.total() > 0:
+        time.sleep(0.5)
+    timeline.stop()
+    pipeline.stop_instances()
+    pipeline.output.wait_until_caught_up(60.0)
+    # The backlog's views come first per page and were not timed: no latency for them.
+    times = {
+        page: [None] * backlog.get(page, 0) + list(timed)
+        for page, timed in summary.timestamps.items()
+    }
+    latencies = [lat.seconds for lat in output_latencies(pipeline.output.records, times)]
+    return {
+        "events/s": rate,
+        "p50 latency s": percentile(latencies, 0.5),
+        "p99 latency s": percentile(latencies, 0.99),
+        "latency samples": len(latencies),
+    }

@@ -1,0 +1,213 @@
+"""`python -m app.local`: the pipeline on this machine, live, until Ctrl-C or `--duration`.
+
+    python -m app.local [--instances 2] [--rate 200] [--keys 50] [--partitions 4]
+        [--bootstrap-servers HOST:PORT] [--duration S] [--state-dir build/local]
+
+Starts the embedded broker (or uses --bootstrap-servers / $KAFKA_BOOTSTRAP_SERVERS), creates the
+topics with the project's reconciler, starts the load generator and N processor instances (each
+with its own state directory, health port and log file, as the StatefulSet's pods have), prints
+progress every few seconds, and on Ctrl-C or after --duration stops in order: load generator,
+wait for the lag to reach 0, SIGTERM to the instances, the broker last. The final check compares
+the counts in the read_committed output with what was produced; `<state-dir>/report.json` holds
+it. Exit code 0 when the counts match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from app.loadgen import LoadSettings
+from app.local.instances import InstanceOptions
+from app.local.observe import check_counts
+from app.local.pipeline import LocalPipeline, PipelineSetup
+from app.local.progress import Sample, format_progress, now
+
+log = logging.getLogger("app.local")
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+PROGRESS_INTERVAL_S = 5.0
+DRAIN_TIMEOUT_S = 120.0
+EXIT_OK = 0
+EXIT_MISMATCH = 1
+EXIT_USAGE = 2
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m app.local",
+        description="Run the page-view pipeline locally: broker, topics, load, N processors.",
+        epilog="exit codes: 0 counts match, 1 mismatch or an instance failed, 2 usage",
+    )
+    parser.add_argument("--instances", type=int, default=2, help="processor instances (pods)")
+    parser.add_argument("--rate", type=float, default=200.0, help="page views per second")
+    parser.add_argument("--keys", type=int, default=50, help="distinct pages")
+    parser.add_argument("--skew", type=float, default=1.1, help="Zipf exponent of the pages")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions per topic")
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get(BOOTSTRAP_ENV),
+        metavar="HOST:PORT[,...]",
+        help=f"a running Kafka (default ${BOOTSTRAP_ENV}; unset: the embedded broker)",
+    )
+    parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
+    parser.add_argument("--state-dir", type=Path, default=Path("build/local"))
+    parser.add_argument(
+        "--session-timeout-ms", type=int, default=30_000, help="consumer.session.timeout.ms"
+    )
+    return parser.parse_args(argv)
+
+
+class StopRequest:
+    """Ctrl-C once: stop cleanly (drain the lag). Twice: skip the drain."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.hurry = threading.Event()
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stop.is_set():
+            self.hurry.set()
+            print("\nstopping without waiting for the lag", flush=True)
+            return
+        self.stop.set()
+        print(
+            f"\n{signal.Signals(signum).name}: stopping (Ctrl-C again to skip the drain)",
+            flush=True,
+        )
+
+
+def sample(pipeline: LocalPipeline) -> Sample:
+    """The pipeline now."""
+    assert pipeline.lag is not None and pipeline.output is not None
+    latest, records, duplicates = pipeline.output.snapshot()
+    return Sample(
+        at=now(),
+        lag=pipeline.lag.read(),
+        instances=tuple(i.status() for i in pipeline.instances),
+        latest_counts=latest,
+        output_records=records,
+        duplicates=duplicates,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """The local run; the exit code."""
+    setup = PipelineSetup(
+        base_dir=args.state_dir.resolve(),
+        instances=args.instances,
+        partitions=args.partitions,
+        bootstrap_servers=args.bootstrap_servers or None,
+        options=InstanceOptions(session_timeout_ms=args.session_timeout_ms),
+    )
+    load = LoadSettings(rate=args.rate, keys=args.keys, skew=args.skew)
+    request = StopRequest()
+    signal.signal(signal.SIGINT, request)
+    signal.signal(signal.SIGTERM, request)
+    with LocalPipeline(setup) as pipeline:
+        assert pipeline.output is not None and pipeline.lag is not None
+        # Counts already in the output (a reused cluster): the check adds this run's views.
+        pipeline.output.wait_until_caught_up(30.0, quiet_s=1.0)
+        baseline, _, _ = pipeline.output.snapshot()
+        pipeline.start_instances()
+        loader = pipeline.load(load)
+        print(
+            f"broker {pipeline.bootstrap_servers}"
+            f"{' (embedded Tansu, in memory)' if pipeline.embedded else ''}; "
+            f"{args.instances} instances, {args.rate:g} page views/s over {args.keys} pages. "
+            "Logs: " + ", ".join(str(i.log_path) for i in pipeline.instances),
+            flush=True,
+        )
+        print(
+            "Group joins on the embedded broker take 8-23 s and Spark starts in 7-10 s: "
+            "counts appear within about a minute. Ctrl-C stops.",
+            flush=True,
+        )
+        started = now()
+        previous: Sample | None = None
+        while not request.stop.wait(PROGRESS_INTERVAL_S):
+            current = sample(pipeline)
+            print(format_progress(previous, current, started), flush=True)
+            previous = current
+            if args.duration is not None and now() - started >= args.duration:
+                break
+            if all(not i.running for i in pipeline.instances):
+                log.error("every instance has exited; see the logs above")
+                break
+        summary = loader.stop()
+        print(f"load generator stopped: {summary.total} page views produced", flush=True)
+        drained = wait_for_lag(pipeline, request)
+        pipeline.stop_instances()
+        caught_up = pipeline.output.wait_until_caught_up(60.0)
+        latest, records, duplicates = pipeline.output.snapshot()
+        expected = {page: baseline.get(page, 0) + n for page, n in summary.per_key.items()}
+        check = check_counts({**baseline, **expected}, latest, duplicates)
+        codes = {i.name: i.returncode for i in pipeline.instances}
+        report = {
+            "bootstrap_servers": pipeline.bootstrap_servers,
+            "embedded_broker": pipeline.embedded,
+            "lag_drained": drained,
+            "output_caught_up": caught_up,
+            "produced": summary.to_json(),
+            "output_records": records,
+            "check": {
+                "ok": check.ok,
+                "produced": check.produced,
+                "counted": check.counted,
+                "duplicates": check.duplicates,
+                "missing_pages": list(check.missing_pages),
+                "wrong_pages": [list(w) for w in check.wrong_pages],
+            },
+            "instances": {
+                i.name: {"exit_code": i.returncode, "log": str(i.log_path)}
+                for i in pipeline.instances
+            },
+        }
+    report_path = setup.base_dir / "report.json"
+    report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"final check: {check.describe()}", flush=True)
+    print(f"instances' exit codes: {codes}; report: {report_path}", flush=True)
+    return EXIT_OK if check.ok and all(c == 0 for c in codes.values()) else EXIT_MISMATCH
+
+
+def wait_for_lag(pipeline: LocalPipeline, request: StopRequest) -> bool:
+    """Wait until the group has processed every input record (or the drain is skipped)."""
+    assert pipeline.lag is not None
+    deadline = now() + DRAIN_TIMEOUT_S
+    while now() < deadline and not request.hurry.is_set():
+        lag = pipeline.lag.total()
+        if lag == 0:
+            print("lag 0: every page view is processed", flush=True)
+            return True
+        if not any(i.running for i in pipeline.instances):
+            break
+        print(f"waiting for the lag to reach 0: {lag} records left", flush=True)
+        request.hurry.wait(2.0)
+    print("the lag did not reach 0: the check below will show what is missing", flush=True)
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m app.local`."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout
+    )
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as exc:
+        print(f"python -m app.local: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The whole pipeline on one machine: broker, topics, load generator, processor instances.
+
+Used by `python -m app.local` (the README's main command) and by the benchmarks. With no
+bootstrap servers given it starts the embedded broker (Tansu, in memory); otherwise it uses the
+named cluster. Topics are created by the project's own reconciler (`python -m app.topics`), from
+the same `pipeline_topics(...)` specs the Pulumi program deploys, with replication factor 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from app import topics as topics_cli
+from app.embedded_broker import EmbeddedBroker
+from app.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
+from app.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
+from app.local.observe import GroupLag, OutputTail
+from app.topic_specs import dumps, pipeline_topics
+
+log = logging.getLogger("app.local")
+
+CHANGELOG_SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PipelineSetup:
+    """Where and how the pipeline runs."""
+
+    base_dir: Path
+    instances: int = 2
+    partitions: int = 4
+    bootstrap_servers: str | None = None  # None: start the embedded broker
+    # One record per produce request (the embedded broker's ListOffsets needs it); None: only
+    # when this pipeline starts the embedded broker.
+    one_record_per_batch: bool | None = None
+    names: PipelineNames = field(default_factory=PipelineNames)
+    options: InstanceOptions = field(default_factory=InstanceOptions)
+
+    def __post_init__(self) -> None:
+        if self.instances < 1:
+            raise ValueError(f"instances={self.instances}: must be >= 1")
+        if self.partitions < 1:
+            raise ValueError(f"partitions={self.partitions}: must be >= 1")
+
+
+class LoadThread:
+    """The load generator on a thread of this process (its `summary` is the truth)."""
+
+    def __init__(self, generator: LoadGenerator) -> None:
+        self.generator = generator
+        self.stop_event = threading.Event()
+        self.summary: ProducedSummary | None = None
+        self._thread = threading.Thread(target=self._run, name="loadgen", daemon=True)
+
+    def _run(self) -> None:
+        self.summary = self.generator.run(self.stop_event)
+
+    def start(self) -> LoadThread:
+        """Start producing."""
+        self._thread.start()
+        return self
+
+    @property
+    def done(self) -> bool:
+        """Whether the generator finished (count or duration reached, or stopped)."""
+        return self.summary is not None
+
+    def join(self) -> ProducedSummary:
+        """Wait until the generator finishes by itself (count or duration); the summary."""
+        self._thread.join()
+        assert self.summary is not None
+        return self.summary
+
+    def stop(self) -> ProducedSummary:
+        """Stop producing, wait for the acknowledgements; the summary."""
+        self.stop_event.set()
+        return self.join()
+
+
+class LocalPipeline:
+    """Broker + topics + instances; use as a context manager (everything stops on exit)."""
+
+    def __init__(self, setup: PipelineSetup) -> None:
+        self.setup = setup
+        self.names = setup.names
+        self._stack = ExitStack()
+        self.broker: EmbeddedBroker | None = None
+        self.bootstrap_servers = setup.bootstrap_servers or ""
+        self.instances: list[ProcessorProcess] = []
+        self.lag: GroupLag | None = None
+        self.output: OutputTail | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the pipeline runs on the embedded broker (its deviations apply)."""
+        return self.broker is not None
+
+    def __enter__(self) -> LocalPipeline:
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stack.close()
+
+    def _start(self) -> None:
+        setup = self.setup
+        if setup.bootstrap_servers is None:
+            self.broker = self._stack.enter_context(EmbeddedBroker())
+            self.bootstrap_servers = self.broker.bootstrap_servers
+            log.info("embedded broker (Tansu, in memory) on %s", self.bootstrap_servers)
+        self.create_topics()
+        self.instances = [
+            ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, setup.options)
+            for i in range(setup.instances)
+        ]
+        if self.embedded:
+            # A new in-memory broker: checkpoints of an earlier run refer to data that is gone.
+            for instance in self.instances:
+                shutil.rmtree(instance.state_dir, ignore_errors=True)
+        # Stopped last-in first-out: instances before the observers, the broker last.
+        self._stack.callback(self.stop_instances)
+        self.lag = GroupLag(
+            self.bootstrap_servers, self.names.application_id, self.names.input_topic
+        )
+        self._stack.callback(self.lag.close)
+        self.output = OutputTail(self.bootstrap_servers, self.names.output_topic).start()
+        self._stack.callback(self.output.stop)
+
+    def create_topics(self) -> None:
+        """Create (or reconcile) the four topics with the project's reconciler."""
+        specs = pipeline_topics(
+            application_id=self.names.application_id,
+            input_topic=self.names.input_topic,
+            output_topic=self.names.output_topic,
+            partitions=self.setup.partitions,
+            replication_factor=1,
+            min_insync_replicas=1,
+            changelog_segment_bytes=CHANGELOG_SEGMENT_BYTES,
+        )
+        path = self.setup.base_dir / "config" / f"{self.names.application_id}-topics.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dumps(specs), encoding="utf-8")
+        code = topics_cli.main(
+            ["--bootstrap-servers", self.bootstrap_servers, "--specs", str(path)]
+        )
+        if code != 0:
+            raise RuntimeError(
+                f"the topic reconciler failed (exit code {code}) for {path} on "
+                f"{self.bootstrap_servers}; see its output above"
+            )
+
+    def start_instances(self) -> None:
+        """Start every instance."""
+        for instance in self.instances:
+            instance.start()
+            log.info(
+                "started %s: health http://127.0.0.1:%d/ready, log %s",
+                instance.name,
+                instance.health_port,
+                instance.log_path,
+            )
+
+    def stop_instances(self) -> None:
+        """SIGTERM every running instance at once, then wait for each (as a StatefulSet
+        deletion does)."""
+        running = [i for i in self.instances if i.running]
+        for instance in running:
+            instance.terminate()
+        for instance in running:
+            code = instance.wait()
+            log.info("%s stopped (exit code %s)", instance.name, code)
+
+    def load(self, settings: LoadSettings) -> LoadThread:
+        """Start the load generator on a thread (one record per request on the embedded broker:
+        its ListOffsets is wrong for batched produces)."""
+        settings = replace(settings, topic=self.names.input_topic)
+        one_record = self.setup.one_record_per_batch
+        generator = LoadGenerator(
+            settings,
+            producer_config(
+                self.bootstrap_servers,
+                one_record_per_batch=self.embedded if one_record is None else one_record,
+            ),
+        )
+        return LoadThread(generator).start()
