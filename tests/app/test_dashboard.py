@@ -1,0 +1,86 @@
+"""The Grafana dashboard: valid structure, and every PromQL expression names metrics the
+processor really exports (read from a real `ProcessorMetrics` registry, every series present)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.processor.metrics import ProcessorMetrics
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "processor.json"
+METRIC_NAME = re.compile(r"\b(processor_[a-z_]+)\b")
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def exported_names() -> set[str]:
+    """Every sample name the processor exposes once each kind of event has happened."""
+    metrics = ProcessorMetrics()
+    metrics.batch_done(1.2, {("page-views", 0): 10}, {"page-view-counts": 3})
+    metrics.dlq("invalid-value")
+    metrics.lag("page-views", 0, 5)
+    metrics.rebalance(assigned=[("page-views", 0)], revoked=[("page-views", 1)])
+    metrics.restore_done(0, 100, 0.5)
+    metrics.transaction(committed=False)
+    metrics.batch_skipped()
+    metrics.set_ready(True)
+    text = metrics.exposition().decode("utf-8")
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def _expressions(dashboard: dict[str, Any]) -> list[str]:
+    found = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query")
+        if isinstance(query, dict):
+            found.append(query["query"])
+    return found
+
+
+def test_every_expression_names_only_exported_metrics(
+    dashboard: dict[str, Any], exported_names: set[str]
+) -> None:
+    expressions = _expressions(dashboard)
+    assert expressions
+    for expr in expressions:
+        names = METRIC_NAME.findall(expr)
+        assert names, f"expression names no processor metric: {expr}"
+        unknown = sorted(set(names) - exported_names)
+        assert not unknown, f"{expr}: not exported by ProcessorMetrics: {unknown}"
+
+
+def test_every_exported_metric_family_is_on_the_dashboard(
+    dashboard: dict[str, Any], exported_names: set[str]
+) -> None:
+    used = {n for e in _expressions(dashboard) for n in METRIC_NAME.findall(e)}
+    families = {re.sub(r"_(total|bucket|sum|count|created)$", "", n) for n in exported_names}
+    shown = {re.sub(r"_(total|bucket|sum|count|created)$", "", n) for n in used}
+    assert families - shown == set()
+
+
+def test_dashboard_is_grafana_json_with_datasource_and_pod_variables(
+    dashboard: dict[str, Any],
+) -> None:
+    assert 36 <= dashboard["schemaVersion"] <= 41
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert variables["pod"]["type"] == "query"
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert {"x", "y", "w", "h"} <= panel["gridPos"].keys()
+        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
+        for target in panel["targets"]:
+            assert 'pod=~"$pod"' in target["expr"], f"{panel['title']}: not filtered by $pod"

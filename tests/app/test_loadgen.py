@@ -1,0 +1,148 @@
+"""The load generator against a real broker: contract-conforming records, skew, malformed share,
+the summary as the truth of what was written; and the token bucket's steadiness on a fake clock."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app import loadgen
+from app.loadgen import LoadGenerator, LoadSettings, TokenBucket, producer_config, zipf_weights
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def topic(kafka_bootstrap: str) -> str:
+    name = f"loadgen-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_topics([NewTopic(name, PARTITIONS, 1)]).values():
+        future.result(30)
+    return name
+
+
+def read_all(bootstrap: str, topic: str, expected: int) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex[:8]}"})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    messages = []
+    for _ in range(60):
+        messages += [m for m in consumer.consume(1000, timeout=0.5) if m.error() is None]
+        if len(messages) >= expected:
+            break
+    consumer.close()
+    return messages
+
+
+def generate(bootstrap: str, topic: str, **settings: object) -> loadgen.ProducedSummary:
+    # The embedded broker needs one record per request; a real Kafka takes either.
+    config = producer_config(bootstrap, one_record_per_batch=True)
+    return LoadGenerator(LoadSettings(topic=topic, rate=2000, **settings), config).run()
+
+
+def test_records_follow_the_input_contract_and_the_summary_counts_them(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    summary = generate(kafka_bootstrap, topic, keys=10, count=300, seed=1, record_timestamps=True)
+    messages = read_all(kafka_bootstrap, topic, 300)
+    assert summary.failed == 0
+    assert summary.total == summary.valid == len(messages) == 300
+    per_key: Counter[str] = Counter()
+    for message in messages:
+        page = message.key().decode()
+        value = json.loads(message.value())
+        assert value["page"] == page
+        assert value["ts"] == message.timestamp()[1]  # event time is the record's timestamp
+        per_key[page] += 1
+    assert per_key == summary.per_key
+    assert {p: len(ts) for p, ts in summary.timestamps.items()} == dict(summary.per_key)
+
+
+def test_pages_are_skewed_like_zipf(kafka_bootstrap: str, topic: str) -> None:
+    summary = generate(kafka_bootstrap, topic, keys=20, skew=1.1, count=1000, seed=3)
+    weights = zipf_weights(20, 1.1)
+    expected_top = weights[0] / sum(weights) * 1000
+    top = summary.per_key[loadgen.page_name(0)]
+    assert summary.per_key.most_common(1)[0][0] == loadgen.page_name(0)
+    assert abs(top - expected_top) < 0.2 * expected_top
+    uniform = zipf_weights(5, 0.0)
+    assert uniform == [1.0] * 5
+
+
+def test_malformed_share_breaks_the_contract_in_each_named_way(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    summary = generate(kafka_bootstrap, topic, keys=5, count=400, malformed_ratio=0.25, seed=5)
+    messages = read_all(kafka_bootstrap, topic, 400)
+    assert len(messages) == summary.total == 400
+    assert set(summary.malformed) == set(loadgen.MALFORMED_KINDS)
+    assert 60 <= sum(summary.malformed.values()) <= 140
+    seen: Counter[str] = Counter()
+    for message in messages:
+        raw = message.value()
+        if raw is None:
+            seen["null-value"] += 1
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            seen["invalid-value"] += 1
+            continue
+        if value["page"] != message.key().decode():
+            seen["page-mismatch"] += 1
+    assert seen == summary.malformed
+
+
+def test_command_line_writes_the_summary_json(
+    kafka_bootstrap: str, topic: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "summary.json"
+    code = loadgen.main(
+        ["--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--rate", "1000",
+         "--keys", "7", "--count", "120", "--one-record-per-batch", "--summary-json", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(out.read_text())
+    assert summary["produced"] == summary["valid"] == 120
+    assert sum(summary["per_key"].values()) == 120
+    assert len(summary["per_key"]) <= 7
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"rate": 0}, "rate=0"),
+        ({"keys": 0}, "keys=0"),
+        ({"malformed_ratio": 1.5}, "malformed_ratio=1.5"),
+        ({"count": 5, "duration_s": 1.0}, "not both"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_value(settings: dict, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        LoadSettings(**settings)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_token_bucket_spreads_the_rate_instead_of_bursting() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(rate=500, capacity=5, clock=clock)
+    taken = []
+    for _ in range(1000):  # one second in 1 ms steps
+        clock.now += 0.001
+        taken.append(bucket.take())
+    assert sum(taken) in (499, 500)
+    assert max(taken) == 1
+    clock.now += 10.0  # a long stall saves up at most `capacity` tokens
+    assert bucket.take() == 5
