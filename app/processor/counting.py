@@ -140,47 +140,41 @@ class PageViewCounter(StatefulProcessor):
         if restore is not None:
             count = int(restore.value.decode("utf-8"))
             self.state.update((count, restore.restore_epoch))
-            yield Row(
-                kind=RESTORED,
-                page=page,
-                count=count,
-                partition=restore.partition,
-                offset=restore.offset,
-                records=restored_records,
-                key=None,
-                value=None,
-                reason=None,
-            )
+            yield _output(RESTORED, restore, records=restored_records, page=page, count=count)
         if last is not None:
             stored = self.state.get()
             current = stored[0] if stored is not None and stored[1] == last.restore_epoch else 0
             count = current + added
             self.state.update((count, last.restore_epoch))
-            yield Row(
-                kind=COUNT,
-                page=page,
-                count=count,
-                partition=last.partition,
-                offset=last.offset,
-                records=added,
-                key=None,
-                value=None,
-                reason=None,
-            )
+            yield _output(COUNT, last, records=added, page=page, count=count)
 
     def close(self) -> None:
         """Nothing to release."""
 
 
 def _dlq_row(row: Row) -> Row:
+    return _output(DLQ, row, records=1, key=row.key, value=row.value, reason=row.reason)
+
+
+def _output(
+    kind: str,
+    source: Row,
+    records: int,
+    page: str | None = None,
+    count: int | None = None,
+    key: bytes | None = None,
+    value: bytes | None = None,
+    reason: str | None = None,
+) -> Row:
+    """One `OUTPUT_SCHEMA` row about the source record `source` (its partition and offset)."""
     return Row(
-        kind=DLQ,
-        page=None,
-        count=None,
-        partition=row.partition,
-        offset=row.offset,
-        records=1,
-        key=row.key,
-        value=row.value,
-        reason=row.reason,
+        kind=kind,
+        page=page,
+        count=count,
+        partition=source.partition,
+        offset=source.offset,
+        records=records,
+        key=key,
+        value=value,
+        reason=reason,
     )

@@ -141,7 +141,7 @@ class ProcessorInstance:
                 break
             error = query.exception()
             description = str(error) if error is not None else "stopped without an error"
-            if "ProducerFencedError" in description or "MemberFencedError" in description:
+            if self.member.fenced or "ProducerFencedError" in description:
                 log.error("this instance was fenced by another one with its identity; exiting")
                 return EXIT_FENCED
             failures += 1
@@ -156,12 +156,19 @@ class ProcessorInstance:
 
     def _watch(self, query: StreamingQuery) -> None:
         """Wait until the query ends or a stop is requested; then finish the batch and stop it."""
+        logged_batch = -1
         while query.isActive:
             self.health.heartbeat()
             if self._stop.is_set():
                 self._shutdown(query)
                 return
             query.awaitTermination(1)
+            logged_batch = _log_progress(query, logged_batch)
+            if self.member.fenced:
+                # Another process joined with this group.instance.id: stop without a drain
+                # (this instance can never commit again) and let the supervisor exit.
+                query.stop()
+                return
 
     def _shutdown(self, query: StreamingQuery) -> None:
         # No new batch gets planned; the running one finishes and commits its transaction.
@@ -175,6 +182,22 @@ class ProcessorInstance:
             time.sleep(0.1)
         query.stop()
         log.info("query stopped")
+
+
+def _log_progress(query: StreamingQuery, logged_batch: int) -> int:
+    """Log where the time of each new micro-batch went (Spark's own breakdown, in ms)."""
+    progress = query.lastProgress
+    if not progress or progress["batchId"] == logged_batch:
+        return logged_batch
+    durations = progress.get("durationMs", {})
+    log.info(
+        "batch %d: %d rows in %d ms (%s)",
+        progress["batchId"],
+        progress.get("numInputRows", 0),
+        durations.get("triggerExecution", 0),
+        ", ".join(f"{k} {v}" for k, v in sorted(durations.items()) if k != "triggerExecution"),
+    )
+    return int(progress["batchId"])
 
 
 def _first_line(text: str) -> str:

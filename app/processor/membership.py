@@ -58,6 +58,10 @@ class GroupMember:
         self._generation = 0
         self._draining = False
         self._lock = threading.Lock()
+        # Held by the sink around a transaction; a revocation waits for it (as Kafka Streams
+        # commits before it gives partitions up), so a batch never writes for a partition that
+        # was revoked half-way through its transaction.
+        self.ownership = threading.Lock()
         self._assigned = threading.Event()
         self._stop = threading.Event()
         self._fatal: KafkaError | None = None
@@ -142,6 +146,11 @@ class GroupMember:
             result[tp.partition] = tp.offset if tp.offset >= 0 else None
         return result
 
+    @property
+    def fenced(self) -> bool:
+        """Whether the broker fenced this member (another process has its group.instance.id)."""
+        return self._fatal is not None
+
     def raise_if_fenced(self) -> None:
         """Raise `MemberFencedError` when the broker fenced this member (a fatal error)."""
         if self._fatal is not None:
@@ -192,8 +201,9 @@ class GroupMember:
         self._changed(added={tp.partition for tp in partitions}, removed=set())
 
     def _on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
-        consumer.incremental_unassign(partitions)
-        self._changed(added=set(), removed={tp.partition for tp in partitions})
+        with self.ownership:
+            consumer.incremental_unassign(partitions)
+            self._changed(added=set(), removed={tp.partition for tp in partitions})
 
     def _on_lost(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         log.warning("group member: partitions lost (session timed out): %s", _names(partitions))

@@ -35,6 +35,8 @@ def spark_session(settings: ProcessorSettings) -> SparkSession:
 def source_options(settings: ProcessorSettings) -> SourceOptions:
     """What the Kafka source's reader processes need to know."""
     config = {k: v for k, v in settings.consumer_config().items() if k not in _MEMBER_ONLY}
+    # The readers fetch ranges known to exist: waiting for more bytes only delays each fetch.
+    config.setdefault("fetch.wait.max.ms", "10")
     return SourceOptions(
         input_topic=settings.input_topic,
         changelog_topic=settings.changelog_topic,

@@ -108,12 +108,15 @@ class TransactionalSink:
             log.info("batch %d: already committed before a restart; not written again", batch_id)
             self.metrics.batch_skipped()
             return
-        owned = self.member.assignment()
-        gone = sorted(set(advanced) - owned)
-        if gone:
-            log.warning("batch %d: partitions %s no longer owned: not written", batch_id, gone)
-        offsets = {p: o for p, o in advanced.items() if p in owned}
-        written = self._transaction(batch_id, rows, offsets)
+        with self.member.ownership:  # no revocation while the transaction runs
+            owned = self.member.assignment()
+            gone = sorted(set(advanced) - owned)
+            if gone:
+                log.warning("batch %d: partitions %s no longer owned: not written", batch_id, gone)
+            offsets = {p: o for p, o in advanced.items() if p in owned}
+            if not offsets:
+                return
+            written = self._transaction(batch_id, rows, offsets)
         records_in: Counter[tuple[str, int]] = Counter()
         for kind in (COUNT, DLQ):
             for p, n in _records_by_partition(rows, kind).items():

@@ -44,8 +44,17 @@ class Pipeline:
         """Create the four topics of a fresh pipeline."""
         pipeline = cls(bootstrap, f"pvc-{uuid.uuid4().hex[:8]}", partitions)
         admin = AdminClient({"bootstrap.servers": bootstrap})
+        changelog = pipeline.topics["changelog.topic"]
         futures = admin.create_topics(
-            [NewTopic(t, partitions, replication) for t in pipeline.topics.values()]
+            [
+                NewTopic(
+                    topic,
+                    partitions,
+                    replication,
+                    config={"cleanup.policy": "compact"} if topic == changelog else {},
+                )
+                for topic in pipeline.topics.values()
+            ]
         )
         for future in futures.values():
             future.result(CLIENT_TIMEOUT_S)
@@ -84,16 +93,15 @@ class Pipeline:
 
 
 def produce_page_views(
-    bootstrap: str, topic: str, events: int, pages: int, seed: int
+    bootstrap: str, topic: str, events: int, pages: int, seed: int, one_per_request: bool = True
 ) -> Counter[str]:
     """Produce `events` valid page views over `pages` pages; the true count per page.
 
-    One record per produce request (`batch.num.messages=1`): the embedded broker's
-    ListOffsets is wrong after multi-record batches (DESIGN.md).
+    `one_per_request`: one record per produce request (`batch.num.messages=1`), which the
+    embedded broker needs: its ListOffsets is wrong after multi-record batches (DESIGN.md).
     """
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0, "acks": "all"}
-    )
+    batching = {"batch.num.messages": 1, "linger.ms": 0} if one_per_request else {}
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **batching})
     rnd = random.Random(seed)
     truth: Counter[str] = Counter()
     for i in range(events):
@@ -103,16 +111,25 @@ def produce_page_views(
         producer.produce(topic, key=page.encode(), value=value.encode())
         if i % 500 == 0:
             producer.poll(0)
-    producer.flush(CLIENT_TIMEOUT_S)
+    _flush(producer)
     return truth
 
 
-def produce_raw(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]):
+def produce_raw(
+    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]
+) -> None:
     """Produce records exactly as given (key, value), one per request."""
     producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
     for key, value in records:
         producer.produce(topic, key=key, value=value)
-    producer.flush(CLIENT_TIMEOUT_S)
+    _flush(producer)
+
+
+def _flush(producer: Producer, timeout_s: float = 300.0) -> None:
+    """Wait until every record is delivered: the expected counts assume all of them were."""
+    remaining = producer.flush(timeout_s)
+    if remaining:
+        raise AssertionError(f"{remaining} records still undelivered after {timeout_s:.0f} s")
 
 
 @dataclass

@@ -1,0 +1,169 @@
+"""The processor's group semantics against a real Apache Kafka (3 KRaft nodes).
+
+The embedded broker cannot show these (DESIGN.md): static membership across a replacement,
+partitions taken over after the session timeout, and transaction fencing of a zombie. Each test
+runs real `python -m app.processor` instances, like pods of the StatefulSet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.app.processor_harness import (
+    Pipeline,
+    ProcessorProcess,
+    produce_page_views,
+    wait_for_counts,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.timeout(900)]
+
+PAGES = 60
+PARTITIONS = 4
+RUN_TIMEOUT_S = 240.0
+SESSION_TIMEOUT_MS = 20_000
+MEMBERSHIP = {
+    "consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "consumer.heartbeat.interval.ms": "2000",
+    # One core per instance: two or three instances share this machine with the brokers.
+    "spark.master": "local[1]",
+    "spark.sql.shuffle.partitions": "2",
+}
+
+
+@dataclass
+class Group:
+    """Processor instances of one pipeline, each with its own state directory (its PVC)."""
+
+    pipeline: Pipeline
+    workdir: Path
+    truth: Counter[str]
+    runs: int = 0
+
+    def produce(self, events: int) -> None:
+        self.runs += 1
+        topic = self.pipeline.topics["input.topic"]
+        self.truth.update(
+            produce_page_views(
+                self.pipeline.bootstrap, topic, events, PAGES, seed=self.runs, one_per_request=False
+            )
+        )
+
+    def start(self, instance: str, state: str | None = None) -> ProcessorProcess:
+        self.runs += 1
+        state_dir = self.workdir / (state or instance)
+        properties = self.pipeline.properties(instance, state_dir, **MEMBERSHIP)
+        return ProcessorProcess(self.workdir, f"{instance}-{self.runs}", properties)
+
+    def wait_exact(self, *processors: ProcessorProcess) -> float:
+        topic = self.pipeline.topics["output.topic"]
+        return wait_for_counts(
+            processors[0], self.pipeline.bootstrap, topic, self.truth, RUN_TIMEOUT_S
+        )
+
+
+def _make_group(bootstrap: str, workdir: Path) -> Group:
+    return Group(Pipeline.create(bootstrap, PARTITIONS, replication=3), workdir, Counter())
+
+
+def _assigned(processor: ProcessorProcess) -> int:
+    return int(processor.metric("processor_assigned_partitions"))
+
+
+def _ready(processor: ProcessorProcess) -> bool:
+    processor.assert_running()
+    return processor.get("/ready")[0] == 200
+
+
+@pytest.fixture
+def group(apache_kafka: str, tmp_path: Path) -> Group:
+    return _make_group(apache_kafka, tmp_path)
+
+
+@dataclass
+class Started:
+    processors: list[ProcessorProcess]
+
+    def stop_all(self) -> None:
+        for processor in self.processors:
+            processor.ensure_stopped()
+
+
+@pytest.fixture
+def started() -> Iterator[Started]:
+    running = Started([])
+    yield running
+    running.stop_all()
+
+
+@pytest.mark.apache_kafka(reason="static membership and the group coordinator's session timeout")
+def test_static_replacement_causes_no_rebalance_and_a_lost_instance_is_taken_over(
+    group: Group, started: Started
+) -> None:
+    first = group.start("page-view-counter-0")
+    second = group.start("page-view-counter-1")
+    started.processors += [first, second]
+    group.produce(4000)
+    group.wait_exact(first)
+    wait_until(lambda: _ready(first) and _ready(second), RUN_TIMEOUT_S, "both instances ready")
+    assert _assigned(first) + _assigned(second) == PARTITIONS
+    assert _assigned(first) > 0 and _assigned(second) > 0
+    rebalances_before = first.metric("processor_rebalances_total")
+
+    # A rolling update of the second pod: same group.instance.id, same volume, within the
+    # session timeout. The first instance must not notice.
+    code, _ = second.terminate()
+    assert code == 0, second.log()[-3000:]
+    replaced = time.monotonic()
+    second = group.start("page-view-counter-1")
+    started.processors.append(second)
+    wait_until(lambda: _ready(second), RUN_TIMEOUT_S, "the replacement to be ready")
+    print(f"replacement ready {time.monotonic() - replaced:.1f} s after the old one stopped")
+    group.produce(2000)
+    group.wait_exact(first)
+    assert first.metric("processor_rebalances_total") == rebalances_before
+    assert second.metric("processor_restore_records_total") == 0
+    owned_by_second = _assigned(second)
+
+    # The second pod dies and does not come back: after the session timeout its partitions
+    # move to the first instance, which restores their state from the changelog.
+    second.kill()
+    gone = time.monotonic()
+    wait_until(lambda: _assigned(first) == PARTITIONS, RUN_TIMEOUT_S, "the takeover")
+    print(f"takeover {time.monotonic() - gone:.1f} s after the kill")
+    group.produce(2000)
+    group.wait_exact(first)
+    assert first.metric("processor_rebalances_total") > rebalances_before
+    assert first.metric("processor_restore_records_total") >= owned_by_second
+    code, _ = first.terminate()
+    assert code == 0, first.log()[-3000:]
+
+
+@pytest.mark.apache_kafka(reason="transaction fencing and FENCED_INSTANCE_ID")
+def test_a_zombie_instance_is_fenced(group: Group, started: Started) -> None:
+    zombie = group.start("page-view-counter-0", state="zombie-volume")
+    started.processors.append(zombie)
+    group.produce(2000)
+    group.wait_exact(zombie)
+
+    # A second process with the same pod name (a partitioned node's pod replaced elsewhere):
+    # its producer fences the zombie's, and its group.instance.id fences the zombie's member.
+    successor = group.start("page-view-counter-0", state="new-volume")
+    started.processors.append(successor)
+    wait_until(lambda: _ready(successor), RUN_TIMEOUT_S, "the successor to be ready")
+    group.produce(2000)
+    group.wait_exact(successor)
+    wait_until(lambda: zombie.process.poll() is not None, RUN_TIMEOUT_S, "the zombie to exit")
+    assert zombie.process.returncode == 3, zombie.log()[-3000:]
+    assert "fenced" in zombie.log()
+    # Counted exactly once: nothing the zombie tried after the fence became visible.
+    group.wait_exact(successor)
+    code, _ = successor.terminate()
+    assert code == 0, successor.log()[-3000:]
