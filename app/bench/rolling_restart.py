@@ -21,12 +21,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.bench import plots
 from app.bench.measure import (
+    Latency,
     Timeline,
     TimelineSample,
     metric_delta,
@@ -36,7 +37,7 @@ from app.bench.measure import (
 from app.bench.table import write_table
 from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, InstanceStatus, PipelineNames
-from app.local.observe import check_counts
+from app.local.observe import CountCheck, CountRecord, PartitionLag, check_counts
 from app.local.pipeline import LocalPipeline, PipelineSetup
 
 log = logging.getLogger("app.bench")
@@ -100,6 +101,9 @@ class BenchParams:
     session_timeout_ms: int = 20_000
     heartbeat_interval_ms: int = 2_000
     steady_s: float = 10.0  # steady processing before the restart
+    # "Caught up": at most this many seconds of input not yet committed (batches take 1-10 s
+    # on a busy 2-core machine).
+    caught_up_s: float = 20.0
     tail_s: float = 10.0  # after recovery, before the load stops
     ready_timeout_s: float = 240.0
     recovery_timeout_s: float = 240.0
@@ -117,6 +121,8 @@ class CaseResult:
     plot: Path | None = None
 
 
+RESTORED = "processor_restore_records_total"
+
 COLUMNS = (
     "case",
     "broker",
@@ -133,7 +139,7 @@ COLUMNS = (
     "revoked (others)",
     "restored records",
     "down s",
-    "ready again s",
+    "processed again s",
     "note",
 )
 
@@ -145,35 +151,49 @@ def run_matrix(
     bootstrap_servers: str,
     embedded: bool,
 ) -> list[CaseResult]:
-    """Run each case on its own topics and group (one broker for all); write table and graphs."""
-    results = []
+    """Run the cases, one pipeline per membership kind (static, dynamic) with one restart per
+    case in it; write the table (Markdown, CSV) and a graph per case; the results."""
+    results: dict[str, CaseResult] = {}
+    runnable = []
     for case in cases:
         if embedded and case.needs_apache:
-            results.append(
-                CaseResult(
-                    case,
-                    {
-                        "case": case.name,
-                        "broker": "embedded",
-                        "note": f"not run: {case.needs_apache}",
-                    },
-                )
-            )
-            continue
-        log.info("case %s: %s", case.name, case.description)
-        results.append(run_case(case, params, out_dir, bootstrap_servers, embedded))
-    text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in results])
+            row = {"case": case.name, "broker": "embedded", "note": f"not run: {case.needs_apache}"}
+            results[case.name] = CaseResult(case, row)
+        else:
+            runnable.append(case)
+    for stateful in (True, False):
+        group = [c for c in runnable if c.stateful is stateful]
+        if group:
+            for result in run_group(group, params, out_dir, bootstrap_servers, embedded):
+                results[result.case.name] = result
+    ordered = [results[c.name] for c in cases]
+    text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
     print(text, flush=True)
     print(f"table: {out_dir / 'rolling-restart.md'} and .csv; graphs: {out_dir}/*.png", flush=True)
-    return results
+    return ordered
 
 
-def run_case(
-    case: Case, params: BenchParams, out_dir: Path, bootstrap_servers: str, embedded: bool
-) -> CaseResult:
-    """Run one case (see the module docstring); its row."""
-    run_id = uuid.uuid4().hex[:6]
-    prefix = f"bench-{case.name}-{run_id}"
+@dataclass
+class Restart:
+    """What happened around one restart of one instance."""
+
+    case: Case
+    target: str
+    moved: tuple[int, ...]  # the target's partitions before the restart
+    before: dict[str, InstanceStatus]
+    stopped_at: float
+    started_at: float
+    recovered_at: float | None = None
+    after: dict[str, InstanceStatus] = field(default_factory=dict)
+
+
+def run_group(
+    cases: Sequence[Case], params: BenchParams, out_dir: Path, bootstrap_servers: str,
+    embedded: bool,
+) -> list[CaseResult]:  # fmt: skip
+    """One pipeline (own topics and group), one restart of the last instance per case."""
+    stateful = cases[0].stateful
+    prefix = f"bench-{'static' if stateful else 'dynamic'}-{uuid.uuid4().hex[:6]}"
     setup = PipelineSetup(
         base_dir=out_dir / "state" / prefix,
         instances=params.instances,
@@ -182,125 +202,158 @@ def run_case(
         one_record_per_batch=embedded,
         names=PipelineNames(prefix, f"{prefix}-page-views", f"{prefix}-page-view-counts"),
         options=InstanceOptions(
-            stateful=case.stateful,
+            stateful=stateful,
             session_timeout_ms=params.session_timeout_ms,
             heartbeat_interval_ms=params.heartbeat_interval_ms,
         ),
     )
     load = LoadSettings(
-        rate=params.rate,
-        keys=params.keys,
-        skew=params.skew,
-        seed=params.seed,
+        rate=params.rate, keys=params.keys, skew=params.skew, seed=params.seed,
         record_timestamps=True,
-    )
+    )  # fmt: skip
+    restarts = []
     with LocalPipeline(setup) as pipeline:
         assert pipeline.output is not None and pipeline.lag is not None
         pipeline.start_instances()
         loader = pipeline.load(load)
         t0 = time.time()
         timeline = Timeline(pipeline).start()
-        steady = wait_until(
-            timeline, params.ready_timeout_s, lambda s: _all_ready(s) and _caught_up(s, params)
-        )
-        if steady is None:
-            raise RuntimeError(
-                f"case {case.name}: the instances were not ready and caught up within "
-                f"{params.ready_timeout_s:g} s; see the logs in {setup.base_dir / 'logs'}"
+        for case in cases:
+            steady = wait_until(
+                timeline, params.ready_timeout_s, lambda s: _all_ready(s) and _caught_up(s, params)
             )
-        time.sleep(params.steady_s)
-        target = pipeline.instances[-1]
-        before = {s.name: s for s in timeline.take().instances}
-        moved = tuple(before[target.name].partitions or ())
-        stopped_at = time.time()
-        target.stop()
-        if case.wipe_state:
-            target.wipe_state()
-        down_until = stopped_at + (
-            params.session_timeout_ms / 1000 + 10 if case.outlive_session else 0
-        )
-        time.sleep(max(0.0, down_until - time.time()))
-        started_at = time.time()
-        target.start()
-        recovered = wait_until(
-            timeline,
-            params.recovery_timeout_s,
-            lambda s: _status(s, target.name).ready and _caught_up(s, params),
-        )
-        recovered_at = recovered.at if recovered is not None else time.time()
-        time.sleep(params.tail_s)
-        after = {s.name: s for s in timeline.take().instances}
+            if steady is None:
+                raise RuntimeError(
+                    f"{prefix}: the instances were not ready and caught up within "
+                    f"{params.ready_timeout_s:g} s; see the logs in {setup.base_dir / 'logs'}"
+                )
+            log.info("%s: ready and caught up %.0f s after the start", prefix, steady.at - t0)
+            time.sleep(params.steady_s)
+            restarts.append(restart(pipeline, timeline, case, params))
         summary = loader.stop()
         drained = wait_until(timeline, params.drain_timeout_s, lambda s: _total_lag(s) == 0)
-        final = {s.name: s for s in timeline.take().instances}
         timeline.stop()
         pipeline.stop_instances()
         pipeline.output.wait_until_caught_up(60.0)
         latest, _, duplicates = pipeline.output.snapshot()
         records = list(pipeline.output.records)
     check = check_counts(summary.per_key, latest, duplicates)
-    window = (int(stopped_at * 1000), int((recovered_at + params.tail_s) * 1000))
-    gaps = zero_output_gaps(records, moved, *window)
-    latencies = [
-        lat
-        for lat in output_latencies(records, summary.timestamps)
-        if window[0] <= lat.output_ms <= window[1]
-    ]
-    others = [i.name for i in pipeline.instances if i.name != target.name]
-    restored = final[target.name].metric("processor_restore_records_total") + sum(
-        metric_delta(before.get(n), final.get(n), "processor_restore_records_total") for n in others
+    latencies = output_latencies(records, summary.timestamps)
+    results = []
+    for event in restarts:
+        row = _row(event, check, records, latencies, params, embedded)
+        if drained is None:
+            row["note"] = "; ".join(filter(None, [str(row["note"]), "lag not drained"]))
+        if len(restarts) > 1:
+            row["note"] = "; ".join(
+                filter(None, [str(row["note"]), f"produced/counted/duplicates: whole run {prefix}"])
+            )
+        plot = out_dir / f"rolling-restart-{event.case.name}.png"
+        end = (event.recovered_at or time.time()) + params.tail_s + 5
+        plots.lag_and_output(
+            plot,
+            f"{event.case.name}: {event.case.description}",
+            [s for s in timeline.samples if event.stopped_at - 30 <= s.at <= end],
+            event.stopped_at - 30,
+            _marks(event),
+            highlight=event.moved,
+        )
+        results.append(CaseResult(event.case, row, ok=check.ok, plot=plot))
+    return results
+
+
+def restart(
+    pipeline: LocalPipeline, timeline: Timeline, case: Case, params: BenchParams
+) -> Restart:
+    """Stop the last instance, wipe its state if the case says so, keep it down if the case
+    says so, start it, and wait until its partitions are processed again."""
+    target = pipeline.instances[-1]
+    sample = timeline.take()
+    before = {s.name: s for s in sample.instances}
+    moved = tuple(before[target.name].partitions or ())
+    log.info("case %s: %s; stopping %s (partitions %s)", case.name, case.description,
+             target.name, list(moved))  # fmt: skip
+    stopped_at = time.time()
+    target.stop()
+    if case.wipe_state:
+        target.wipe_state()
+    if case.outlive_session:
+        time.sleep(max(0.0, stopped_at + params.session_timeout_ms / 1000 + 10 - time.time()))
+    started_at = time.time()
+    target.start()
+    event = Restart(case, target.name, moved, before, stopped_at, started_at)
+    recovered = wait_until(
+        timeline,
+        params.recovery_timeout_s,
+        lambda s: _status(s, target.name).ready and _advanced(s, sample.lag, moved),
+    )
+    if recovered is not None:
+        event.recovered_at = recovered.at
+        log.info("case %s: processed again %.0f s after the stop", case.name,
+                 recovered.at - stopped_at)  # fmt: skip
+    time.sleep(params.tail_s)
+    event.after = {s.name: s for s in timeline.take().instances}
+    return event
+
+
+def _row(
+    event: Restart,
+    check: CountCheck,
+    records: Sequence[CountRecord],
+    latencies: Sequence[Latency],
+    params: BenchParams,
+    embedded: bool,
+) -> dict[str, object]:
+    end = (event.recovered_at or event.started_at) + params.tail_s
+    window = (int(event.stopped_at * 1000), int(end * 1000))
+    gaps = zero_output_gaps(records, event.moved, *window)
+    during = [lat for lat in latencies if window[0] <= lat.output_ms <= window[1]]
+    others = [n for n in event.before if n != event.target]
+    restored = event.after.get(event.target)
+    restored_records = (restored.metric(RESTORED) if restored else 0.0) + sum(
+        metric_delta(event.before.get(n), event.after.get(n), RESTORED) for n in others
     )
     notes = []
-    if recovered is None:
-        notes.append(f"not recovered within {params.recovery_timeout_s:g} s")
-    if drained is None:
-        notes.append("lag not drained")
-    if embedded:
-        notes.append("embedded broker: changelog not compacted, so restores read every update")
-    row = {
-        "case": case.name,
+    if event.recovered_at is None:
+        notes.append(f"not processed again within {params.recovery_timeout_s:g} s")
+    if embedded and restored_records:
+        notes.append("embedded broker: no compaction, a restore reads every changelog record")
+    return {
+        "case": event.case.name,
         "broker": "embedded" if embedded else "apache",
         "produced": check.produced,
         "counted": check.counted,
         "match": "yes" if check.ok else "NO",
         "duplicates": check.duplicates,
-        "restarted partitions": " ".join(str(p) for p in moved),
+        "restarted partitions": " ".join(str(p) for p in event.moved),
         "zero output s (max)": max(gaps.values(), default=None),
         "zero output s per partition": " ".join(f"{p}:{g:.1f}" for p, g in sorted(gaps.items())),
         "max latency s (restarted)": max(
-            (lat.seconds for lat in latencies if lat.partition in moved), default=None
+            (lat.seconds for lat in during if lat.partition in event.moved), default=None
         ),
         "max latency s (others)": max(
-            (lat.seconds for lat in latencies if lat.partition not in moved), default=None
+            (lat.seconds for lat in during if lat.partition not in event.moved), default=None
         ),
-        "rebalances (others)": int(
-            sum(
-                metric_delta(before.get(n), after.get(n), "processor_rebalances_total")
-                for n in others
-            )
+        "rebalances (others)": _grown(event, others, "processor_rebalances_total"),
+        "revoked (others)": _grown(event, others, "processor_partitions_revoked_total"),
+        "restored records": int(restored_records),
+        "down s": event.started_at - event.stopped_at,
+        "processed again s": (
+            event.recovered_at - event.stopped_at if event.recovered_at is not None else None
         ),
-        "revoked (others)": int(
-            sum(
-                metric_delta(before.get(n), after.get(n), "processor_partitions_revoked_total")
-                for n in others
-            )
-        ),
-        "restored records": int(restored),
-        "down s": started_at - stopped_at,
-        "ready again s": recovered_at - stopped_at if recovered is not None else None,
         "note": "; ".join(notes),
     }
-    plot = out_dir / f"rolling-restart-{case.name}.png"
-    plots.lag_and_output(
-        plot,
-        f"{case.name}: {case.description}",
-        timeline.samples,
-        records,
-        t0,
-        {"stop": stopped_at, "start": started_at, "ready": recovered_at},
-        highlight=moved,
-    )
-    return CaseResult(case, row, ok=check.ok, plot=plot)
+
+
+def _grown(event: Restart, names: Sequence[str], metric: str) -> int:
+    return int(sum(metric_delta(event.before.get(n), event.after.get(n), metric) for n in names))
+
+
+def _marks(event: Restart) -> dict[str, float]:
+    marks = {"stop": event.stopped_at, "start": event.started_at}
+    if event.recovered_at is not None:
+        marks["processed again"] = event.recovered_at
+    return marks
 
 
 def wait_until(timeline: Timeline, timeout_s: float, condition: object) -> TimelineSample | None:
@@ -327,6 +380,13 @@ def _total_lag(sample: TimelineSample) -> int:
 
 
 def _caught_up(sample: TimelineSample, params: BenchParams) -> bool:
-    """Every partition committed something, and the lag is at most ~5 s of input."""
+    """Every partition committed something, and the lag is at most `caught_up_s` of input."""
     committed = all(p.committed is not None for p in sample.lag.values())
-    return committed and _total_lag(sample) <= params.rate * 5
+    return committed and _total_lag(sample) <= params.rate * params.caught_up_s
+
+
+def _advanced(
+    sample: TimelineSample, before: Mapping[int, PartitionLag], partitions: Sequence[int]
+) -> bool:
+    """Every one of `partitions` committed past where it stood at `before`: processed again."""
+    return all((sample.lag[p].committed or 0) > (before[p].committed or 0) for p in partitions)

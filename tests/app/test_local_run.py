@@ -1,0 +1,44 @@
+"""The README's main command, `python -m app.local`, run as a newcomer runs it (its own embedded
+broker, two instances) for a minute: the final check passes and the report and logs exist.
+
+LONG: two real processor instances (Spark JVMs) start, process and stop; a few minutes on 2
+cores. Timings are printed by the command, never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from app.local.instances import REPO_ROOT
+
+RUN_TIMEOUT_S = 600
+
+
+def test_local_run_counts_every_page_view_exactly_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
+    state = tmp_path / "local"
+    run = subprocess.run(
+        [sys.executable, "-m", "app.local", "--instances", "2", "--partitions", "2",
+         "--rate", "30", "--keys", "10", "--duration", "60", "--state-dir", str(state)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    print(run.stdout[-4000:])
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert "final check: OK" in run.stdout
+    assert "page-view-counter-0" in run.stdout and "page-view-counter-1" in run.stdout
+    report = json.loads((state / "report.json").read_text())
+    check = report["check"]
+    assert check["ok"] and check["duplicates"] == 0
+    assert check["produced"] == check["counted"] == report["produced"]["valid"] > 0
+    assert report["embedded_broker"] is True
+    for instance in report["instances"].values():
+        assert instance["exit_code"] == 0
+        assert Path(instance["log"]).stat().st_size > 0
+    for i in (0, 1):
+        properties = (state / "config" / f"page-view-counter-{i}.properties").read_text()
+        assert "consumer.group.instance.id=${env:POD_NAME}" in properties
+        assert f"state.dir={state / f'page-view-counter-{i}'}" in properties
