@@ -136,6 +136,7 @@ COLUMNS = (
     "max latency s (restarted)",
     "max latency s (others)",
     "rebalances (others)",
+    "assigned (others)",
     "revoked (others)",
     "restored records",
     "down s",
@@ -316,6 +317,12 @@ def _row(
     notes = []
     if event.recovered_at is None:
         notes.append(f"not processed again within {params.recovery_timeout_s:g} s")
+    handed_over = _grown(event, others, "processor_partitions_assigned_total")
+    if embedded and not event.case.stateful and not handed_over:
+        notes.append(
+            "embedded broker: the leaving member's partitions were not handed to the others "
+            "(Apache Kafka moves them at once), so the gap is the restart itself"
+        )
     if embedded and restored_records:
         notes.append("embedded broker: no compaction, a restore reads every changelog record")
     return {
@@ -335,6 +342,7 @@ def _row(
             (lat.seconds for lat in during if lat.partition not in event.moved), default=None
         ),
         "rebalances (others)": _grown(event, others, "processor_rebalances_total"),
+        "assigned (others)": _grown(event, others, "processor_partitions_assigned_total"),
         "revoked (others)": _grown(event, others, "processor_partitions_revoked_total"),
         "restored records": int(restored_records),
         "down s": event.started_at - event.stopped_at,
