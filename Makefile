@@ -28,13 +28,13 @@ $(VENV)/app/.synced: pyproject.toml uv.lock | $(UV)
 $(VENV)/checkov/.synced: pyproject.toml uv.lock | $(UV)
 	$(call sync_env,checkov,--group checkov)
 
-.PHONY: setup run test test-apache render check lint lock clean
+.PHONY: setup run test test-apache render check bench lint lock clean
 setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced
 
-## The main job on the embedded default: no cluster needed.
-run: $(VENV)/infra/.synced
-	$(INFRA_PY) -m infra.render --stack $(STACK) --out build/manifests/$(STACK)
-	$(INFRA_PY) -m policies.check --stack $(STACK)
+## The main job on the embedded default, no cluster needed: broker, topics, load and two processor
+## instances as local processes, live progress, Ctrl-C to stop. Options: make run ARGS="--help".
+run: $(VENV)/app/.synced
+	$(APP_PY) -m app.local $(ARGS)
 
 ## All tests: program, manifests and policies in the infra environment, the application in its own.
 test: setup
@@ -51,6 +51,12 @@ render: $(VENV)/infra/.synced
 
 check: $(VENV)/infra/.synced
 	$(INFRA_PY) -m policies.check --stack $(STACK)
+
+## Both benchmarks with their defaults (tables and graphs in build/bench/); for options:
+## .venv/app/bin/python -m app.bench rolling-restart --help
+bench: $(VENV)/app/.synced
+	$(APP_PY) -m app.bench rolling-restart
+	$(APP_PY) -m app.bench throughput
 
 lint: $(VENV)/infra/.synced
 	$(VENV)/infra/bin/ruff check .
