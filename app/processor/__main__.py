@@ -7,7 +7,9 @@ Exit codes: 0 stopped cleanly (SIGTERM/SIGINT), 1 failed, 2 invalid settings or 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # `kill -USR1 <pid>` prints every thread's stack: what a stuck instance is waiting for.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         settings = load_settings(args.properties, overrides=dict(args.set))
     except SettingsError as exc:

@@ -187,7 +187,8 @@ class GroupMember:
         return self._consumer
 
     def _on_error(self, error: KafkaError) -> None:
-        if error.fatal():
+        # error_cb reports a fatal error with the code _FATAL (and fatal() false).
+        if error.fatal() or error.code() == KafkaError._FATAL:
             self._fatal = error
             log.error("group member: fatal error %s", error.str())
         else:

@@ -90,6 +90,7 @@ class TransactionalSink:
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch in one transaction (the `foreachBatch` function)."""
         started = time.monotonic()
+        self.member.raise_if_fenced()  # a zombie writes nothing, not even a skipped batch
         rows = batch.toArrow()  # the stateful plan runs exactly once, here
         end = self._offsets(batch_id)
         start = self._offsets(batch_id - 1)
