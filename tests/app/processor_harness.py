@@ -108,7 +108,11 @@ def produce_page_views(
         page = f"/page/{rnd.randrange(pages)}"
         truth[page] += 1
         value = json.dumps({"page": page, "user": f"u{rnd.randrange(1000)}", "seq": i})
-        producer.produce(topic, key=page.encode(), value=value.encode())
+        try:
+            producer.produce(topic, key=page.encode(), value=value.encode())
+        except BufferError:  # the local queue is full: let deliveries drain it, then retry
+            producer.flush(CLIENT_TIMEOUT_S)
+            producer.produce(topic, key=page.encode(), value=value.encode())
         if i % 500 == 0:
             producer.poll(0)
     _flush(producer)
