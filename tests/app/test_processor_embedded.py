@@ -130,6 +130,15 @@ def first_run(scenario: Scenario) -> Iterator[RunReport]:
     try:
         seconds = scenario.wait_exact(processor)
         wait_until(lambda: processor.get("/ready")[0] == 200, 60, "/ready to answer 200")
+        # Lag per partition, exported by the group member: everything is committed now.
+        wait_until(
+            lambda: (
+                processor.get("/metrics")[1].count("processor_consumer_lag_records{") == 2
+                and processor.metric("processor_consumer_lag_records") == 0
+            ),
+            60,
+            "the consumer lag of both partitions to reach 0",
+        )
         report = _report(scenario, processor, seconds)
         report.ready_status = processor.get("/ready")[0]
         report.exit_code, report.stop_seconds = processor.terminate()
