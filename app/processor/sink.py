@@ -83,10 +83,6 @@ class TransactionalSink:
         log.info("transactional producer %s ready", self._config.get("transactional.id"))
         return producer
 
-    def reset(self) -> None:
-        """Replace a producer that hit a fatal error (after the query stopped)."""
-        self.producer = self._new_producer()
-
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch in one transaction (the `foreachBatch` function)."""
         started = time.monotonic()
