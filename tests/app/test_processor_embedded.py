@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from app.embedded_broker import ONE_RECORD_PER_REQUEST
 from app.processor.settings import INSTANCE_ID_KEY
 from tests.app.processor_harness import (
     REPO,
@@ -43,7 +44,7 @@ PAGES = 40
 RUN_TIMEOUT_S = 180.0
 # The embedded broker's ListOffsets is wrong after multi-record batches (DESIGN.md), and the
 # restore reads the changelog up to its end offset: one record per produce request.
-TANSU_PRODUCER = {"producer.batch.num.messages": "1"}
+TANSU_PRODUCER = {f"producer.{k}": v for k, v in ONE_RECORD_PER_REQUEST.items()}
 
 MALFORMED = [
     (None, b'{"page": "/page/1"}', "null-key"),
