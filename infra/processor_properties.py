@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from app.processor.defaults import DEFAULTS, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
 from app.topic_specs import TopicRole
 from infra.config import StackConfig
 
@@ -20,55 +21,48 @@ PROPERTIES_FILE = "processor.properties"
 # Kafka's default heartbeat; the session timeout here is minutes, so a third of it would let a
 # member miss a rebalance for far too long.
 HEARTBEAT_INTERVAL_MS = 3000
+# Of the grace period, what Spark and the JVM need to stop after the last batch committed.
+SPARK_STOP_SECONDS = 15
 
 
 def processor_properties(config: StackConfig, bootstrap_servers: str) -> dict[str, str]:
-    """Every processor setting for this stack, the stack's `properties` overrides applied last."""
+    """Every processor setting for this stack, the stack's `properties` overrides applied last.
+
+    The processor's own defaults (`app/processor/defaults.py`) are written out too, so the
+    ConfigMap shows every effective value and the policy pack checks what really runs.
+    """
     processor = config.processor
     topics = {spec.role: spec.name for spec in config.topic_specs}
     session_timeout_ms = processor.computed_session_timeout_ms
-    consumer = {
-        "consumer.group.protocol": "classic",
-        "consumer.session.timeout.ms": str(session_timeout_ms),
-        "consumer.heartbeat.interval.ms": str(min(HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3)),
-        # Only the partitions that move pause during a rebalance.
-        "consumer.partition.assignment.strategy": "cooperative-sticky",
-        "consumer.isolation.level": "read_committed",
-        "consumer.max.poll.interval.ms": "300000",
-        "consumer.enable.auto.commit": "false",
-    }
-    if processor.stateful:
-        # Static membership: a pod that restarts within the session timeout keeps its partitions.
-        consumer["consumer.group.instance.id"] = "${env:POD_NAME}"
-    properties = {
+    stack = {
         "application.id": processor.application_id,
         "bootstrap.servers": bootstrap_servers,
         "input.topic": topics[TopicRole.INPUT],
         "output.topic": topics[TopicRole.OUTPUT],
         "changelog.topic": topics[TopicRole.CHANGELOG],
         "dlq.topic": topics[TopicRole.DLQ],
-        "processing.guarantee": "exactly_once_v2",
         "stateful": str(processor.stateful).lower(),
         "state.dir": STATE_DIR,
         "health.port": str(HEALTH_PORT),
-        "trigger.interval.ms": "1000",
-        "max.records.per.batch": "50000",
-        **consumer,
-        "producer.transactional.id": "${env:POD_NAME}",
-        "producer.transaction.timeout.ms": "60000",
-        "producer.acks": "all",
-        "producer.enable.idempotence": "true",
+        # SIGTERM's wait for the running batch ends before the kubelet's SIGKILL does.
+        "shutdown.timeout.ms": str(
+            max(0, processor.termination_grace_period_seconds - SPARK_STOP_SECONDS) * 1000
+        ),
+        # Computed from this StatefulSet: a static member that restarts is never dropped.
+        "consumer.session.timeout.ms": str(session_timeout_ms),
+        "consumer.heartbeat.interval.ms": str(min(HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3)),
+        TRANSACTIONAL_ID_KEY: "${env:POD_NAME}",
         "spark.master": f"local[{processor.cores}]",
         # About twice the cores: the default 200 made each batch about 7x slower. Fixed in the
         # checkpoint at first start.
         "spark.sql.shuffle.partitions": str(2 * processor.cores),
-        "spark.sql.streaming.stateStore.providerClass": (
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-        ),
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.local.dir": "/tmp/spark",
     }
-    return {**properties, **processor.properties}
+    if processor.stateful:
+        # Static membership: a pod that restarts within the session timeout keeps its partitions.
+        stack[INSTANCE_ID_KEY] = "${env:POD_NAME}"
+    effective = {**DEFAULTS, **stack, **processor.properties}
+    # What this stack decides first, then the processor's defaults, as a reviewer reads it.
+    return {**{key: effective[key] for key in stack}, **effective}
 
 
 def format_properties(properties: Mapping[str, str]) -> str:

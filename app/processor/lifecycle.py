@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 # Consecutive failed query runs before the instance gives up (the kubelet then restarts it).
 MAX_QUERY_RESTARTS = 5
 RESTART_BACKOFF_S = 2.0
-# How long SIGTERM waits for the running batch; the pod's terminationGracePeriodSeconds must
-# cover it plus Spark's shutdown (a few seconds).
-DRAIN_TIMEOUT_S = 60.0
 # The group join can take a while (the broker waits group.initial.rebalance.delay.ms).
 ASSIGNMENT_TIMEOUT_S = 300.0
 
@@ -173,10 +170,14 @@ class ProcessorInstance:
     def _shutdown(self, query: StreamingQuery) -> None:
         # No new batch gets planned; the running one finishes and commits its transaction.
         self.member.drain()
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        timeout_s = self.settings.shutdown_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
         while query.isActive and query.status["isTriggerActive"]:
             if time.monotonic() > deadline:
-                log.warning("batch still running after %.0f s: stopping anyway", DRAIN_TIMEOUT_S)
+                log.warning(
+                    "batch still running after shutdown.timeout.ms=%d: stopping anyway",
+                    self.settings.shutdown_timeout_ms,
+                )
                 break
             self.health.heartbeat()
             time.sleep(0.1)

@@ -26,43 +26,11 @@ from types import MappingProxyType
 import confluent_kafka
 
 from app.java_properties import parse_properties, resolve_env
+from app.processor.defaults import DEFAULTS, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
 
 CONSUMER_PREFIX = "consumer."
 PRODUCER_PREFIX = "producer."
 SPARK_PREFIX = "spark."
-
-# The one place that holds the defaults (keys and values exactly as the contract names them).
-DEFAULTS: Mapping[str, str] = MappingProxyType(
-    {
-        "processing.guarantee": "exactly_once_v2",
-        "stateful": "true",
-        "state.dir": "/var/lib/processor",
-        "health.port": "8080",
-        "trigger.interval.ms": "1000",
-        "max.records.per.batch": "50000",
-        "consumer.group.protocol": "classic",
-        # librdkafka's own defaults; the Pulumi program computes the session timeout from the
-        # StatefulSet (grace period + startup budget + minReadySeconds) and renders it.
-        "consumer.session.timeout.ms": "45000",
-        "consumer.heartbeat.interval.ms": "3000",
-        "consumer.partition.assignment.strategy": "cooperative-sticky",
-        "consumer.isolation.level": "read_committed",
-        "consumer.max.poll.interval.ms": "300000",
-        "consumer.enable.auto.commit": "false",
-        "producer.transaction.timeout.ms": "60000",
-        "producer.acks": "all",
-        "producer.enable.idempotence": "true",
-        "spark.master": "local[2]",
-        # About 2x the cores: the default of 200 made each batch about 7x slower. Fixed in the
-        # checkpoint at first start.
-        "spark.sql.shuffle.partitions": "4",
-        "spark.sql.streaming.stateStore.providerClass": (
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-        ),
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.local.dir": "/tmp/spark",
-    }
-)
 
 REQUIRED = (
     "application.id",
@@ -72,8 +40,6 @@ REQUIRED = (
     "changelog.topic",
     "dlq.topic",
 )
-INSTANCE_ID_KEY = "consumer.group.instance.id"
-TRANSACTIONAL_ID_KEY = "producer.transactional.id"
 # Contract keys without a default: required, or required depending on other keys.
 KNOWN_KEYS = frozenset({*DEFAULTS, *REQUIRED, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY})
 
@@ -104,6 +70,7 @@ INT_KEYS: Mapping[str, int] = MappingProxyType(
         "health.port": 0,  # 0: any free port (tests, local runs)
         "trigger.interval.ms": 1,
         "max.records.per.batch": 1,
+        "shutdown.timeout.ms": 0,
         "consumer.session.timeout.ms": 1,
         "consumer.heartbeat.interval.ms": 1,
         "consumer.max.poll.interval.ms": 1,
@@ -189,6 +156,7 @@ class ProcessorSettings:
     health_port: int
     trigger_interval_ms: int
     max_records_per_batch: int
+    shutdown_timeout_ms: int
     group_protocol: str
     # consumer.group.instance.id resolved (the pod name) for a stateful processor, else None.
     instance_id: str | None
@@ -548,6 +516,7 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         health_port=int(get("health.port")),
         trigger_interval_ms=int(get("trigger.interval.ms")),
         max_records_per_batch=int(get("max.records.per.batch")),
+        shutdown_timeout_ms=int(get("shutdown.timeout.ms")),
         group_protocol=get("consumer.group.protocol"),
         instance_id=instance.value if (stateful and instance is not None) else None,
         transactional_id=values[TRANSACTIONAL_ID_KEY].value,

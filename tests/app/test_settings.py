@@ -46,6 +46,7 @@ CONTRACT_DEFAULTS = {
     "health.port": "8080",
     "trigger.interval.ms": "1000",
     "max.records.per.batch": "50000",
+    "shutdown.timeout.ms": "45000",
     "consumer.group.protocol": "classic",
     "consumer.partition.assignment.strategy": "cooperative-sticky",
     "consumer.isolation.level": "read_committed",
@@ -61,6 +62,7 @@ CONTRACT_DEFAULTS = {
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.local.dir": "/tmp/spark",
+    "spark.ui.showConsoleProgress": "false",
 }
 CONTRACT_KEYS = {
     *CONTRACT_DEFAULTS,
