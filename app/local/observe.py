@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -21,6 +22,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from app.topics import librdkafka_logger
 
 CLIENT_TIMEOUT_S = 10.0
+# How long a moving group coordinator may keep the committed offsets out of reach.
+COORDINATOR_WAIT_S = 60.0
+
+log = logging.getLogger(__name__)
 
 
 def _observer_config(bootstrap_servers: str, group_id: str) -> dict[str, object]:
@@ -61,13 +66,14 @@ class GroupLag:
     def __init__(self, bootstrap_servers: str, group_id: str, topic: str) -> None:
         # group.id names the group whose committed offsets are read; no subscribe: no join.
         self._consumer = Consumer(_observer_config(bootstrap_servers, group_id))
+        self.group_id = group_id
         self.topic = topic
         self.partitions = partition_count(self._consumer, topic)
 
     def read(self) -> dict[int, PartitionLag]:
         """End and committed offset of every partition now."""
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        committed = self._consumer.committed(tps, timeout=CLIENT_TIMEOUT_S)
+        committed = self._committed(tps)
         result = {}
         for tp in committed:
             _, high = self._consumer.get_watermark_offsets(
@@ -75,6 +81,20 @@ class GroupLag:
             )
             result[tp.partition] = PartitionLag(high, tp.offset if tp.offset >= 0 else None)
         return result
+
+    def _committed(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        # The group coordinator moves (a new cluster's offsets topic, a broker restart): a
+        # retriable error is a moment to wait, not the end of an observation.
+        deadline = time.monotonic() + COORDINATOR_WAIT_S
+        while True:
+            try:
+                return self._consumer.committed(tps, timeout=CLIENT_TIMEOUT_S)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not error.retriable() or time.monotonic() > deadline:
+                    raise
+                log.info("group %s: %s; retrying", self.group_id, error.str())
+                time.sleep(0.5)
 
     def total(self) -> int:
         """The lag summed over partitions."""
