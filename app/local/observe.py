@@ -22,8 +22,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from app.topics import librdkafka_logger
 
 CLIENT_TIMEOUT_S = 10.0
-# How long a moving group coordinator may keep the committed offsets out of reach.
+# How long a moving group coordinator may keep the committed offsets out of reach; librdkafka
+# does not mark these errors retriable for `committed()`, although they are.
 COORDINATOR_WAIT_S = 60.0
+COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +99,8 @@ class GroupLag:
                 return self._consumer.committed(tps, timeout=CLIENT_TIMEOUT_S)
             except KafkaException as exc:
                 error = exc.args[0]
-                if not error.retriable() or time.monotonic() > deadline:
+                transient = error.retriable() or error.code() in COORDINATOR_MOVING
+                if not transient or time.monotonic() > deadline:
                     raise
                 log.info("group %s: %s; retrying", self.group_id, error.str())
                 time.sleep(0.5)
