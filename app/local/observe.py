@@ -173,6 +173,11 @@ class OutputTail:
                 if error.code() == KafkaError._PARTITION_EOF:
                     self._at_end[partition] = True
                     return
+                if not error.fatal():
+                    # Metadata moving under load (a leader election, a topic not yet known to
+                    # this broker): librdkafka retries by itself.
+                    log.warning("reading %s: %s; librdkafka retries", self.topic, error.str())
+                    return
                 raise KafkaException(error)
             self._at_end[partition] = False
             page = message.key().decode("utf-8")  # type: ignore[attr-defined]
