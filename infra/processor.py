@@ -152,6 +152,7 @@ class Processor(pulumi.ComponentResource):
                 http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port=HEALTH_PORT), **timing
             )
 
+        files = workload.config_and_tmp("config", config_map.metadata.name, PROPERTIES_DIR)
         return k8s.core.v1.PodTemplateSpecArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 labels={**component_labels, **workload.KAFKA_CLIENT_LABEL}
@@ -192,26 +193,13 @@ class Processor(pulumi.ComponentResource):
                         # Ready = the query runs, the assignment is known and restore is done.
                         readiness_probe=http_probe("/ready", period_seconds=5, failure_threshold=3),
                         liveness_probe=http_probe("/live", period_seconds=10, failure_threshold=6),
+                        # /tmp: Spark's scratch space (spark.local.dir) and the JVM's temp files.
                         volume_mounts=[
                             k8s.core.v1.VolumeMountArgs(name="state", mount_path=STATE_DIR),
-                            k8s.core.v1.VolumeMountArgs(
-                                name="config", mount_path=PROPERTIES_DIR, read_only=True
-                            ),
-                            # Spark's scratch space (spark.local.dir) and the JVM's temp files.
-                            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                            *files.mounts,
                         ],
                     )
                 ],
-                volumes=[
-                    k8s.core.v1.VolumeArgs(
-                        name="config",
-                        config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-                            name=config_map.metadata.name
-                        ),
-                    ),
-                    k8s.core.v1.VolumeArgs(
-                        name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()
-                    ),
-                ],
+                volumes=files.volumes,
             ),
         )

@@ -67,6 +67,7 @@ class TopicReconciliation(pulumi.ComponentResource):
             opts=child,
         )
         self.job_name = revision
+        files = workload.config_and_tmp("specs", specs.metadata.name, SPECS_DIR)
         k8s.batch.v1.Job(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -97,25 +98,10 @@ class TopicReconciliation(pulumi.ComponentResource):
                                 command=command,
                                 resources=workload.guaranteed_resources("250m", "256Mi"),
                                 security_context=workload.container_security_context(),
-                                volume_mounts=[
-                                    k8s.core.v1.VolumeMountArgs(
-                                        name="specs", mount_path=SPECS_DIR, read_only=True
-                                    ),
-                                    k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-                                ],
+                                volume_mounts=files.mounts,
                             )
                         ],
-                        volumes=[
-                            k8s.core.v1.VolumeArgs(
-                                name="specs",
-                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-                                    name=specs.metadata.name
-                                ),
-                            ),
-                            k8s.core.v1.VolumeArgs(
-                                name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()
-                            ),
-                        ],
+                        volumes=files.volumes,
                     ),
                 ),
             ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -220,3 +221,30 @@ def roll_timeouts(replicas: int, restart_budget_seconds: int) -> pulumi.CustomTi
     """Pulumi's wait for a StatefulSet: every pod restarted one at a time, plus 5 minutes."""
     minutes = -(-replicas * restart_budget_seconds // 60) + 5
     return pulumi.CustomTimeouts(create=f"{minutes}m", update=f"{minutes}m")
+
+
+@dataclass(frozen=True)
+class ReadOnlyRootVolumes:
+    """A read-only root filesystem's companions: a ConfigMap mounted read-only, a writable /tmp."""
+
+    mounts: list[k8s.core.v1.VolumeMountArgs]
+    volumes: list[k8s.core.v1.VolumeArgs]
+
+
+def config_and_tmp(
+    name: str, config_map_name: pulumi.Input[str], mount_path: str
+) -> ReadOnlyRootVolumes:
+    """The ConfigMap `config_map_name` at `mount_path` (read-only) and an emptyDir at /tmp."""
+    return ReadOnlyRootVolumes(
+        mounts=[
+            k8s.core.v1.VolumeMountArgs(name=name, mount_path=mount_path, read_only=True),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        ],
+        volumes=[
+            k8s.core.v1.VolumeArgs(
+                name=name,
+                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=config_map_name),
+            ),
+            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()),
+        ],
+    )
