@@ -72,15 +72,3 @@ def format_properties(properties: Mapping[str, str]) -> str:
         escaped = value.replace("\\", "\\\\").replace("\n", "\\n")
         lines.append(f"{key}={escaped}")
     return "\n".join(lines) + "\n"
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """The inverse of `format_properties` (comments and blank lines skipped)."""
-    properties = {}
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        key, _, value = stripped.partition("=")
-        properties[key.strip()] = value.strip().replace("\\n", "\n").replace("\\\\", "\\")
-    return properties

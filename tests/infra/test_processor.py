@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from infra.processor_properties import parse_properties
+from app.java_properties import parse_properties
 from infra.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object
 
@@ -19,7 +19,8 @@ def properties(stack: RecordedStack) -> dict[str, str]:
         for o in stack.kubernetes_objects()
         if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(f"{APP}-config-")
     )
-    return parse_properties(config_map["data"]["processor.properties"])
+    # The processor's own parser (java.util.Properties' format), so the test reads what it reads.
+    return {e.key: e.value for e in parse_properties(config_map["data"]["processor.properties"])}
 
 
 def pod_spec(stack: RecordedStack) -> dict[str, Any]:
