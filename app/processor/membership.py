@@ -7,6 +7,14 @@ Spark source reads the planned ranges itself. It is polled from a background thr
 instance stays in the group while a long batch runs (`max.poll.interval.ms`) and while the query
 restarts. Each (incremental) assignment change is published to the source through
 `assignment_file`, counted in the metrics, and logged.
+
+Only the polling thread touches the member's consumer. confluent-kafka serialises the calls on
+one consumer, and a rebalance callback runs inside `poll()`: a call from the sink's thread while
+the callback waits for the sink (a revocation waits for the running transaction) would wait
+forever. So the polling thread also reads the group metadata the sink's transactions need: after
+every poll, and first thing in every rebalance callback, so that a transaction that a revocation
+waits for commits with the generation that revokes (as Kafka Streams commits in
+`onPartitionsRevoked`).
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -58,10 +67,12 @@ class GroupMember:
         self._generation = 0
         self._draining = False
         self._lock = threading.Lock()
-        # Held by the sink around a transaction; a revocation waits for it (as Kafka Streams
+        # Taken by `hold()` around a transaction; a revocation waits for it (as Kafka Streams
         # commits before it gives partitions up), so a batch never writes for a partition that
         # was revoked half-way through its transaction.
-        self.ownership = threading.Lock()
+        self._ownership = threading.Lock()
+        # As the polling thread last read it (see the module docstring).
+        self._group_metadata: object | None = None
         self._assigned = threading.Event()
         self._stop = threading.Event()
         self._fatal: KafkaError | None = None
@@ -126,10 +137,25 @@ class GroupMember:
         with self._lock:
             return set(self._owned)
 
+    @contextmanager
+    def hold(self) -> Iterator[frozenset[int]]:
+        """The partitions owned now, kept: a revocation waits until the block ends.
+
+        The block must not call the member's consumer (see the module docstring).
+        """
+        with self._ownership:
+            yield frozenset(self.assignment())
+
     def group_metadata(self) -> object:
-        """The consumer group metadata for `send_offsets_to_transaction` (current generation)."""
+        """The group metadata for `send_offsets_to_transaction`, as the polling thread last read
+        it; the broker refuses a commit whose generation is over, so a stale one aborts the
+        transaction and the batch is replayed, never committed wrongly."""
         self.raise_if_fenced()
-        return self._client().consumer_group_metadata()
+        with self._lock:
+            metadata = self._group_metadata
+        if metadata is None:
+            raise RuntimeError("no consumer group metadata yet: the member has not joined")
+        return metadata
 
     def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
         """The group's committed offsets of `partitions` (None where nothing was committed)."""
@@ -169,6 +195,7 @@ class GroupMember:
                 message = consumer.poll(POLL_TIMEOUT_S)
                 if message is not None and message.error() is not None:
                     self._on_error(message.error())
+                self._read_group_metadata(consumer)
                 if time.monotonic() >= next_lag:
                     next_lag = time.monotonic() + LAG_INTERVAL_S
                     self._export_lag(consumer)
@@ -195,6 +222,7 @@ class GroupMember:
             log.warning("group member: %s", error.str())
 
     def _on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        self._read_group_metadata(consumer)
         consumer.incremental_assign(partitions)
         # Membership only: the source reads the records.
         if partitions:
@@ -202,7 +230,8 @@ class GroupMember:
         self._changed(added={tp.partition for tp in partitions}, removed=set())
 
     def _on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
-        with self.ownership:
+        self._read_group_metadata(consumer)  # before waiting: the running transaction needs it
+        with self._ownership:
             consumer.incremental_unassign(partitions)
             self._changed(added=set(), removed={tp.partition for tp in partitions})
 
@@ -227,6 +256,11 @@ class GroupMember:
             owned,
             self._generation,
         )
+
+    def _read_group_metadata(self, consumer: Consumer) -> None:
+        metadata = consumer.consumer_group_metadata()
+        with self._lock:
+            self._group_metadata = metadata
 
     def _publish(self) -> None:
         assignment_file.publish(

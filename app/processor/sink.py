@@ -105,8 +105,7 @@ class TransactionalSink:
             log.info("batch %d: already committed before a restart; not written again", batch_id)
             self.metrics.batch_skipped()
             return
-        with self.member.ownership:  # no revocation while the transaction runs
-            owned = self.member.assignment()
+        with self.member.hold() as owned:  # no revocation while the transaction runs
             gone = sorted(set(advanced) - owned)
             if gone:
                 log.warning("batch %d: partitions %s no longer owned: not written", batch_id, gone)
@@ -160,7 +159,7 @@ class TransactionalSink:
                 producer.poll(0)
             producer.send_offsets_to_transaction(
                 [TopicPartition(self.topics.input, p, o) for p, o in sorted(offsets.items())],
-                self.member.group_metadata(),
+                self.member.group_metadata(),  # read now: a revocation may be waiting for us
                 TRANSACTION_TIMEOUT_S,
             )
             producer.commit_transaction(TRANSACTION_TIMEOUT_S)

@@ -10,6 +10,8 @@ confluent-kafka clients (the embedded broker's group coordinator and transaction
 - Transactions: a second producer with the same `transactional.id` fences the first, and
   `send_offsets_to_transaction` commits the group's offsets atomically with the output, and
   refuses the group metadata of a member that was replaced (a zombie pod).
+- The processor's own group member: a revocation waits for the running transaction, which
+  commits with the revoking generation (as Kafka Streams commits in `onPartitionsRevoked`).
 
 Timings are printed, not asserted; the only bounds asserted are the ones that define the
 behaviour ("no callback at all", "not before the session timeout", "far before it").
@@ -21,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from confluent_kafka import (
@@ -38,6 +41,9 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
+
+from app.processor.membership import GroupMember
+from app.processor.metrics import ProcessorMetrics
 
 pytestmark = pytest.mark.apache_kafka(
     reason="Apache Kafka's group coordinator (static membership, cooperative rebalancing) "
@@ -425,3 +431,54 @@ def test_group_metadata_of_a_replaced_static_member_cannot_commit_offsets(
     committed = replacement.consumer.committed([TopicPartition(source, p) for p in range(3)], 10)
     assert all(tp.offset < 0 for tp in committed)  # nothing was committed for the group
     replacement.consumer.close()
+
+
+def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offsets(
+    apache_kafka: str, tmp_path: Path
+) -> None:
+    """The processor's `GroupMember`: while the sink holds the partitions, a cooperative
+    revocation waits, and the transaction commits with the revoking generation's metadata
+    (no deadlock between the sink and the rebalance callback, no abort)."""
+    source = create_topic(apache_kafka)
+    output = create_topic(apache_kafka, partitions=1)
+    group_id = f"member-{uuid.uuid4().hex[:8]}"
+    config = {
+        "bootstrap.servers": apache_kafka,
+        "group.id": group_id,
+        "group.instance.id": "processor-0",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
+        "heartbeat.interval.ms": "1000",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": "false",
+    }
+    member = GroupMember(config, source, tmp_path / "assignment.json", ProcessorMetrics()).start()
+    deadline = time.monotonic() + 60
+    while member.assignment() != set(range(PARTITIONS)):
+        assert time.monotonic() < deadline, "the member never owned every partition"
+        time.sleep(0.2)
+    producer = transactional_producer(apache_kafka, f"processor-0-{uuid.uuid4().hex[:6]}")
+    newcomer = ConsumerGroup(apache_kafka, source, name=group_id).join("processor-1")
+
+    with member.hold() as owned:
+        producer.begin_transaction()
+        producer.produce(output, value=b"written while a revocation waits")
+        # The newcomer's join makes the member revoke half of its partitions: that waits.
+        poll_for([newcomer], 3 * HEARTBEAT_INTERVAL_S)
+        assert newcomer.assigned == set(), "partitions moved while the transaction held them"
+        producer.send_offsets_to_transaction(
+            [TopicPartition(source, p, 0) for p in sorted(owned)], member.group_metadata(), 30
+        )
+        producer.commit_transaction(30)
+
+    poll_until([newcomer], lambda: len(newcomer.assigned) == PARTITIONS // 2, 60, "the handover")
+    assert member.assignment() == set(range(PARTITIONS)) - newcomer.assigned
+    committed = newcomer.consumer.committed(
+        [TopicPartition(source, p) for p in range(PARTITIONS)], 10
+    )
+    assert [tp.offset for tp in committed] == [0] * PARTITIONS
+    assert committed_values(apache_kafka, output, expected=1) == [
+        b"written while a revocation waits"
+    ]
+    newcomer.consumer.close()
+    member.close()
