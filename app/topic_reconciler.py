@@ -14,6 +14,7 @@ nothing. Unsafe changes are refused for the whole run, before anything is applie
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -239,9 +240,46 @@ def apply(admin: AdminClient, the_plan: Plan, timeout_s: float = REQUEST_TIMEOUT
     failures = _create_topics(admin, the_plan, timeout_s)
     failures += _alter_configs(admin, the_plan, timeout_s)
     failures += _add_partitions(admin, the_plan, timeout_s)
+    if not failures:
+        failures = _await_leaders(admin, the_plan, timeout_s)
     if failures:
         raise ReconcileError(failures)
     return len(the_plan.changes)
+
+
+def _await_leaders(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list[str]:
+    """Wait until every created or grown topic has a leader for each partition in the metadata.
+
+    The controller answers before the brokers have learned the new partitions; a client that
+    starts right after the run (the processors after the topics Job) would otherwise see
+    UNKNOWN_TOPIC_OR_PART for a moment.
+    """
+    grown = {
+        s.topic: the_plan.spec(s.topic).partitions
+        for s in the_plan.steps
+        if s.action in (Action.CREATE, Action.ADD_PARTITIONS)
+    }
+    deadline = time.monotonic() + timeout_s
+    while grown:
+        metadata = admin.list_topics(timeout=timeout_s)
+        for name, wanted in list(grown.items()):
+            found = metadata.topics.get(name)
+            if (
+                found is not None
+                and found.error is None
+                and len(found.partitions) >= wanted
+                and all(p.leader >= 0 for p in found.partitions.values())
+            ):
+                del grown[name]
+        if grown and time.monotonic() > deadline:
+            return [
+                f"topic {name}: applied, but the brokers did not report a leader for each of "
+                f"its {wanted} partitions within {timeout_s:g} s; check the brokers' health"
+                for name, wanted in sorted(grown.items())
+            ]
+        if grown:
+            time.sleep(0.2)
+    return []
 
 
 def _error_text(exc: BaseException) -> str:

@@ -63,24 +63,78 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="HOST:PORT[,...]",
         help=f"a running Apache Kafka (default ${BOOTSTRAP_ENV}; unset: the embedded broker)",
     )
-    common.add_argument("--out", type=Path, default=Path("build/bench"))
+    common.add_argument(
+        "--out",
+        type=Path,
+        default=Path("build/bench"),
+        help="where the tables (Markdown, CSV) and graphs go (default build/bench)",
+    )
     restart = sub.add_parser("rolling-restart", parents=[common], help="the restart matrix")
     restart.add_argument(
         "--cases", type=_cases, default=list(CASE_NAMES), help=f"of {', '.join(CASE_NAMES)}"
     )
     defaults = BenchParams()
-    restart.add_argument("--instances", type=int, default=defaults.instances)
-    restart.add_argument("--partitions", type=int, default=defaults.partitions)
-    restart.add_argument("--rate", type=float, default=defaults.rate)
-    restart.add_argument("--keys", type=int, default=defaults.keys)
-    restart.add_argument("--session-timeout-ms", type=int, default=defaults.session_timeout_ms)
-    restart.add_argument("--steady-s", type=float, default=defaults.steady_s)
+    restart.add_argument(
+        "--instances",
+        type=int,
+        default=defaults.instances,
+        help=f"processor instances (default {defaults.instances})",
+    )
+    restart.add_argument(
+        "--partitions",
+        type=int,
+        default=defaults.partitions,
+        help=f"input partitions (default {defaults.partitions})",
+    )
+    restart.add_argument(
+        "--rate",
+        type=float,
+        default=defaults.rate,
+        help=f"page views per second (default {defaults.rate:g})",
+    )
+    restart.add_argument(
+        "--keys", type=int, default=defaults.keys, help=f"distinct pages (default {defaults.keys})"
+    )
+    restart.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=defaults.session_timeout_ms,
+        help=f"consumer session.timeout.ms (default {defaults.session_timeout_ms})",
+    )
+    restart.add_argument(
+        "--steady-s",
+        type=float,
+        default=defaults.steady_s,
+        help=f"seconds of steady processing before the restart (default {defaults.steady_s:g})",
+    )
     throughput = sub.add_parser("throughput", parents=[common], help="one instance's rate")
-    throughput.add_argument("--configs", type=_configs, default=list(DEFAULT_CONFIGS))
+    throughput.add_argument(
+        "--configs",
+        type=_configs,
+        default=list(DEFAULT_CONFIGS),
+        help="max.records.per.batch:trigger.interval.ms pairs, comma-separated (default "
+        + ",".join(f"{r}:{t}" for r, t in DEFAULT_CONFIGS)
+        + ")",
+    )
     tp_defaults = ThroughputParams()
-    throughput.add_argument("--backlog", type=int, default=tp_defaults.backlog)
-    throughput.add_argument("--latency-rate", type=float, default=tp_defaults.latency_rate)
-    throughput.add_argument("--latency-s", type=float, default=tp_defaults.latency_s)
+    throughput.add_argument(
+        "--backlog",
+        type=int,
+        default=tp_defaults.backlog,
+        help=f"records produced before the instance starts (default {tp_defaults.backlog})",
+    )
+    throughput.add_argument(
+        "--latency-rate",
+        type=float,
+        default=tp_defaults.latency_rate,
+        help=f"records/s for the latency phase (default {tp_defaults.latency_rate:g})",
+    )
+    throughput.add_argument(
+        "--latency-s",
+        type=float,
+        default=tp_defaults.latency_s,
+        help=f"seconds of the latency phase (default {tp_defaults.latency_s:g})",
+    )
     return parser.parse_args(argv)
 
 

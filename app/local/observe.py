@@ -48,11 +48,19 @@ def _observer_config(bootstrap_servers: str, group_id: str) -> dict[str, object]
 
 def partition_count(consumer: Consumer, topic: str) -> int:
     """The topic's partition count (a clear error if it does not exist)."""
-    metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
-    found = metadata.topics.get(topic)
-    if found is None or found.error is not None or not found.partitions:
-        raise RuntimeError(f"topic {topic} not found: {found.error if found else 'no metadata'}")
-    return len(found.partitions)
+    # A broker learns a new topic a moment after the controller created it: ask again.
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+        found = metadata.topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return len(found.partitions)
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"topic {topic} not found within {CLIENT_TIMEOUT_S:g} s: "
+                f"{found.error if found else 'no metadata'}; was it created?"
+            )
+        time.sleep(0.5)
 
 
 @dataclass(frozen=True)
