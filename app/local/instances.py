@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.embedded_broker import free_port
 from app.processor import assignment_file
-from app.processor.settings import INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
+from app.processor.defaults import DEFAULTS, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_TIMEOUT_S = 2.0
@@ -59,8 +59,8 @@ class InstanceOptions:
     stateful: bool = True  # False: dynamic membership, leaves the group on close
     session_timeout_ms: int = 30_000
     heartbeat_interval_ms: int = 3_000
-    trigger_interval_ms: int = 1_000
-    max_records_per_batch: int = 50_000
+    trigger_interval_ms: int = int(DEFAULTS["trigger.interval.ms"])
+    max_records_per_batch: int = int(DEFAULTS["max.records.per.batch"])
     spark_cores: int = 1
     # Extra contract keys (e.g. `consumer.group.protocol=consumer`), applied last.
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -81,7 +81,6 @@ def instance_properties(
         "output.topic": names.output_topic,
         "changelog.topic": names.changelog_topic,
         "dlq.topic": names.dlq_topic,
-        "processing.guarantee": "exactly_once_v2",
         "stateful": str(options.stateful).lower(),
         "state.dir": str(state_dir),
         "health.port": str(health_port),
