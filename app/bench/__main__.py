@@ -51,6 +51,15 @@ def _configs(text: str) -> list[tuple[int, int]]:
     return configs
 
 
+def _add_numbers(parser: argparse.ArgumentParser, defaults: object, helps: dict[str, str]) -> None:
+    """One option per numeric field of `defaults` (`--session-timeout-ms` -> session_timeout_ms)."""
+    for flag, text in helps.items():
+        default = getattr(defaults, flag.removeprefix("--").replace("-", "_"))
+        parser.add_argument(
+            flag, type=type(default), default=default, help=f"{text} (default {default:g})"
+        )
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(prog="python -m app.bench", description=__doc__.split("\n")[0])
@@ -73,39 +82,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     restart.add_argument(
         "--cases", type=_cases, default=list(CASE_NAMES), help=f"of {', '.join(CASE_NAMES)}"
     )
-    defaults = BenchParams()
-    restart.add_argument(
-        "--instances",
-        type=int,
-        default=defaults.instances,
-        help=f"processor instances (default {defaults.instances})",
-    )
-    restart.add_argument(
-        "--partitions",
-        type=int,
-        default=defaults.partitions,
-        help=f"input partitions (default {defaults.partitions})",
-    )
-    restart.add_argument(
-        "--rate",
-        type=float,
-        default=defaults.rate,
-        help=f"page views per second (default {defaults.rate:g})",
-    )
-    restart.add_argument(
-        "--keys", type=int, default=defaults.keys, help=f"distinct pages (default {defaults.keys})"
-    )
-    restart.add_argument(
-        "--session-timeout-ms",
-        type=int,
-        default=defaults.session_timeout_ms,
-        help=f"consumer session.timeout.ms (default {defaults.session_timeout_ms})",
-    )
-    restart.add_argument(
-        "--steady-s",
-        type=float,
-        default=defaults.steady_s,
-        help=f"seconds of steady processing before the restart (default {defaults.steady_s:g})",
+    _add_numbers(
+        restart,
+        BenchParams(),
+        {
+            "--instances": "processor instances",
+            "--partitions": "input partitions",
+            "--rate": "page views per second",
+            "--keys": "distinct pages",
+            "--session-timeout-ms": "consumer session.timeout.ms",
+            "--steady-s": "seconds of steady processing before the restart",
+        },
     )
     throughput = sub.add_parser("throughput", parents=[common], help="one instance's rate")
     throughput.add_argument(
@@ -116,24 +103,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ",".join(f"{r}:{t}" for r, t in DEFAULT_CONFIGS)
         + ")",
     )
-    tp_defaults = ThroughputParams()
-    throughput.add_argument(
-        "--backlog",
-        type=int,
-        default=tp_defaults.backlog,
-        help=f"records produced before the instance starts (default {tp_defaults.backlog})",
-    )
-    throughput.add_argument(
-        "--latency-rate",
-        type=float,
-        default=tp_defaults.latency_rate,
-        help=f"records/s for the latency phase (default {tp_defaults.latency_rate:g})",
-    )
-    throughput.add_argument(
-        "--latency-s",
-        type=float,
-        default=tp_defaults.latency_s,
-        help=f"seconds of the latency phase (default {tp_defaults.latency_s:g})",
+    _add_numbers(
+        throughput,
+        ThroughputParams(),
+        {
+            "--backlog": "records produced before the instance starts",
+            "--latency-rate": "records/s for the latency phase",
+            "--latency-s": "seconds of the latency phase",
+        },
     )
     return parser.parse_args(argv)
 
