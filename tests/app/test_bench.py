@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app.bench.__main__ import parse_args
 from app.bench.rolling_restart import CASES, BenchParams, run_matrix
 from app.embedded_broker import EmbeddedBroker
 
@@ -83,3 +84,16 @@ def test_failover_on_apache_kafka_keeps_counts_exact(apache_kafka: str, tmp_path
     assert row["duplicates"] == "0", row
     # The survivor took the partitions over after the session timeout: it restored them.
     assert int(row["restored records"]) > 0, row
+
+
+def test_bench_options_default_to_the_params_and_name_what_is_wrong(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = parse_args(["rolling-restart", "--rate", "500", "--cases", "static-kept"])
+    assert (args.rate, args.cases, args.keys) == (500.0, ["static-kept"], BenchParams().keys)
+    args = parse_args(["throughput", "--configs", "5000:1000,20000:250"])
+    assert args.configs == [(5000, 1000), (20000, 250)]
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["rolling-restart", "--cases", "static-kept,rolling"])
+    assert exited.value.code == 2
+    assert "unknown case(s) rolling; allowed: static-kept" in capsys.readouterr().err
