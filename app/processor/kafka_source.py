@@ -79,6 +79,10 @@ ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
 # core; one Arrow batch holds at most READ_CHUNK records.
 SPLIT_RECORDS = 25_000
 READ_CHUNK = 5_000
+# `consume(n, timeout)` returns when it has n records or when the timeout ends, so a read asks
+# for at most what is left of its range (no wait once it has all of it); the timeout only runs
+# out where the range has gaps (transaction markers, aborted or compacted records).
+CONSUME_TIMEOUT_S = 0.1
 CLIENT_TIMEOUT_S = 30.0
 # A planned range that yields nothing for this long was truncated under us (retention): fail
 # the batch loudly rather than wait forever.
@@ -314,7 +318,8 @@ def read_range(config: Mapping[str, str], work: KafkaRange) -> Iterator[pa.Recor
         last_progress = time.monotonic()
         position = begin
         while position < work.end:
-            messages = consumer.consume(READ_CHUNK, timeout=1.0)
+            wanted = min(READ_CHUNK, work.end - position)
+            messages = consumer.consume(wanted, timeout=CONSUME_TIMEOUT_S)
             batch = _to_arrow(messages, work)
             if batch.num_rows:
                 yield batch
