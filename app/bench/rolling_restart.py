@@ -281,6 +281,9 @@ def restart(
              target.name, list(moved))  # fmt: skip
     stopped_at = time.time()
     target.stop()
+    # Where the partitions stand once the stopped instance's last batch has committed: only
+    # progress past this is processing again.
+    at_stop = timeline.take()
     if case.wipe_state:
         target.wipe_state()
     if case.outlive_session:
@@ -291,7 +294,7 @@ def restart(
     recovered = wait_until(
         timeline,
         params.recovery_timeout_s,
-        lambda s: _status(s, target.name).ready and _advanced(s, sample.lag, moved),
+        lambda s: _status(s, target.name).ready and _advanced(s, at_stop.lag, moved),
     )
     if recovered is not None:
         event.recovered_at = recovered.at
