@@ -82,7 +82,7 @@ READ_CHUNK = 5_000
 # `consume(n, timeout)` returns when it has n records or when the timeout ends, so a read asks
 # for at most what is left of its range (no wait once it has all of it); the timeout only runs
 # out where the range has gaps (transaction markers, aborted or compacted records).
-CONSUME_TIMEOUT_S = 0.1
+CONSUME_TIMEOUT_S = 1.0
 CLIENT_TIMEOUT_S = 30.0
 # A planned range that yields nothing for this long was truncated under us (retention): fail
 # the batch loudly rather than wait forever.
