@@ -14,26 +14,32 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from app.topics import librdkafka_logger
 
 CLIENT_TIMEOUT_S = 10.0
-# How long a moving group coordinator may keep the committed offsets out of reach; librdkafka
-# does not mark these errors retriable for `committed()`, although they are.
-COORDINATOR_WAIT_S = 60.0
-COORDINATOR_MOVING = frozenset(
+# How long a moving group coordinator or partition leader may keep the offsets out of reach
+# (a new cluster's offsets topic, a new topic's leaders, a broker restart); librdkafka does not
+# mark these errors retriable for `committed()` and `get_watermark_offsets()`, although they are.
+MOVING_WAIT_S = 60.0
+MOVING = frozenset(
     {
         KafkaError.NOT_COORDINATOR,
         KafkaError.COORDINATOR_NOT_AVAILABLE,
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _observer_config(bootstrap_servers: str, group_id: str) -> dict[str, object]:
@@ -89,25 +95,26 @@ class GroupLag:
     def read(self) -> dict[int, PartitionLag]:
         """End and committed offset of every partition now."""
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        committed = self._committed(tps)
+        committed = self._retrying(lambda: self._consumer.committed(tps, timeout=CLIENT_TIMEOUT_S))
         result = {}
         for tp in committed:
-            _, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, tp.partition), timeout=CLIENT_TIMEOUT_S, cached=False
+            _, high = self._retrying(
+                lambda tp=tp: self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, tp.partition), timeout=CLIENT_TIMEOUT_S, cached=False
+                )
             )
             result[tp.partition] = PartitionLag(high, tp.offset if tp.offset >= 0 else None)
         return result
 
-    def _committed(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        # The group coordinator moves (a new cluster's offsets topic, a broker restart): a
-        # retriable error is a moment to wait, not the end of an observation.
-        deadline = time.monotonic() + COORDINATOR_WAIT_S
+    def _retrying(self, call: Callable[[], T]) -> T:
+        # A moving coordinator or leader is a moment to wait, not the end of an observation.
+        deadline = time.monotonic() + MOVING_WAIT_S
         while True:
             try:
-                return self._consumer.committed(tps, timeout=CLIENT_TIMEOUT_S)
+                return call()
             except KafkaException as exc:
                 error = exc.args[0]
-                transient = error.retriable() or error.code() in COORDINATOR_MOVING
+                transient = error.retriable() or error.code() in MOVING
                 if not transient or time.monotonic() > deadline:
                     raise
                 log.info("group %s: %s; retrying", self.group_id, error.str())
