@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from tests.app.kraft_cluster import KraftCluster
@@ -19,7 +19,20 @@ def create_topic(admin: AdminClient, partitions: int) -> str:
     """A fresh topic with the broker's default replication factor (the cluster's defaults)."""
     name = f"kraft-test-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, partitions)])[name].result(30)
-    return name
+    # The controller answers before every broker knows the topic: wait until the metadata has
+    # a leader for each partition, as the topic reconciler does.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            found = admin.list_topics(name, timeout=10).topics.get(name)
+        except KafkaException as exc:  # UNKNOWN_TOPIC_OR_PART from a broker not told yet
+            found = None
+            print(f"topic {name} not known yet: {exc.args[0].str()}")
+        leaders = [p.leader for p in found.partitions.values()] if found else []
+        if len(leaders) == partitions and min(leaders) >= 0:
+            return name
+        assert time.monotonic() < deadline, f"topic {name} has no leader for every partition"
+        time.sleep(0.2)
 
 
 def test_every_node_is_a_registered_broker(kraft_cluster: KraftCluster) -> None:
