@@ -13,7 +13,6 @@ import logging
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
@@ -86,12 +85,19 @@ class ProcessorInstance:
         spark = None
         try:
             started = time.monotonic()
-            # The producer's init_transactions (it may have to abort the predecessor's open
-            # transaction) runs while Spark starts (7-10 s) and the group join goes on.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="producer-init") as pool:
-                pending_sink = pool.submit(self._sink)
-                spark = spark_session(self.settings)
-                sink = pending_sink.result()
+            spark = spark_session(self.settings)  # 7-10 s, while the group join goes on
+            sink = TransactionalSink(
+                self.settings.producer_config(),
+                SinkTopics(
+                    self.settings.input_topic,
+                    self.settings.output_topic,
+                    self.settings.changelog_topic,
+                    self.settings.dlq_topic,
+                ),
+                self.settings.checkpoint_dir,
+                self.member,
+                self.metrics,
+            )
             if not self._wait_for_assignment():
                 return EXIT_OK if self._stop.is_set() else EXIT_FAILED
             log.info("assignment received %.1f s after start", time.monotonic() - started)
@@ -102,20 +108,6 @@ class ProcessorInstance:
                 spark.stop()
             self.health.stop()
             log.info("processor stopped")
-
-    def _sink(self) -> TransactionalSink:
-        return TransactionalSink(
-            self.settings.producer_config(),
-            SinkTopics(
-                self.settings.input_topic,
-                self.settings.output_topic,
-                self.settings.changelog_topic,
-                self.settings.dlq_topic,
-            ),
-            self.settings.checkpoint_dir,
-            self.member,
-            self.metrics,
-        )
 
     def _wait_for_assignment(self) -> bool:
         deadline = time.monotonic() + ASSIGNMENT_TIMEOUT_S
