@@ -7,9 +7,10 @@ Input contract (shared with the load generator):
 - value: a UTF-8 JSON object, one page view, e.g. ``{"page": "/home", "user": "u1", "ts": ...}``.
   If it has a ``page`` field, that field must equal the key. Other fields are not read.
 
-A record that breaks the contract goes to the dead-letter topic with one of these reasons
-(header ``dlq.reason``): ``null-key``, ``invalid-key`` (not UTF-8, or empty), ``null-value``,
-``invalid-value`` (not UTF-8, or not a JSON object), ``page-mismatch``.
+A record that breaks the contract (judged in the source's readers: `combine.py`) goes to the
+dead-letter topic with one of these reasons (header ``dlq.reason``): ``null-key``,
+``invalid-key`` (not UTF-8, or empty), ``null-value``, ``invalid-value`` (not UTF-8, or not a
+JSON object), ``page-mismatch``.
 
 Output: per page updated in a batch, one row with its new count; the sink writes it to the output
 topic and to the changelog (key: the page, value: the count as a UTF-8 decimal, e.g. ``b"42"``),
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
@@ -42,7 +43,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.processor.kafka_source import RESTORE
+from app.processor.combine import RESTORE
 
 # Output row kinds.
 COUNT = "count"  # a page's new count: to the output topic and the changelog
@@ -70,33 +71,13 @@ OUTPUT_SCHEMA = StructType(
 STATE_SCHEMA = StructType([StructField("count", LongType()), StructField("epoch", LongType())])
 
 
-def dlq_reason(key: Column, value: Column) -> Column:
-    """Why an input record breaks the contract (see the module docstring), or NULL if it is fine.
-
-    Spark SQL expressions, not a Python UDF: they run in the JVM, vectorised.
-    """
-    text = F.try_parse_json(value.cast("string"))
-    page_field = F.try_variant_get(text, "$.page", "string")
-    return (
-        F.when(key.isNull(), F.lit("null-key"))
-        .when(~F.is_valid_utf8(key) | (F.length(key) == 0), F.lit("invalid-key"))
-        .when(value.isNull(), F.lit("null-value"))
-        .when(
-            ~F.is_valid_utf8(value)
-            | text.isNull()
-            | ~F.schema_of_variant(text).startswith("OBJECT"),
-            F.lit("invalid-value"),
-        )
-        .when(page_field.isNotNull() & (page_field != key.cast("string")), F.lit("page-mismatch"))
-    )
-
-
 def count_page_views(events: DataFrame) -> DataFrame:
-    """The streaming query's logic: the source's rows in, `OUTPUT_SCHEMA` rows out."""
-    reason = F.when(F.col("kind") == RESTORE, F.lit(None)).otherwise(
-        dlq_reason(F.col("key"), F.col("value"))
-    )
-    classified = events.withColumn("reason", reason).withColumn(
+    """The streaming query's logic: the source's rows in, `OUTPUT_SCHEMA` rows out.
+
+    The source's readers already folded each range per page and judged the input contract
+    (`combine.py`): a row with a reason is one record for the dead-letter topic.
+    """
+    classified = events.withColumn(
         "page",
         F.when(F.col("reason").isNull(), F.col("key").cast("string")).otherwise(F.lit(DLQ_GROUP)),
     )
@@ -128,13 +109,13 @@ class PageViewCounter(StatefulProcessor):
         restored_records = 0
         added = 0
         last: Row | None = None
-        for row in rows:
+        for row in rows:  # one row per page and planned range: `records` says how many
             if row.kind == RESTORE:
-                restored_records += 1
+                restored_records += row.records
                 if restore is None or row.offset > restore.offset:
                     restore = row
             else:
-                added += 1
+                added += row.records
                 if last is None or row.offset > last.offset:
                     last = row
         if restore is not None:

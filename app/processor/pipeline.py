@@ -14,6 +14,10 @@ from app.processor.kafka_source import SOURCE_NAME, KafkaGroupSource, SourceOpti
 from app.processor.settings import INSTANCE_ID_KEY, ProcessorSettings
 from app.processor.sink import TransactionalSink
 
+_STATE_SERVER_LOGGER = (
+    "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer"
+)
+
 # Only the group member holds the instance id; the source's clients never join the group.
 _MEMBER_ONLY = (INSTANCE_ID_KEY.removeprefix("consumer."),)
 
@@ -28,6 +32,10 @@ def spark_session(settings: ProcessorSettings) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # It warns on every read of a state variable that has no value yet (a page's first view):
+    # dozens of lines a minute that say nothing.
+    log4j = spark._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    log4j.core.config.Configurator.setLevel(_STATE_SERVER_LOGGER, log4j.Level.ERROR)
     spark.dataSource.register(KafkaGroupSource)
     return spark
 
