@@ -117,6 +117,9 @@ class ProcessorConfig:
     image_pull_policy: Literal["Always", "IfNotPresent"] = _key("imagePullPolicy")
     replicas: int = _key("replicas")
     stateful: bool = _key("stateful")
+    # The processor's `membership.mode`: static (a restart keeps its partitions, they wait for
+    # it) or handoff (a stopping pod leaves the group, its partitions move at once).
+    membership_mode: Literal["static", "handoff"] = _key("membershipMode")
     cpu: str = _key("cpu")
     memory: str = _key("memory")
     storage_class_name: str = _key("storageClassName")
@@ -226,6 +229,7 @@ _BASE: dict[str, Any] = {
         "imagePullPolicy": "IfNotPresent",
         "replicas": 2,
         "stateful": True,
+        "membershipMode": "static",
         "cpu": "1",
         "memory": "2Gi",
         "storageClassName": "standard",
@@ -457,6 +461,16 @@ def _validate(config: StackConfig) -> None:
             processor.replicas,
             f"must be between 1 and topics.partitions ({topics.partitions}): "
             "a member beyond the partition count owns nothing",
+        )
+    if processor.membership_mode == "handoff" and (
+        not processor.stateful or processor.replicas < 2
+    ):
+        raise setting_error(
+            "processor.membershipMode",
+            processor.membership_mode,
+            "handoff needs processor.stateful=true and processor.replicas >= 2 (another instance "
+            f"must take the partitions over; stateful={processor.stateful}, "
+            f"replicas={processor.replicas}); allowed: static, handoff",
         )
     if not 0 <= processor.partition <= processor.replicas:
         raise setting_error(

@@ -42,6 +42,7 @@ def processor_properties(config: StackConfig, bootstrap_servers: str) -> dict[st
         "changelog.topic": topics[TopicRole.CHANGELOG],
         "dlq.topic": topics[TopicRole.DLQ],
         "stateful": str(processor.stateful).lower(),
+        "membership.mode": processor.membership_mode,
         "state.dir": STATE_DIR,
         "health.port": str(HEALTH_PORT),
         # SIGTERM's wait for the running batch ends before the kubelet's SIGKILL does.
@@ -57,7 +58,7 @@ def processor_properties(config: StackConfig, bootstrap_servers: str) -> dict[st
         # checkpoint at first start.
         "spark.sql.shuffle.partitions": str(2 * processor.cores),
     }
-    if processor.stateful:
+    if processor.stateful and processor.membership_mode == "static":
         # Static membership: a pod that restarts within the session timeout keeps its partitions.
         stack[INSTANCE_ID_KEY] = "${env:POD_NAME}"
     effective = {**DEFAULTS, **stack, **processor.properties}

@@ -23,13 +23,16 @@ class Assignment:
     """The input partitions this instance owns, as the group last assigned them.
 
     `generation` grows with every change, so a reader can tell a new assignment from the one it
-    already checked. `draining` is set on shutdown: the source plans no new batch.
+    already checked. `draining` is set on shutdown: the source plans no new batch. `warm_up`,
+    when not 0, asks the source for one empty batch marked with it, before the member joins the
+    group (see `GroupAssignedReader.latestOffset`).
     """
 
     topic: str
     partitions: tuple[int, ...] = field(default=())
     generation: int = 0
     draining: bool = False
+    warm_up: int = 0
 
     def to_json(self) -> str:
         """The file's content."""
@@ -39,6 +42,7 @@ class Assignment:
                 "partitions": sorted(self.partitions),
                 "generation": self.generation,
                 "draining": self.draining,
+                "warm_up": self.warm_up,
             }
         )
 
@@ -51,6 +55,7 @@ class Assignment:
             partitions=tuple(int(p) for p in data["partitions"]),
             generation=int(data["generation"]),
             draining=bool(data.get("draining", False)),
+            warm_up=int(data.get("warm_up", 0)),
         )
 
 

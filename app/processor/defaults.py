@@ -13,6 +13,10 @@ DEFAULTS: Mapping[str, str] = MappingProxyType(
     {
         "processing.guarantee": "exactly_once_v2",
         "stateful": "true",
+        # static: a restart keeps its partitions (group.instance.id, no rebalance) and they wait
+        # for it; handoff: on SIGTERM the instance leaves the group so its partitions move at once,
+        # and a restarted instance warms its query up before it joins (README, "Membership modes").
+        "membership.mode": "static",
         "state.dir": "/var/lib/processor",
         "health.port": "8080",
         "trigger.interval.ms": "1000",
@@ -48,4 +52,6 @@ DEFAULTS: Mapping[str, str] = MappingProxyType(
 
 # Contract keys whose values come from the pod's identity (`${env:POD_NAME}`).
 INSTANCE_ID_KEY = "consumer.group.instance.id"
+MEMBERSHIP_STATIC = "static"
+MEMBERSHIP_HANDOFF = "handoff"
 TRANSACTIONAL_ID_KEY = "producer.transactional.id"

@@ -18,8 +18,11 @@ Planning, per owned partition (`SourceOffsets` documents the offsets):
   partition's compacted changelog from its beginning up to its current end as `restore` rows and
   positions the input at the group's committed offset (the next batch reads from there).
 
-Rows: key, value, topic, partition, offset, timestamp, `kind` (`input` or `restore`) and
-`restore_epoch` (see `SourceOffsets`). Nothing here commits offsets: the sink does, inside its
+Reading, per planned range: the reader folds the range's records with `combine.RangeFold`
+before they cross into the JVM (one row per page and range, see `combine.py`). Rows: key, value,
+partition, offset (the last one the row stands for), records (how many), `kind` (`input` or
+`restore`), `restore_epoch` (see `SourceOffsets`) and `reason` (why a record goes to the
+dead-letter topic, NULL for a valid one). Nothing here commits offsets: the sink does, inside its
 transaction; `commit()` runs late and never for the last batch (DESIGN.md).
 """
 
@@ -29,7 +32,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,35 +52,34 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
 from app.processor import assignment_file
+from app.processor.combine import INPUT, RESTORE, RangeFold
 from app.processor.source_offsets import PartitionPosition, SourceOffsets
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "kafka-group"
-INPUT = "input"
-RESTORE = "restore"
 
 SCHEMA = StructType(
     [
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
-        StructField("topic", StringType()),
         StructField("partition", IntegerType()),
         StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
+        StructField("records", LongType()),
         StructField("kind", StringType()),
         StructField("restore_epoch", LongType()),
+        StructField("reason", StringType()),
     ]
 )
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
 
 # One Spark task reads at most this many offsets, so that one busy partition still uses every
-# core; one Arrow batch holds at most READ_CHUNK records.
-SPLIT_RECORDS = 25_000
+# core; the fewer ranges, the fewer rows a page has after folding (one per range). One consume
+# call asks for at most READ_CHUNK records.
+SPLIT_RECORDS = 100_000
 READ_CHUNK = 5_000
 # `consume(n, timeout)` returns when it has n records or when the timeout ends, so a read asks
 # for at most what is left of its range (no wait once it has all of it); the timeout only runs
@@ -173,6 +175,10 @@ class GroupAssignedReader(DataSourceStreamReader):
         if assignment is None or assignment.draining:
             return start  # no assignment yet, or shutting down: plan nothing
         previous = SourceOffsets.from_dict(start, opts.input_topic, opts.changelog_topic)
+        if assignment.warm_up:
+            # Not in the group yet: one empty batch (the same positions, a new token) that
+            # starts the Python workers and opens the state stores before any partition waits.
+            return replace(previous, warm_up=assignment.warm_up).to_dict()
         owned = sorted(set(assignment.partitions))
         if assignment.generation != self._checked_generation:
             self._diverged = self._moved_on(previous, owned)
@@ -207,7 +213,9 @@ class GroupAssignedReader(DataSourceStreamReader):
                 restore_epoch=held.restore_epoch,
             )
         self._diverged.clear()
-        return SourceOffsets(opts.input_topic, opts.changelog_topic, positions).to_dict()
+        return SourceOffsets(
+            opts.input_topic, opts.changelog_topic, positions, previous.warm_up
+        ).to_dict()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The ranges between two offsets; a pure function of them, so a replay reads the same."""
@@ -305,9 +313,10 @@ class GroupAssignedReader(DataSourceStreamReader):
 
 
 def read_range(config: Mapping[str, str], work: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """Read offsets [work.begin, work.end) of one partition with `assign()`."""
+    """Read offsets [work.begin, work.end) of one partition with `assign()`, folded per page."""
     consumer = Consumer(dict(config))
     tp = TopicPartition(work.topic, work.partition)
+    fold = RangeFold(work.kind)
     try:
         begin = work.begin
         if begin == OFFSET_BEGINNING:
@@ -319,10 +328,7 @@ def read_range(config: Mapping[str, str], work: KafkaRange) -> Iterator[pa.Recor
         position = begin
         while position < work.end:
             wanted = min(READ_CHUNK, work.end - position)
-            messages = consumer.consume(wanted, timeout=CONSUME_TIMEOUT_S)
-            batch = _to_arrow(messages, work)
-            if batch.num_rows:
-                yield batch
+            fold.add_messages(consumer.consume(wanted, timeout=CONSUME_TIMEOUT_S), work.end, _check)
             # The position moves past transaction markers and aborted records too.
             new_position = consumer.position([tp])[0].offset
             if new_position > position:
@@ -335,35 +341,29 @@ def read_range(config: Mapping[str, str], work: KafkaRange) -> Iterator[pa.Recor
                 )
     finally:
         consumer.close()
+    if len(fold):
+        yield _to_arrow(fold, work)
 
 
-def _to_arrow(messages: Sequence[Any], work: KafkaRange) -> pa.RecordBatch:
-    keys, values, offsets, timestamps = [], [], [], []
-    for message in messages:
-        error = message.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                continue
-            raise KafkaException(error)
-        offset = message.offset()
-        if offset >= work.end:
-            break
-        keys.append(message.key())
-        values.append(message.value())
-        offsets.append(offset)
-        timestamps.append(message.timestamp()[1] * 1000)
-    n = len(offsets)
-    columns = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.array([work.topic] * n, pa.string()),
+def _check(error: KafkaError) -> None:
+    if error.code() != KafkaError._PARTITION_EOF:
+        raise KafkaException(error)
+
+
+def _to_arrow(fold: RangeFold, work: KafkaRange) -> pa.RecordBatch:
+    columns = fold.columns()
+    n = len(columns["key"])
+    arrays = [
+        pa.array(columns["key"], pa.binary()),
+        pa.array(columns["value"], pa.binary()),
         pa.array([work.partition] * n, pa.int32()),
-        pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.int64()).cast(ARROW_SCHEMA.field("timestamp").type),
+        pa.array(columns["offset"], pa.int64()),
+        pa.array(columns["records"], pa.int64()),
         pa.array([work.kind] * n, pa.string()),
         pa.array([work.restore_epoch] * n, pa.int64()),
+        pa.array(columns["reason"], pa.string()),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def _max_rows(limit: ReadLimit) -> int | None:

@@ -1,5 +1,12 @@
 """One processor instance from start to exit: membership, health, the query and its restarts.
 
+The start order depends on `membership.mode`. Static: join the group first (the group kept the
+partitions for this `group.instance.id`; joining while Spark starts costs nothing), then start
+the query. Hand-off: start the query and run one empty warm-up batch first, then join, so that
+the partitions the group moves here wait for a warm query (seconds), not for a process start;
+on SIGTERM the member leaves the group after the last batch committed, so the partitions move to
+the other instances at once.
+
 The main process owns what must outlive a query run: the group membership (so a query restart is
 no rebalance), the transactional producer, the health endpoint and the signal handling. The
 query is restarted after a retriable failure (an aborted transaction: Spark replays the batch);
@@ -17,14 +24,20 @@ from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
 
-from app.processor.assignment_file import assignment_path
+from app.processor import assignment_file
+from app.processor.assignment_file import Assignment, assignment_path
+from app.processor.defaults import MEMBERSHIP_HANDOFF
 from app.processor.health import HealthServer, ReadinessStatus
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
 from app.processor.pipeline import spark_session, start_query
 from app.processor.settings import ProcessorSettings
 from app.processor.sink import SinkTopics, TransactionalSink
-from app.processor.source_offsets import held_partitions
+from app.processor.source_offsets import (
+    held_partitions,
+    last_committed_batch,
+    read_batch_offsets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +46,9 @@ MAX_QUERY_RESTARTS = 5
 RESTART_BACKOFF_S = 2.0
 # The group join can take a while (the broker waits group.initial.rebalance.delay.ms).
 ASSIGNMENT_TIMEOUT_S = 300.0
+# The warm-up batch takes what a first batch takes (Python workers, plans, state stores): seconds
+# on a quiet machine, a minute on a busy one. Past this the instance joins anyway.
+WARM_UP_TIMEOUT_S = 180.0
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -81,11 +97,13 @@ class ProcessorInstance:
         signal.signal(signal.SIGINT, self.request_stop)
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         self.health.start()
-        self.member.start()
+        handoff = self.settings.membership_mode == MEMBERSHIP_HANDOFF
+        if not handoff:
+            self.member.start()
         spark = None
         try:
             started = time.monotonic()
-            spark = spark_session(self.settings)  # 7-10 s, while the group join goes on
+            spark = spark_session(self.settings)  # 7-10 s, while a static member joins
             sink = TransactionalSink(
                 self.settings.producer_config(),
                 SinkTopics(
@@ -98,10 +116,14 @@ class ProcessorInstance:
                 self.member,
                 self.metrics,
             )
+            warm = self._warm_up(spark, sink) if handoff else None
+            if handoff:
+                log.info("warm %.1f s after start: joining the group", time.monotonic() - started)
+                self.member.start()
             if not self._wait_for_assignment():
                 return EXIT_OK if self._stop.is_set() else EXIT_FAILED
             log.info("assignment received %.1f s after start", time.monotonic() - started)
-            return self._supervise(spark, sink)
+            return self._supervise(spark, sink, warm)
         finally:
             self.member.close()
             if spark is not None:
@@ -126,17 +148,55 @@ class ProcessorInstance:
                 return False
         return False
 
-    def _supervise(self, spark: object, sink: TransactionalSink) -> int:
+    def _warm_up(self, spark: object, sink: TransactionalSink) -> StreamingQuery:
+        """Start the query and wait for one empty batch, before the instance joins the group."""
+        token = int(time.time() * 1000)
+        assignment_file.publish(
+            assignment_path(self.settings.state_dir),
+            Assignment(self.settings.input_topic, warm_up=token),
+        )
+        query = self._start_query(spark, sink)
+        deadline = time.monotonic() + WARM_UP_TIMEOUT_S
+        while query.isActive and not self._stop.is_set() and not self._warmed(token):
+            self.health.heartbeat()
+            if time.monotonic() > deadline:
+                log.warning(
+                    "the warm-up batch did not finish within %.0f s: joining the group anyway",
+                    WARM_UP_TIMEOUT_S,
+                )
+                break
+            query.awaitTermination(0.2)
+        return query
+
+    def _warmed(self, token: int) -> bool:
+        checkpoint = self.settings.checkpoint_dir
+        batch = last_committed_batch(checkpoint)
+        if batch is None:
+            return False
+        offsets = read_batch_offsets(
+            checkpoint, batch, self.settings.input_topic, self.settings.changelog_topic
+        )
+        return offsets.warm_up == token
+
+    def _start_query(self, spark: object, sink: TransactionalSink) -> StreamingQuery:
+        query = start_query(spark, self.settings, sink)  # type: ignore[arg-type]
+        log.info("query %s started (checkpoint %s)", query.id, self.settings.checkpoint_dir)
+        self._query_running = True
+        return query
+
+    def _supervise(
+        self, spark: object, sink: TransactionalSink, query: StreamingQuery | None = None
+    ) -> int:
+        """Watch the query (`query`: one already running, the warm-up's); restart it after a
+        retriable failure; stop it cleanly when asked to."""
         failures = 0
-        while not self._stop.is_set():
-            query = start_query(spark, self.settings, sink)  # type: ignore[arg-type]
-            log.info("query %s started (checkpoint %s)", query.id, self.settings.checkpoint_dir)
-            self._query_running = True
+        while query is not None or not self._stop.is_set():
+            query = query or self._start_query(spark, sink)
             self._watch(query)
             self._query_running = False
             if self._stop.is_set():
                 break
-            error = query.exception()
+            error, query = query.exception(), None
             description = str(error) if error is not None else "stopped without an error"
             if self.member.fenced or "ProducerFencedError" in description:
                 log.error("this instance was fenced by another one with its identity; exiting")

@@ -60,8 +60,11 @@ class GroupMember:
         self._consumer: Consumer | None = None
         # The member's own consumer is polled by the background thread; a request from another
         # thread (committed offsets) can hang on it while it polls, so those go through a
-        # second consumer that never subscribes, hence never joins the group.
-        self._offsets_client: Consumer | None = None
+        # second consumer that never subscribes, hence never joins the group. It exists before
+        # the join: a batch replayed while a hand-off instance warms up asks it already.
+        self._offsets_client = Consumer(
+            {k: v for k, v in consumer_config.items() if k != "group.instance.id"}
+        )
         self._offsets_lock = threading.Lock()
         self._owned: set[int] = set()
         self._generation = 0
@@ -85,9 +88,6 @@ class GroupMember:
         # A predecessor's file must not be planned with before this process's first assignment.
         assignment_file.withdraw(self.channel)
         self._consumer = Consumer({**self._config, "error_cb": self._on_error})
-        self._offsets_client = Consumer(
-            {k: v for k, v in self._config.items() if k != "group.instance.id"}
-        )
         self._consumer.subscribe(
             [self.topic],
             on_assign=self._on_assign,
@@ -124,6 +124,8 @@ class GroupMember:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=CLIENT_TIMEOUT_S)
+        with self._offsets_lock:
+            self._offsets_client.close()
 
     # --- what the sink and the health checks ask ----------------------------------------------
 
@@ -159,8 +161,6 @@ class GroupMember:
 
     def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
         """The group's committed offsets of `partitions` (None where nothing was committed)."""
-        if self._offsets_client is None:
-            raise RuntimeError("GroupMember.start() was not called")
         with self._offsets_lock:
             found = self._offsets_client.committed(
                 [TopicPartition(self.topic, p) for p in partitions], timeout=CLIENT_TIMEOUT_S
@@ -204,9 +204,12 @@ class GroupMember:
             raise
         finally:
             consumer.close()
-            if self._offsets_client is not None:
-                self._offsets_client.close()
-            log.info("group member closed (static members stay in the group until the timeout)")
+            log.info(
+                "group member closed: %s",
+                "a static member stays in the group until the session timeout"
+                if "group.instance.id" in self._config
+                else "left the group, its partitions move to the other instances now",
+            )
 
     def _client(self) -> Consumer:
         if self._consumer is None:

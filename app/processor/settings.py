@@ -26,7 +26,13 @@ from types import MappingProxyType
 import confluent_kafka
 
 from app.java_properties import parse_properties, resolve_env
-from app.processor.defaults import DEFAULTS, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
+from app.processor.defaults import (
+    DEFAULTS,
+    INSTANCE_ID_KEY,
+    MEMBERSHIP_HANDOFF,
+    MEMBERSHIP_STATIC,
+    TRANSACTIONAL_ID_KEY,
+)
 
 CONSUMER_PREFIX = "consumer."
 PRODUCER_PREFIX = "producer."
@@ -90,6 +96,11 @@ BOOL_KEYS = frozenset(
 # key -> (allowed values, why only these)
 ENUM_KEYS: Mapping[str, tuple[tuple[str, ...], str]] = MappingProxyType(
     {
+        "membership.mode": (
+            (MEMBERSHIP_STATIC, MEMBERSHIP_HANDOFF),
+            "static: a restarted instance gets its partitions back and they wait for it; "
+            "handoff: a stopping instance leaves the group and its partitions move at once",
+        ),
         "processing.guarantee": (
             ("exactly_once_v2",),
             "the sink writes results, state changes and input offsets in one transaction",
@@ -158,7 +169,8 @@ class ProcessorSettings:
     max_records_per_batch: int
     shutdown_timeout_ms: int
     group_protocol: str
-    # consumer.group.instance.id resolved (the pod name) for a stateful processor, else None.
+    membership_mode: str
+    # consumer.group.instance.id resolved (the pod name) for a static member, else None.
     instance_id: str | None
     transactional_id: str
     # Every effective key (defaults included), `${env:...}` resolved.
@@ -444,14 +456,27 @@ def _check_protocol(values: dict[str, _Value]) -> list[str]:
 def _check_membership(values: dict[str, _Value]) -> list[str]:
     problems = []
     stateful_item = values["stateful"]
+    mode = values["membership.mode"]
     instance = values.get(INSTANCE_ID_KEY)
-    if stateful_item.value.lower() == "true" and (instance is None or not instance.value.strip()):
+    static = stateful_item.value.lower() == "true" and mode.value == MEMBERSHIP_STATIC
+    if static and (instance is None or not instance.value.strip()):
         problems.append(
             _problem(
                 "stateful",
                 stateful_item,
-                f"a stateful processor needs {INSTANCE_ID_KEY} (static membership, e.g. "
-                "${env:POD_NAME}): a restart must keep its partitions and their state",
+                f"a stateful processor with membership.mode=static needs {INSTANCE_ID_KEY} "
+                "(static membership, e.g. ${env:POD_NAME}): a restart must keep its partitions "
+                "and their state",
+            )
+        )
+    if mode.value == MEMBERSHIP_HANDOFF and instance is not None:
+        problems.append(
+            _problem(
+                INSTANCE_ID_KEY,
+                instance,
+                "must not be set with membership.mode=handoff: a static member's close does not "
+                "leave the group, so its partitions would wait for the session timeout instead "
+                "of moving at once; remove it",
             )
         )
     if stateful_item.value.lower() == "false" and instance is not None:
@@ -518,6 +543,7 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         max_records_per_batch=int(get("max.records.per.batch")),
         shutdown_timeout_ms=int(get("shutdown.timeout.ms")),
         group_protocol=get("consumer.group.protocol"),
+        membership_mode=get("membership.mode"),
         instance_id=instance.value if (stateful and instance is not None) else None,
         transactional_id=values[TRANSACTIONAL_ID_KEY].value,
         properties=MappingProxyType(dict(sorted(properties.items()))),

@@ -195,8 +195,16 @@ class TransactionalSink:
         for p in sorted(restoring):
             seconds = max(0.0, (now_ms - end.positions[p].restore_epoch) / 1000)
             self.metrics.restore_done(p, records[p], seconds)
+            if not records[p]:
+                log.info(
+                    "partition %s-%d: nothing to restore (its changelog is empty)",
+                    self.topics.input,
+                    p,
+                )
+                continue
             log.info(
-                "partition %s-%d: state restored from %d changelog records in %.2f s (%.0f/s)",
+                "partition %s-%d: state restored from %d changelog records, %.2f s from planning "
+                "to commit (%.0f/s)",
                 self.topics.input,
                 p,
                 records[p],

@@ -16,6 +16,11 @@ batch runs; its last line is the source's offsets):
   rows carry the epoch they were written under, so a key left over from an earlier ownership of
   the partition (and missing from the changelog) is known to be stale.
 
+- `@warm-up` (optional): `{"token": N}`, the token of the last warm-up batch (an empty batch a
+  restarted instance runs before it joins the group, so that its first real batch finds Python
+  workers, plans and state stores ready). It only has to differ from the previous batch's for
+  Spark to run a batch; it never changes which records are read.
+
 Only owned partitions appear: the offsets of the last committed batch are therefore also the
 record of which partitions' state the checkpoint holds. Keys are strings (JSON) in numeric order
 so that the same offsets always serialise the same way.
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EPOCH_KEY = "@restore.epoch"
+WARM_UP_KEY = "@warm-up"
 
 
 @dataclass(frozen=True)
@@ -47,15 +53,19 @@ class SourceOffsets:
     input_topic: str
     changelog_topic: str
     positions: Mapping[int, PartitionPosition] = field(default_factory=dict)
+    warm_up: int = 0
 
     def to_dict(self) -> dict[str, dict[str, int]]:
         """The JSON-ready form Spark stores (stable key order)."""
         ordered = sorted(self.positions.items())
-        return {
+        data = {
             self.input_topic: {str(p): pos.input_offset for p, pos in ordered},
             self.changelog_topic: {str(p): pos.changelog_offset for p, pos in ordered},
             EPOCH_KEY: {str(p): pos.restore_epoch for p, pos in ordered},
         }
+        if self.warm_up:
+            data[WARM_UP_KEY] = {"token": self.warm_up}
+        return data
 
     @classmethod
     def from_dict(
@@ -77,7 +87,8 @@ class SourceOffsets:
             )
             for p, offset in inputs.items()
         }
-        return cls(input_topic, changelog_topic, positions)
+        warm_up = int(data.get(WARM_UP_KEY, {}).get("token", 0))
+        return cls(input_topic, changelog_topic, positions, warm_up)
 
     def restoring(self, previous: SourceOffsets) -> set[int]:
         """Partitions this batch restores: new since `previous`, or with a new restore epoch."""

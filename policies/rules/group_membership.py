@@ -60,22 +60,39 @@ def _uses_kip_848(processor: ProcessorDeployment) -> bool:
 
 
 def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
-    """Stateful: group.instance.id from the pod name. Stateless: none, so it leaves on close."""
+    """Static mode: group.instance.id from the pod name. Stateless or hand-off mode: none, so
+    the member leaves on close; hand-off also needs a second instance to hand the partitions to."""
     for processor in StackView(args.resources).processors():
         subject, urn = _properties_subject(processor)
         instance_id = processor.properties.get("consumer.group.instance.id")
-        if not processor.stateful:
+        handoff = processor.properties.get("membership.mode", "static") == "handoff"
+        if not processor.stateful or handoff:
             if instance_id:
                 yield (
                     violation(
                         subject,
                         "consumer.group.instance.id",
                         instance_id,
-                        "absent for a stateless processor (stateful=false)",
+                        "absent for a stateless processor (stateful=false) or with "
+                        "membership.mode=handoff",
                         "remove it: a dynamic member leaves the group on close, so its "
                         "partitions move at once instead of after session.timeout.ms",
                     ),
                     urn,
+                )
+            replicas = number(processor.workload.props.get("spec", {}).get("replicas", 1))
+            if processor.stateful and (replicas is None or replicas < 2):
+                workload = processor.workload
+                yield (
+                    violation(
+                        label(workload.resource_type, workload.props),
+                        "spec.replicas",
+                        fmt(replicas),
+                        ">= 2 with membership.mode=handoff",
+                        "run at least 2 replicas, or set membership.mode=static: a hand-off "
+                        "needs another instance to take the partitions over",
+                    ),
+                    workload.urn,
                 )
             continue
         workload = processor.workload

@@ -139,3 +139,27 @@ def test_held_partitions_are_those_of_the_last_committed_batch(tmp_path: Path) -
     assert read_batch_offsets(checkpoint, 1, INPUT_TOPIC, CHANGELOG).positions[1] == (
         PartitionPosition(0, 0, 2)
     )
+
+
+def test_warm_up_batch_keeps_every_position_and_reads_nothing(tmp_path: Path) -> None:
+    source = reader(tmp_path)
+    start = offsets(p0=(120, 55, 7), p1=(40, 0, 7))
+    assignment_file.publish(
+        Path(source.options.assignment_path), Assignment(INPUT_TOPIC, warm_up=1234)
+    )
+    end = source.latestOffset(start, source.getDefaultReadLimit())
+    assert end != start  # a new offset: Spark runs a batch
+    assert end["@warm-up"] == {"token": 1234}
+    planned = SourceOffsets.from_dict(end, INPUT_TOPIC, CHANGELOG)
+    assert planned.positions == SourceOffsets.from_dict(start, INPUT_TOPIC, CHANGELOG).positions
+    assert planned.warm_up == 1234
+    assert source.partitions(start, end) == []
+    # Asked again with the same warm-up request, nothing changes: no second batch.
+    assert source.latestOffset(end, source.getDefaultReadLimit()) == end
+
+
+def test_warm_up_token_survives_later_plans_so_it_triggers_no_extra_batch() -> None:
+    with_token = SourceOffsets(INPUT_TOPIC, CHANGELOG, {}, warm_up=99).to_dict()
+    parsed = SourceOffsets.from_dict(with_token, INPUT_TOPIC, CHANGELOG)
+    assert parsed.warm_up == 99
+    assert "@warm-up" not in SourceOffsets(INPUT_TOPIC, CHANGELOG, {}).to_dict()

@@ -42,6 +42,7 @@ ENV = {"POD_NAME": "page-view-counter-1"}
 CONTRACT_DEFAULTS = {
     "processing.guarantee": "exactly_once_v2",
     "stateful": "true",
+    "membership.mode": "static",
     "state.dir": "/var/lib/processor",
     "health.port": "8080",
     "trigger.interval.ms": "1000",
@@ -401,3 +402,31 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert "did you mean stateful?" in result.stderr
     usage = subprocess.run(command[:3], cwd=REPO, capture_output=True, text=True)
     assert usage.returncode == 2
+
+
+# --- membership modes ------------------------------------------------------------------------
+
+
+def test_handoff_mode_is_a_dynamic_member_that_leaves_the_group_on_close(tmp_path: Path) -> None:
+    text = "\n".join(line for line in BASE.splitlines() if "group.instance.id" not in line)
+    settings = load(tmp_path, text + "\nmembership.mode=handoff\n")
+    assert settings.membership_mode == "handoff"
+    assert settings.instance_id is None
+    assert "group.instance.id" not in settings.consumer_config()
+
+
+def test_handoff_mode_refuses_a_static_member_id(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load(tmp_path, BASE + "\nmembership.mode=handoff\n")
+    (problem,) = raised.value.problems
+    assert problem.startswith("consumer.group.instance.id='page-view-counter-1'")
+    assert "membership.mode=handoff" in problem and "remove it" in problem
+
+
+def test_unknown_membership_mode_names_the_allowed_values(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load(tmp_path, BASE + "\nmembership.mode=eager\n")
+    assert any(
+        p.startswith("membership.mode='eager'") and "allowed: static, handoff" in p
+        for p in raised.value.problems
+    )

@@ -209,3 +209,19 @@ def test_a_spec_change_is_a_new_job(dev: RecordedStack) -> None:
     assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["command"][-1] == (
         "--allow-partition-increase"
     )
+
+
+def test_handoff_mode_renders_a_member_that_leaves_the_group() -> None:
+    stack = record_stack("dev", {"processor": {"membershipMode": "handoff"}})
+    props = properties(stack)
+    assert props["membership.mode"] == "handoff"
+    assert "consumer.group.instance.id" not in props
+    assert props["producer.transactional.id"] == "${env:POD_NAME}"  # fencing stays per pod
+
+
+def test_static_mode_is_the_default_and_keeps_the_pod_name_as_member_id(
+    stack: RecordedStack,
+) -> None:
+    props = properties(stack)
+    assert props["membership.mode"] == "static"
+    assert props["consumer.group.instance.id"] == "${env:POD_NAME}"

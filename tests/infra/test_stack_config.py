@@ -115,3 +115,16 @@ def test_the_program_refuses_an_invalid_stack_before_registering_anything() -> N
 def test_render_cli_exits_non_zero_with_the_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert render_main(["--stack", "nope", "--out", "unused"]) == 2
     assert "Pulumi.nope.yaml not found" in capsys.readouterr().err
+
+
+def test_handoff_with_one_replica_is_refused_naming_the_setting() -> None:
+    with pytest.raises(StackConfigError) as error:
+        build_stack_config("dev", {"processor": {"membershipMode": "handoff", "replicas": 1}})
+    message = str(error.value)
+    assert message.startswith("stateful-streaming:processor.membershipMode = 'handoff'")
+    assert "processor.replicas >= 2" in message and "allowed: static, handoff" in message
+
+
+def test_unknown_membership_mode_names_the_allowed_values() -> None:
+    with pytest.raises(StackConfigError, match=r"processor\.membershipMode = 'eager'"):
+        build_stack_config("dev", {"processor": {"membershipMode": "eager"}})

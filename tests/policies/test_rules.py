@@ -448,6 +448,36 @@ def test_stateless_processor_without_instance_id_passes(run, compliant) -> None:
     assert run(stack) == []
 
 
+def test_handoff_processor_without_instance_id_passes(run, compliant) -> None:
+    stack = changed(
+        compliant,
+        "processor-config",
+        _properties({"membership.mode": "handoff", "consumer.group.instance.id": None}),
+    )
+    assert run(stack) == []
+
+
+def test_handoff_processor_with_a_static_member_id_is_refused(run, compliant) -> None:
+    stack = changed(compliant, "processor-config", _properties({"membership.mode": "handoff"}))
+    (violation,) = run(stack)
+    assert violation.policy == "group-static-membership"
+    assert "or with membership.mode=handoff" in violation.message
+
+
+def test_handoff_processor_needs_a_second_replica(run, compliant) -> None:
+    stack = changed(
+        compliant,
+        "processor-config",
+        _properties({"membership.mode": "handoff", "consumer.group.instance.id": None}),
+    )
+    stack = changed(stack, "processor", _set("spec.replicas", 1), ":StatefulSet")
+    violations = [v for v in run(stack) if v.policy == "group-static-membership"]
+    assert len(violations) == 1
+    assert (
+        "spec.replicas is 1; required: >= 2 with membership.mode=handoff" in violations[0].message
+    )
+
+
 def test_thresholds_and_levels_come_from_the_config(run, compliant) -> None:
     from tests.policies.conftest import stack_config
 
