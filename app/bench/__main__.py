@@ -3,7 +3,8 @@
     python -m app.bench rolling-restart [--bootstrap-servers HOST:PORT] [--cases a,b]
         [--session-timeout-ms 20000] [--rate 100] [--out build/bench]
     python -m app.bench throughput [--bootstrap-servers HOST:PORT]
-        [--configs 5000:1000,20000:250] [--backlog 100000] [--out build/bench]
+        [--configs 5000:1000,20000:250] [--backlog 100000] [--partitions 6] [--keys 10000]
+        [--out build/bench]
 
 Without --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) one embedded broker serves every case;
 the cases it cannot run honestly say so in the table. Speeds are reported, never asserted.
@@ -92,6 +93,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--keys": "distinct pages",
             "--session-timeout-ms": "consumer session.timeout.ms",
             "--steady-s": "seconds of steady processing before the restart",
+            "--min-ready-s": "a rollout's minReadySeconds: how long a restarted instance stays "
+            "ready before the next one is stopped",
+            "--ready-timeout-s": "how long the instances may take to be ready and caught up "
+            "before a case (a busy machine needs more)",
         },
     )
     throughput = sub.add_parser("throughput", parents=[common], help="one instance's rate")
@@ -108,6 +113,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ThroughputParams(),
         {
             "--backlog": "records produced before the instance starts",
+            "--partitions": "input partitions",
+            "--keys": "distinct pages",
             "--latency-rate": "records/s for the latency phase",
             "--latency-s": "seconds of the latency phase",
         },
@@ -137,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 session_timeout_ms=args.session_timeout_ms,
                 heartbeat_interval_ms=max(1, min(3000, args.session_timeout_ms // 10)),
                 steady_s=args.steady_s,
+                min_ready_s=args.min_ready_s,
+                ready_timeout_s=args.ready_timeout_s,
             )
             chosen = [c for c in CASES if c.name in args.cases]
             results = run_matrix(chosen, params, out, bootstrap, embedded)
@@ -144,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         params_tp = replace(
             ThroughputParams(),
             backlog=args.backlog,
+            partitions=args.partitions,
+            keys=args.keys,
             latency_rate=args.latency_rate,
             latency_s=args.latency_s,
         )

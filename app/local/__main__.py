@@ -1,6 +1,6 @@
 """`python -m app.local`: the pipeline on this machine, live, until Ctrl-C or `--duration`.
 
-    python -m app.local [--instances 2] [--rate 200] [--keys 50] [--partitions 4]
+    python -m app.local [--instances 2] [--rate 200] [--keys 50] [--partitions 6]
         [--bootstrap-servers HOST:PORT] [--duration S] [--state-dir build/local]
 
 Starts the embedded broker (or uses --bootstrap-servers / $KAFKA_BOOTSTRAP_SERVERS), creates the
@@ -52,7 +52,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=200.0, help="page views per second")
     parser.add_argument("--keys", type=int, default=50, help="distinct pages")
     parser.add_argument("--skew", type=float, default=1.1, help="Zipf exponent of the pages")
-    parser.add_argument("--partitions", type=int, default=4, help="partitions per topic")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=6,
+        help="partitions per topic (default 6, the dev stack's topics.partitions)",
+    )
     parser.add_argument(
         "--bootstrap-servers",
         default=os.environ.get(BOOTSTRAP_ENV),
@@ -64,7 +69,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--session-timeout-ms", type=int, default=30_000, help="consumer.session.timeout.ms"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.instances < 1 or args.partitions < 1:
+        parser.error(
+            f"--instances {args.instances} --partitions {args.partitions}: both must be at least 1"
+        )
+    if args.instances > args.partitions:
+        parser.error(
+            f"--instances {args.instances} > --partitions {args.partitions}: an instance beyond "
+            "the partition count gets no partition and never becomes ready (the stacks refuse "
+            "processor.replicas above topics.partitions for the same reason); use at most "
+            f"{args.partitions} instances or more partitions"
+        )
+    return args
 
 
 class StopRequest:

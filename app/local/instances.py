@@ -25,7 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.embedded_broker import free_port
 from app.processor import assignment_file
-from app.processor.defaults import DEFAULTS, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
+from app.processor.defaults import (
+    DEFAULTS,
+    INSTANCE_ID_KEY,
+    MEMBERSHIP_STATIC,
+    TRANSACTIONAL_ID_KEY,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_TIMEOUT_S = 2.0
@@ -57,6 +62,7 @@ class InstanceOptions:
     """The settings an experiment varies; everything else is the contract's default."""
 
     stateful: bool = True  # False: dynamic membership, leaves the group on close
+    membership_mode: str = DEFAULTS["membership.mode"]
     session_timeout_ms: int = 30_000
     heartbeat_interval_ms: int = 3_000
     trigger_interval_ms: int = int(DEFAULTS["trigger.interval.ms"])
@@ -82,6 +88,7 @@ def instance_properties(
         "changelog.topic": names.changelog_topic,
         "dlq.topic": names.dlq_topic,
         "stateful": str(options.stateful).lower(),
+        "membership.mode": options.membership_mode,
         "state.dir": str(state_dir),
         "health.port": str(health_port),
         "trigger.interval.ms": str(options.trigger_interval_ms),
@@ -93,7 +100,7 @@ def instance_properties(
         "spark.sql.shuffle.partitions": str(2 * options.spark_cores),
         "spark.local.dir": str(state_dir.parent / "spark-tmp" / state_dir.name),
     }
-    if options.stateful:
+    if options.stateful and options.membership_mode == MEMBERSHIP_STATIC:
         # Static membership: the member id is the instance's name, as the pod name is in k8s.
         properties[INSTANCE_ID_KEY] = "${env:POD_NAME}"
     return {**properties, **options.extra}

@@ -3,7 +3,9 @@
 Used by `python -m app.local` (the README's main command) and by the benchmarks. With no
 bootstrap servers given it starts the embedded broker (Tansu, in memory); otherwise it uses the
 named cluster. Topics are created by the project's own reconciler (`python -m app.topics`), from
-the same `pipeline_topics(...)` specs the Pulumi program deploys, with replication factor 1.
+the same `pipeline_topics(...)` specs the Pulumi program deploys: replication factor 3 and
+`min.insync.replicas=2` (what the stacks declare) on a cluster of 3 or more brokers, 1 and 1 on
+a smaller one (the embedded broker).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 from app import topics as topics_cli
 from app.embedded_broker import ONE_RECORD_PER_REQUEST, EmbeddedBroker
 from app.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
@@ -22,9 +26,19 @@ from app.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
 from app.local.observe import GroupLag, OutputTail
 from app.topic_specs import dumps, pipeline_topics
 
+
+def broker_count(bootstrap_servers: str) -> int:
+    """How many brokers the cluster at `bootstrap_servers` has."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    return len(admin.list_topics(timeout=BROKER_COUNT_TIMEOUT_S).brokers)
+
+
 log = logging.getLogger("app.local")
 
 CHANGELOG_SEGMENT_BYTES = 64 * 1024 * 1024
+# The stacks' replication factor; a smaller cluster gets one replica per broker.
+STACK_REPLICATION_FACTOR = 3
+BROKER_COUNT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -143,13 +157,14 @@ class LocalPipeline:
 
     def create_topics(self) -> None:
         """Create (or reconcile) the four topics with the project's reconciler."""
+        replication = min(STACK_REPLICATION_FACTOR, broker_count(self.bootstrap_servers))
         specs = pipeline_topics(
             application_id=self.names.application_id,
             input_topic=self.names.input_topic,
             output_topic=self.names.output_topic,
             partitions=self.setup.partitions,
-            replication_factor=1,
-            min_insync_replicas=1,
+            replication_factor=replication,
+            min_insync_replicas=2 if replication >= 3 else 1,
             changelog_segment_bytes=CHANGELOG_SEGMENT_BYTES,
         )
         path = self.setup.base_dir / "config" / f"{self.names.application_id}-topics.json"

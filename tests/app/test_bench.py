@@ -86,6 +86,20 @@ def test_failover_on_apache_kafka_keeps_counts_exact(apache_kafka: str, tmp_path
     assert int(row["restored records"]) > 0, row
 
 
+@pytest.mark.apache_kafka(reason="a leaving member's partitions handed to the others (handoff)")
+def test_handoff_on_apache_kafka_moves_the_partitions_and_keeps_counts_exact(
+    apache_kafka: str, tmp_path: Path
+) -> None:
+    run_matrix([BY_NAME["handoff"]], SHORT, tmp_path, apache_kafka, embedded=False)
+    row = read_table(tmp_path)["handoff"]
+    assert row["match"] == "yes", row
+    assert row["duplicates"] == "0", row
+    # The other instance took the stopped one's partitions at once and gave them back after.
+    assert int(row["assigned (others)"]) > 0, row
+    assert int(row["revoked (others)"]) > 0, row
+    assert row["processed again s"], row
+
+
 def test_bench_options_default_to_the_params_and_name_what_is_wrong(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

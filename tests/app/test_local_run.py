@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from app.local.instances import REPO_ROOT
 
 RUN_TIMEOUT_S = 600
@@ -42,3 +44,22 @@ def test_local_run_counts_every_page_view_exactly_once(tmp_path: Path) -> None:
         properties = (state / "config" / f"page-view-counter-{i}.properties").read_text()
         assert "consumer.group.instance.id=${env:POD_NAME}" in properties
         assert f"state.dir={state / f'page-view-counter-{i}'}" in properties
+
+
+def test_more_instances_than_partitions_is_refused_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from app.local.__main__ import EXIT_USAGE, parse_args
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--instances", "5", "--partitions", "4"])
+    assert exited.value.code == EXIT_USAGE
+    error = capsys.readouterr().err
+    assert "--instances 5 > --partitions 4" in error
+    assert "never becomes ready" in error
+
+
+def test_local_run_defaults_to_the_dev_stacks_partitions() -> None:
+    from app.local.__main__ import parse_args
+
+    assert parse_args([]).partitions == 6
