@@ -164,6 +164,12 @@ MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | N
         _property("consumer.partition.assignment.strategy", "range"),
         "group-cooperative-assignor",
     ),
+    (
+        "processor-replicas-above-partitions",
+        (":StatefulSet", "processor"),
+        _set("spec", "replicas", value=100),
+        "processor-replicas-within-partitions",
+    ),
     ("missing-pdb", (":PodDisruptionBudget", "page-view-counter"), None, "statefulset-pdb"),
     (
         "max-unavailable-2",
