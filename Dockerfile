@@ -19,7 +19,10 @@ COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-default-groups --group app --python /usr/local/bin/python3.11
 COPY app/ /app/app/
-RUN python -m compileall -q /app/app
+# The properties codec the processor shares with the policy pack (standard library only).
+COPY policies/__init__.py /app/policies/
+COPY policies/rules/__init__.py policies/rules/java_properties.py /app/policies/rules/
+RUN python -m compileall -q /app/app /app/policies
 
 FROM ${PYTHON_IMAGE}
 # Spark 4 runs on Java 17; bookworm is the Debian release that packages it. procps: Spark's

@@ -9,13 +9,8 @@ import pulumi_kubernetes as k8s
 
 from infra import workload
 from infra.config import ProcessorConfig
-from infra.processor_properties import (
-    HEALTH_PORT,
-    PROPERTIES_DIR,
-    PROPERTIES_FILE,
-    STATE_DIR,
-    format_properties,
-)
+from infra.processor_properties import HEALTH_PORT, PROPERTIES_DIR, PROPERTIES_FILE, STATE_DIR
+from policies.rules.java_properties import format_properties
 
 PROCESSOR_UID = 10001
 

@@ -9,6 +9,7 @@ from typing import Any
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
 from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
+from .java_properties import load_properties
 from .manifests import (
     CONFIG_MAP,
     STATEFUL_SET,
@@ -23,7 +24,6 @@ from .manifests import (
     processor_container,
 )
 from .messages import violation
-from .properties_file import parse_properties
 from .stack_view import PROPERTIES_KEY, StackView
 from .topics import topics_of
 
@@ -172,7 +172,7 @@ def check_state_store(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Ite
     text = get(args.props, "data", PROPERTIES_KEY)
     if not isinstance(text, str):
         return
-    properties = parse_properties(text)
+    properties = load_properties(text)
     if properties.get("stateful", "true").lower() == "false":
         return
     subject = f"{label(args.resource_type, args.props)} data[{PROPERTIES_KEY}]"
