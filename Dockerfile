@@ -47,5 +47,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /app
 USER 10001:10001
 EXPOSE 8080
-ENTRYPOINT ["/usr/bin/tini", "--", "python"]
-CMD ["-m", "app.processor", "--properties", "/etc/processor/processor.properties"]
+# tini is PID 1 (it forwards SIGTERM to Python and reaps the JVM's children); the pods set only
+# `args` (a whole command line, as CMD here), never `command`, which would replace tini.
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["python", "-m", "app.processor", "--properties", "/etc/processor/processor.properties"]

@@ -165,7 +165,9 @@ class Processor(pulumi.ComponentResource):
                         name="processor",
                         image=cfg.image,
                         image_pull_policy=cfg.image_pull_policy,
-                        command=[
+                        # `args`, not `command`: `command` replaces the image's ENTRYPOINT,
+                        # and tini (PID 1: forwards SIGTERM, reaps the JVM's children) must run.
+                        args=[
                             "python",
                             "-m",
                             "app.processor",

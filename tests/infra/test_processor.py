@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,7 +150,7 @@ def test_probes_use_the_health_port(stack: RecordedStack) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 8080}
     assert container["livenessProbe"]["httpGet"] == {"path": "/live", "port": 8080}
     assert container["startupProbe"]["httpGet"]["port"] == 8080
-    assert container["command"] == [
+    assert container["args"] == [
         "python",
         "-m",
         "app.processor",
@@ -187,7 +189,7 @@ def test_pulumi_waits_for_every_pod_to_restart_in_turn(stack: RecordedStack) -> 
 def test_topic_job_runs_the_reconciler_after_kafka(stack: RecordedStack) -> None:
     job = next(o for o in stack.kubernetes_objects() if o["kind"] == "Job")
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == [
+    assert container["args"] == [
         "python",
         "-m",
         "app.topics",
@@ -206,6 +208,38 @@ def test_a_spec_change_is_a_new_job(dev: RecordedStack) -> None:
     more = record_stack("dev", {"topics": {"allowPartitionIncrease": True, "partitions": 8}})
     jobs = [next(o for o in s.kubernetes_objects() if o["kind"] == "Job") for s in (dev, more)]
     assert jobs[0]["metadata"]["name"] != jobs[1]["metadata"]["name"]
-    assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["command"][-1] == (
+    assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["args"][-1] == (
         "--allow-partition-increase"
     )
+
+
+def _dockerfile_exec_form(instruction: str) -> list[str]:
+    """The JSON (exec) form of a Dockerfile instruction such as ENTRYPOINT or CMD."""
+    dockerfile = Path(__file__).resolve().parents[2] / "Dockerfile"
+    for line in dockerfile.read_text().splitlines():
+        if line.startswith(f"{instruction} "):
+            return json.loads(line[len(instruction) :])
+    raise AssertionError(f"Dockerfile has no {instruction} instruction")
+
+
+def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -> None:
+    """`command` would replace the image's ENTRYPOINT (tini), leaving Python as PID 1."""
+    image = pod_spec(stack)["containers"][0]["image"]
+    containers = [
+        container
+        for obj in stack.kubernetes_objects()
+        if obj["kind"] in ("StatefulSet", "Job")
+        for container in obj["spec"]["template"]["spec"]["containers"]
+        if container["image"] == image
+    ]
+    assert sorted(c["name"] for c in containers) == ["processor", "reconcile"]
+    for container in containers:
+        assert "command" not in container, container["name"]
+        assert container["args"][:2] == ["python", "-m"], container["name"]
+
+
+def test_image_entrypoint_is_tini_and_its_default_command_is_the_processor(
+    dev: RecordedStack,
+) -> None:
+    assert _dockerfile_exec_form("ENTRYPOINT") == ["/usr/bin/tini", "--"]
+    assert _dockerfile_exec_form("CMD") == pod_spec(dev)["containers"][0]["args"]
