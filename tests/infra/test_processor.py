@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,15 +211,6 @@ def test_a_spec_change_is_a_new_job(dev: RecordedStack) -> None:
     )
 
 
-def _dockerfile_exec_form(instruction: str) -> list[str]:
-    """The JSON (exec) form of a Dockerfile instruction such as ENTRYPOINT or CMD."""
-    dockerfile = Path(__file__).resolve().parents[2] / "Dockerfile"
-    for line in dockerfile.read_text().splitlines():
-        if line.startswith(f"{instruction} "):
-            return json.loads(line[len(instruction) :])
-    raise AssertionError(f"Dockerfile has no {instruction} instruction")
-
-
 def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -> None:
     """`command` would replace the image's ENTRYPOINT (tini), leaving Python as PID 1."""
     image = pod_spec(stack)["containers"][0]["image"]
@@ -236,10 +225,3 @@ def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -
     for container in containers:
         assert "command" not in container, container["name"]
         assert container["args"][:2] == ["python", "-m"], container["name"]
-
-
-def test_image_entrypoint_is_tini_and_its_default_command_is_the_processor(
-    dev: RecordedStack,
-) -> None:
-    assert _dockerfile_exec_form("ENTRYPOINT") == ["/usr/bin/tini", "--"]
-    assert _dockerfile_exec_form("CMD") == pod_spec(dev)["containers"][0]["args"]
