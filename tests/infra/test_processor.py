@@ -225,3 +225,39 @@ def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -
     for container in containers:
         assert "command" not in container, container["name"]
         assert container["args"][:2] == ["python", "-m"], container["name"]
+
+
+def _scrape_setting(stack: RecordedStack) -> tuple[list[dict[str, Any]], dict[str, str] | None]:
+    """The stack's PodMonitors and the processor pod template's annotations."""
+    monitors = [o for o in stack.kubernetes_objects() if o["kind"] == "PodMonitor"]
+    template = k8s_object(stack, "StatefulSet", APP)["spec"]["template"]
+    return monitors, template["metadata"].get("annotations")
+
+
+def test_metrics_scraping_is_opt_in(stack: RecordedStack) -> None:
+    assert _scrape_setting(stack) == ([], None)
+
+
+def test_pod_monitor_scrapes_every_processor_pod_on_the_health_port() -> None:
+    recorded = record_stack("prod", {"processor": {"metricsScrape": "podMonitor"}})
+    (monitor,), annotations = _scrape_setting(recorded)
+    assert annotations is None
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == "streaming"
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "health", "path": "/metrics"}]
+    pod_labels = k8s_object(recorded, "StatefulSet", APP)["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    ports = pod_spec(recorded)["containers"][0]["ports"]
+    assert {"name": "health", "containerPort": 8080} in ports
+
+
+def test_scrape_annotations_name_the_metrics_port_and_path() -> None:
+    recorded = record_stack("dev", {"processor": {"metricsScrape": "annotations"}})
+    assert _scrape_setting(recorded) == (
+        [],
+        {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": "8080",
+            "prometheus.io/path": "/metrics",
+        },
+    )

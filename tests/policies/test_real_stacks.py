@@ -29,6 +29,15 @@ def test_dev_is_clean_and_prod_only_lacks_standby_state(run, recorded_stacks) ->
     assert [(v.policy, v.level) for v in prod] == [("standby-state", "advisory")]
 
 
+@pytest.mark.parametrize("scrape", ["podMonitor", "annotations"])
+def test_the_pack_passes_prod_with_each_metrics_scrape_choice(run, scrape: str) -> None:
+    from infra.render import record_stack
+
+    recorded = record_stack("prod", {"processor": {"metricsScrape": scrape}})
+    violations = run(recorded.resources, stack_config("prod"))
+    assert [(v.policy, v.level) for v in violations] == [("standby-state", "advisory")]
+
+
 def _find(resources: list[Any], type_suffix: str, name: str) -> int:
     matches = [
         i for i, r in enumerate(resources) if r.type.endswith(type_suffix) and r.name == name
