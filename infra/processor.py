@@ -173,9 +173,18 @@ class Processor(pulumi.ComponentResource):
             app, anti_affinity=cfg.anti_affinity, zone_spread=cfg.zone_spread
         )
 
-        def http_probe(path: str, **timing: int) -> k8s.core.v1.ProbeArgs:
+        def http_probe(
+            path: str,
+            *,
+            period_seconds: int,
+            failure_threshold: int,
+            initial_delay_seconds: int | None = None,
+        ) -> k8s.core.v1.ProbeArgs:
             return k8s.core.v1.ProbeArgs(
-                http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port=HEALTH_PORT), **timing
+                http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port=HEALTH_PORT),
+                initial_delay_seconds=initial_delay_seconds,
+                period_seconds=period_seconds,
+                failure_threshold=failure_threshold,
             )
 
         files = workload.config_and_tmp("config", config_map.metadata.name, PROPERTIES_DIR)
