@@ -3,9 +3,14 @@
 #
 #   docker build -t stateful-streaming/processor:0.1.0 .
 #
-# Only the application environment (pyproject group `app`) goes in: the Pulumi program and
-# the policy pack have their own, incompatible one (protobuf 5 vs 6, see DESIGN.md).
-# Pin the base by digest in a fork (`python:3.11.14-slim-bookworm@sha256:...`): a tag can move.
+# Only what the processor and the topic reconciler run goes in (pyproject group `runtime`; the
+# local run, the load generator, the benchmarks and the embedded broker are in `app` only). The
+# Pulumi program and the policy pack have their own, incompatible environment (protobuf 5 vs 6,
+# see DESIGN.md). Pin the base by digest in a fork (`python:3.11.14-slim-bookworm@sha256:...`):
+# a tag can move. CI sets the OCI labels' build arguments:
+#
+#   docker build --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) -t stateful-streaming/processor:0.1.0 .
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
@@ -17,9 +22,12 @@ RUN pip install --no-cache-dir "uv>=0.9,<1"
 WORKDIR /src
 COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --frozen --no-default-groups --group app --python /usr/local/bin/python3.11
+    uv sync --frozen --no-default-groups --group runtime --python /usr/local/bin/python3.11
 COPY app/ /app/app/
-RUN python -m compileall -q /app/app
+# The properties codec the processor shares with the policy pack (standard library only).
+COPY policies/__init__.py /app/policies/
+COPY policies/rules/__init__.py policies/rules/java_properties.py /app/policies/rules/
+RUN python -m compileall -q /app/app /app/policies
 
 FROM ${PYTHON_IMAGE}
 # Spark 4 runs on Java 17; bookworm is the Debian release that packages it. procps: Spark's
@@ -41,8 +49,24 @@ ENV PATH=/opt/venv/bin:$PATH \
     HOME=/tmp \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
+# Last, so that a new revision or build date does not invalidate the cached layers above.
+ARG PYTHON_IMAGE
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+ARG SOURCE=https://github.com/example/stateful-streaming
+LABEL org.opencontainers.image.title="stateful-streaming-processor" \
+      org.opencontainers.image.description="Stateful PySpark stream processor and topic reconciler" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 WORKDIR /app
 USER 10001:10001
 EXPOSE 8080
-ENTRYPOINT ["/usr/bin/tini", "--", "python"]
-CMD ["-m", "app.processor", "--properties", "/etc/processor/processor.properties"]
+# tini is PID 1 (it forwards SIGTERM to Python and reaps the JVM's children); the pods set only
+# `args` (a whole command line, as CMD here), never `command`, which would replace tini.
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["python", "-m", "app.processor", "--properties", "/etc/processor/processor.properties"]

@@ -58,9 +58,13 @@ bench: $(VENV)/app/.synced
 	$(APP_PY) -m app.bench rolling-restart
 	$(APP_PY) -m app.bench throughput
 
-lint: $(VENV)/infra/.synced
+## The checks CI runs besides the tests: ruff (lint, format) and mypy, once per environment
+## (pulumi-policy and pyspark cannot share one; the configuration is in pyproject.toml).
+lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
+	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies
+	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)
 	$(UV) lock

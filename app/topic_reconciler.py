@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -327,12 +328,14 @@ def _alter_configs(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list
         return []
     resources = []
     for topic, steps in by_topic.items():
+        # SET only the keys the spec names: incremental, so every other key keeps its value.
+        entries = []
         for step in steps:
             log.info("altering topic %s: %s", topic, step.detail)
-        # SET only the keys the spec names: incremental, so every other key keeps its value.
-        entries = [
-            ConfigEntry(s.key, s.wanted, incremental_operation=AlterConfigOpType.SET) for s in steps
-        ]
+            assert step.key is not None, "the planner names the key of every alter-config step"
+            entries.append(
+                ConfigEntry(step.key, step.wanted, incremental_operation=AlterConfigOpType.SET)
+            )
         resources.append(ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries))
     futures = admin.incremental_alter_configs(resources, request_timeout=timeout_s)
     return _wait_for(
@@ -367,7 +370,7 @@ def _add_partitions(admin: AdminClient, the_plan: Plan, timeout_s: float) -> lis
 
 
 def _wait_for(
-    futures: Mapping[str | ConfigResource, Future[None]],
+    futures: Mapping[str, Future[Any]] | Mapping[ConfigResource, Future[Any]],
     done: str,
     failure: Callable[[str, str], str],
 ) -> list[str]:

@@ -174,7 +174,8 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             {
                 **client_config,
                 "bootstrap.servers": args.bootstrap_servers,
-                "logger": librdkafka_logger(),
+                # A documented client setting that confluent-kafka's type stub leaves out.
+                "logger": librdkafka_logger(),  # type: ignore[dict-item]
             }
         )
     except KafkaException as exc:

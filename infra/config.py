@@ -134,6 +134,10 @@ class ProcessorConfig:
     partition: int = _key("partition")
     # Added to the worst-case restart when computing `consumer.session.timeout.ms`.
     session_timeout_margin_seconds: int = _key("sessionTimeoutMarginSeconds")
+    # How Prometheus finds the pods' /metrics (the dashboard needs each pod's name as `pod`):
+    # `podMonitor` creates a PodMonitor (clusters with the Prometheus Operator), `annotations`
+    # sets the conventional prometheus.io/* pod annotations, `none` leaves scraping to you.
+    metrics_scrape: Literal["podMonitor", "annotations", "none"] = _key("metricsScrape")
     # Processor properties (the contract's names), merged over the computed ones.
     properties: Mapping[str, str] = _key("properties")
 
@@ -244,6 +248,9 @@ _BASE: dict[str, Any] = {
         "startupProbe": {"initialDelaySeconds": 5, "periodSeconds": 5, "failureThreshold": 24},
         "partition": 0,
         "sessionTimeoutMarginSeconds": 15,
+        # Opt-in: a PodMonitor needs the Prometheus Operator's CRD, annotations a scrape job
+        # that reads them; neither is there on every cluster.
+        "metricsScrape": "none",
         "properties": {},
     },
 }

@@ -9,15 +9,11 @@ import pulumi_kubernetes as k8s
 
 from infra import workload
 from infra.config import ProcessorConfig
-from infra.processor_properties import (
-    HEALTH_PORT,
-    PROPERTIES_DIR,
-    PROPERTIES_FILE,
-    STATE_DIR,
-    format_properties,
-)
+from infra.processor_properties import HEALTH_PORT, PROPERTIES_DIR, PROPERTIES_FILE, STATE_DIR
+from policies.rules.java_properties import format_properties
 
 PROCESSOR_UID = 10001
+METRICS_PATH = "/metrics"
 
 
 @dataclass(frozen=True)
@@ -97,6 +93,9 @@ class Processor(pulumi.ComponentResource):
             opts=child,
         )
 
+        if cfg.metrics_scrape == "podMonitor":
+            self._pod_monitor(name, ns, app, component_labels, child)
+
         self.stateful_set = k8s.apps.v1.StatefulSet(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -139,6 +138,33 @@ class Processor(pulumi.ComponentResource):
         self.register_outputs({"name": self.name})
 
     @staticmethod
+    def _pod_monitor(
+        name: str,
+        namespace: str,
+        app: str,
+        component_labels: dict[str, str],
+        opts: pulumi.ResourceOptions,
+    ) -> k8s.apiextensions.CustomResource:
+        """A Prometheus Operator PodMonitor for every processor pod's /metrics.
+
+        The operator labels each target with its pod's name (`pod`), which the dashboard's
+        per-instance panels and its `pod` variable select on.
+        """
+        return k8s.apiextensions.CustomResource(
+            f"{name}-metrics",
+            api_version="monitoring.coreos.com/v1",
+            kind="PodMonitor",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=app, namespace=namespace, labels=component_labels
+            ),
+            spec={
+                "selector": {"matchLabels": workload.selector(app)},
+                "podMetricsEndpoints": [{"port": "health", "path": METRICS_PATH}],
+            },
+            opts=opts,
+        )
+
+    @staticmethod
     def _pod_template(
         cfg: ProcessorConfig, component_labels: dict[str, str], config_map: k8s.core.v1.ConfigMap
     ) -> k8s.core.v1.PodTemplateSpecArgs:
@@ -147,15 +173,32 @@ class Processor(pulumi.ComponentResource):
             app, anti_affinity=cfg.anti_affinity, zone_spread=cfg.zone_spread
         )
 
-        def http_probe(path: str, **timing: int) -> k8s.core.v1.ProbeArgs:
+        def http_probe(
+            path: str,
+            *,
+            period_seconds: int,
+            failure_threshold: int,
+            initial_delay_seconds: int | None = None,
+        ) -> k8s.core.v1.ProbeArgs:
             return k8s.core.v1.ProbeArgs(
-                http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port=HEALTH_PORT), **timing
+                http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port=HEALTH_PORT),
+                initial_delay_seconds=initial_delay_seconds,
+                period_seconds=period_seconds,
+                failure_threshold=failure_threshold,
             )
 
         files = workload.config_and_tmp("config", config_map.metadata.name, PROPERTIES_DIR)
+        # The convention a Prometheus `kubernetes-pods` scrape job reads (the community Helm
+        # chart's relabels the pod name to `pod`, as the dashboard needs).
+        scrape_annotations = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(HEALTH_PORT),
+            "prometheus.io/path": METRICS_PATH,
+        }
         return k8s.core.v1.PodTemplateSpecArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                labels={**component_labels, **workload.KAFKA_CLIENT_LABEL}
+                labels={**component_labels, **workload.KAFKA_CLIENT_LABEL},
+                annotations=scrape_annotations if cfg.metrics_scrape == "annotations" else None,
             ),
             spec=k8s.core.v1.PodSpecArgs(
                 service_account_name=app,
@@ -170,7 +213,9 @@ class Processor(pulumi.ComponentResource):
                         name="processor",
                         image=cfg.image,
                         image_pull_policy=cfg.image_pull_policy,
-                        command=[
+                        # `args`, not `command`: `command` replaces the image's ENTRYPOINT,
+                        # and tini (PID 1: forwards SIGTERM, reaps the JVM's children) must run.
+                        args=[
                             "python",
                             "-m",
                             "app.processor",

@@ -7,8 +7,6 @@ Kafka's EnvVarConfigProvider syntax, resolved by the processor from the pod's en
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from app.processor.defaults import DEFAULTS, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
 from app.topic_specs import TopicRole
 from infra.config import StackConfig
@@ -64,12 +62,3 @@ def processor_properties(config: StackConfig, bootstrap_servers: str) -> dict[st
     effective = {**DEFAULTS, **stack, **processor.properties}
     # What this stack decides first, then the processor's defaults, as a reviewer reads it.
     return {**{key: effective[key] for key in stack}, **effective}
-
-
-def format_properties(properties: Mapping[str, str]) -> str:
-    """Java properties text, one `key=value` a line, in the given order."""
-    lines = []
-    for key, value in properties.items():
-        escaped = value.replace("\\", "\\\\").replace("\n", "\\n")
-        lines.append(f"{key}={escaped}")
-    return "\n".join(lines) + "\n"

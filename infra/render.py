@@ -94,8 +94,11 @@ class _Mocks(pulumi.runtime.Mocks):
             state.update(_random_id_forms(raw))
         return f"{args.name}-id", state
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
-        return {}
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        """The program calls no provider functions: an empty result, no failures."""
+        return {}, None
 
 
 def _random_id_forms(raw: bytes) -> dict[str, Any]:
@@ -180,8 +183,12 @@ def record_stack(stack: str, overrides: Mapping[str, Any] | None = None) -> Reco
     set_all_config(config, [])
     # set_mocks installs a root stack for unit tests; the program gets its own, as under the CLI.
     settings.set_root_resource(None)  # type: ignore[arg-type]
+
+    def run_program() -> None:
+        runpy.run_path(str(PROGRAM), run_name="__main__")
+
     try:
-        _sync_await(run_in_stack(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+        _sync_await(run_in_stack(run_program))
     finally:
         settings.set_root_resource(None)  # type: ignore[arg-type]
     return RecordedStack(

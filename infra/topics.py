@@ -45,7 +45,8 @@ class TopicReconciliation(pulumi.ComponentResource):
         ns = args.namespace
         specs_json = dumps(list(args.specs))
         component_labels = workload.labels(name, "topic-reconciler")
-        command = [
+        # The container's `args` (the image's ENTRYPOINT, tini, stays PID 1).
+        command_line = [
             "python",
             "-m",
             "app.topics",
@@ -55,8 +56,11 @@ class TopicReconciliation(pulumi.ComponentResource):
             f"{SPECS_DIR}/{SPECS_FILE}",
         ]
         if args.allow_partition_increase:
-            command.append("--allow-partition-increase")
-        revision = workload.content_name(name, specs_json + " ".join(command) + args.image)
+            command_line.append("--allow-partition-increase")
+        # Everything in the immutable Job template that can change, so a change is a new Job.
+        revision = workload.content_name(
+            name, specs_json + "args: " + " ".join(command_line) + args.image
+        )
 
         specs = k8s.core.v1.ConfigMap(
             f"{name}-specs",
@@ -95,7 +99,7 @@ class TopicReconciliation(pulumi.ComponentResource):
                                 name="reconcile",
                                 image=args.image,
                                 image_pull_policy=args.image_pull_policy,
-                                command=command,
+                                args=command_line,
                                 resources=workload.guaranteed_resources("250m", "256Mi"),
                                 security_context=workload.container_security_context(),
                                 volume_mounts=files.mounts,

@@ -40,16 +40,27 @@ class PolicyConfigError(ValueError):
 
 
 class Resource(Protocol):
-    """What the evaluation needs of a resource (`infra.render.RecordedResource` has it)."""
+    """What the evaluation needs of a resource (`infra.render.RecordedResource` has it).
 
-    type: str
-    name: str
-    urn: str
-    props: Mapping[str, Any]
-    parent: str | None
-    dependencies: Sequence[str]
-    custom_timeouts: Mapping[str, str] | None
-    protect: bool
+    Read-only members, so frozen dataclasses and properties satisfy it too.
+    """
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def urn(self) -> str: ...
+    @property
+    def props(self) -> Mapping[str, Any]: ...
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def dependencies(self) -> Sequence[str]: ...
+    @property
+    def custom_timeouts(self) -> Mapping[str, str] | None: ...
+    @property
+    def protect(self) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import IO
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.embedded_broker import free_port
+from app.java_properties import format_properties
 from app.processor import assignment_file
 from app.processor.defaults import (
     DEFAULTS,
@@ -104,13 +105,6 @@ def instance_properties(
         # Static membership: the member id is the instance's name, as the pod name is in k8s.
         properties[INSTANCE_ID_KEY] = "${env:POD_NAME}"
     return {**properties, **options.extra}
-
-
-def format_properties(properties: Mapping[str, str], comment: str) -> str:
-    """Java properties text (values here never need escaping beyond backslashes)."""
-    lines = [f"# {comment}"]
-    lines += [f"{key}={value.replace(chr(92), chr(92) * 2)}" for key, value in properties.items()]
-    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,26 @@
 Imported as `rules` when the Pulumi CLI runs the pack (the pack directory is then the program
 directory and first on sys.path) and as `policies.rules` by the tests and the offline runner, so
 every import inside this package is relative.
+
+Importing the package itself needs nothing but the standard library: the processor image imports
+`policies.rules.java_properties` (the one properties codec) without pulumi-policy installed, so
+the rule modules are only imported by `all_policies`.
 """
 
 from __future__ import annotations
 
-from pulumi_policy import Policy
+from typing import TYPE_CHECKING
 
-from . import group_membership, kafka_cluster, processor, stack, topics, workloads
+if TYPE_CHECKING:
+    from pulumi_policy import Policy
 
 PACK_NAME = "stateful-streaming"
 
 
 def all_policies() -> list[Policy]:
     """Every policy of the pack, in report order."""
+    from . import group_membership, kafka_cluster, processor, stack, topics, workloads
+
     return [
         *kafka_cluster.POLICIES,
         *topics.POLICIES,

@@ -14,10 +14,10 @@ from typing import Any
 from pulumi_policy import StackValidationArgs
 
 from .config import MANDATORY, Threshold, stack_rule
+from .java_properties import env_reference
 from .kafka_cluster import KAFKA_DEFAULTS, broker_configs, env_name
 from .manifests import env_field_ref, fmt, label, number, pod_spec, processor_container
 from .messages import violation
-from .properties_file import env_reference
 from .restart_budget import restart_budget
 from .stack_view import PROPERTIES_KEY, ProcessorDeployment, StackView
 

@@ -9,6 +9,7 @@ from typing import Any
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
 from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
+from .java_properties import load_properties
 from .manifests import (
     CONFIG_MAP,
     STATEFUL_SET,
@@ -23,8 +24,8 @@ from .manifests import (
     processor_container,
 )
 from .messages import violation
-from .properties_file import parse_properties
 from .stack_view import PROPERTIES_KEY, StackView
+from .topics import topics_of
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
@@ -131,6 +132,39 @@ def check_grace_period(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> 
         )
 
 
+def check_replicas_within_partitions(
+    args: StackValidationArgs, _: Mapping[str, Any]
+) -> Iterator[tuple[str, str | None]]:
+    """No more processor pods than input partitions: a member beyond the count owns nothing."""
+    view = StackView(args.resources)
+    partitions: dict[str, float] = {}
+    for resource in view.of_type(CONFIG_MAP):
+        topics = topics_of(resource.resource_type, resource.props)
+        for topic in topics if isinstance(topics, list) else ():
+            partitions[topic.name] = topic.partitions
+    for processor in view.processors():
+        workload = processor.workload
+        input_topic = processor.properties.get("input.topic")
+        replicas = number(get(workload.props, "spec", "replicas"))
+        replicas = 1.0 if replicas is None else replicas
+        # An input topic this stack does not declare is someone else's: nothing to compare.
+        if input_topic not in partitions or replicas <= partitions[input_topic]:
+            continue
+        yield (
+            violation(
+                label(workload.resource_type, workload.props),
+                "spec.replicas",
+                fmt(replicas),
+                f"<= the partition count of its input topic {input_topic} "
+                f"({fmt(partitions[input_topic])})",
+                "lower spec.replicas (or add partitions to every co-partitioned topic first): "
+                "the group gives each partition to one member, so a pod beyond the partition "
+                "count owns nothing and only holds a volume and its CPU",
+            ),
+            workload.urn,
+        )
+
+
 def check_state_store(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
     """RocksDB state store with changelog checkpointing."""
     if args.resource_type != CONFIG_MAP:
@@ -138,7 +172,7 @@ def check_state_store(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Ite
     text = get(args.props, "data", PROPERTIES_KEY)
     if not isinstance(text, str):
         return
-    properties = parse_properties(text)
+    properties = load_properties(text)
     if properties.get("stateful", "true").lower() == "false":
         return
     subject = f"{label(args.resource_type, args.props)} data[{PROPERTIES_KEY}]"
@@ -198,6 +232,16 @@ POLICIES = [
             Threshold("longestBatchSeconds", "integer", 60, "Longest expected batch.", 0),
             Threshold("shutdownSeconds", "integer", 15, "Query stop and consumer close.", 0),
         ],
+    ),
+    stack_rule(
+        name="processor-replicas-within-partitions",
+        description=(
+            "The processor runs at most as many pods as its input topic has partitions: the "
+            "consumer group gives each partition to one member, so any pod beyond that count "
+            "is idle."
+        ),
+        level=MANDATORY,
+        check=check_replicas_within_partitions,
     ),
     resource_rule(
         name="processor-state-store",

@@ -9,6 +9,7 @@ from typing import Any
 
 from pulumi_policy import PolicyResource
 
+from .java_properties import load_properties
 from .manifests import (
     CONFIG_MAP,
     PDB,
@@ -24,7 +25,6 @@ from .manifests import (
     pod_labels,
     pod_spec,
 )
-from .properties_file import parse_properties
 
 PROPERTIES_KEY = "processor.properties"
 
@@ -103,7 +103,7 @@ class StackView:
                 candidate = name and self.config_map(namespace_of(workload.props), name)
                 text = get(candidate.props, "data", PROPERTIES_KEY) if candidate else None
                 if isinstance(text, str):
-                    config_map, properties = candidate, parse_properties(text)
+                    config_map, properties = candidate, load_properties(text)
                     break
             found.append(ProcessorDeployment(workload, properties, config_map))
         return found

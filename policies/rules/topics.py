@@ -36,9 +36,14 @@ class Topic:
 
 def declared_topics(args: ResourceValidationArgs) -> list[Topic] | str | None:
     """The topics of a topic-spec ConfigMap; an error text if unreadable; None for others."""
-    if args.resource_type != CONFIG_MAP:
+    return topics_of(args.resource_type, args.props)
+
+
+def topics_of(resource_type: str, props: Mapping[str, Any]) -> list[Topic] | str | None:
+    """`declared_topics` for any resource (stack policies see `PolicyResource`s, not args)."""
+    if resource_type != CONFIG_MAP:
         return None
-    text = get(args.props, "data", TOPICS_KEY)
+    text = get(props, "data", TOPICS_KEY)
     if not isinstance(text, str):
         return None
     try:
@@ -84,33 +89,57 @@ def check_durability(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
                 "declare the topic with replication factor 3 (the reconciler refuses to change "
                 "it later: decide before the first deploy)",
             )
+        found = topic.configs.get("min.insync.replicas", "absent")
         isr = number(topic.configs.get("min.insync.replicas"))
-        if isr is None or isr < cfg["minInsyncReplicas"] or isr >= topic.replication_factor:
+        required = (
+            f">= {fmt(cfg['minInsyncReplicas'])} and below the replication factor "
+            f"({fmt(topic.replication_factor)})"
+        )
+        if isr is None or isr < cfg["minInsyncReplicas"]:
             yield violation(
                 subject,
                 "configs[min.insync.replicas]",
-                topic.configs.get("min.insync.replicas", "absent"),
-                f">= {fmt(cfg['minInsyncReplicas'])} and below the replication factor "
-                f"({fmt(topic.replication_factor)})",
-                "set min.insync.replicas=2 on the topic: with 1, an acks=all write is "
-                "acknowledged by a single broker and lost with it",
+                found,
+                required,
+                f"set min.insync.replicas={fmt(cfg['minInsyncReplicas'])} on the topic: with "
+                "1, an acks=all write is acknowledged by a single broker and lost with it",
+            )
+        elif isr >= topic.replication_factor:
+            yield violation(
+                subject,
+                "configs[min.insync.replicas]",
+                found,
+                required,
+                f"set min.insync.replicas={fmt(topic.replication_factor - 1)} (replication "
+                "factor - 1): when it equals the replication factor, one broker down or rolling "
+                "leaves too few in-sync replicas and every acks=all write (the processor's "
+                "transactions) fails with NotEnoughReplicas until the broker is back",
             )
 
 
 def check_changelog_compacted(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
-    """Changelog topics keep the latest value per key, forever."""
+    """Changelog topics keep the latest value per key: `compact`, alone or with `delete`."""
     topics = declared_topics(args)
     for topic in topics if isinstance(topics, list) else ():
         policy = topic.configs.get("cleanup.policy", "delete")
-        if topic.role == "changelog" and policy != "compact":
+        if topic.role == "changelog" and not is_compacted(policy):
             yield violation(
                 _topic_subject(args, topic),
                 "configs[cleanup.policy]",
                 policy,
-                "compact",
-                "set cleanup.policy=compact: with delete, state older than retention.ms is "
-                "gone, and without compaction a restore replays every update ever made",
+                "a list that includes compact (compact, or compact,delete)",
+                "set cleanup.policy=compact: with delete alone, state older than retention.ms "
+                "is gone, and without compaction a restore replays every update ever made",
             )
+
+
+def is_compacted(cleanup_policy: str) -> bool:
+    """Whether a `cleanup.policy` value (a list, as Kafka parses it) includes compaction.
+
+    `compact,delete` compacts and also drops segments past retention.ms: a bounded changelog is
+    still compacted, so it passes.
+    """
+    return "compact" in (part.strip() for part in cleanup_policy.split(","))
 
 
 def check_changelog_segments(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
@@ -168,8 +197,9 @@ POLICIES = [
     resource_rule(
         name="changelog-compacted",
         description=(
-            "Changelog topics use cleanup.policy=compact: the changelog is the state's backup, "
-            "and compaction keeps one record per key so a restore is as short as the state."
+            "Changelog topics are compacted (cleanup.policy compact, or compact,delete): the "
+            "changelog is the state's backup, and compaction keeps one record per key so a "
+            "restore is as short as the state."
         ),
         level=MANDATORY,
         check=check_changelog_compacted,

@@ -148,7 +148,7 @@ def test_probes_use_the_health_port(stack: RecordedStack) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 8080}
     assert container["livenessProbe"]["httpGet"] == {"path": "/live", "port": 8080}
     assert container["startupProbe"]["httpGet"]["port"] == 8080
-    assert container["command"] == [
+    assert container["args"] == [
         "python",
         "-m",
         "app.processor",
@@ -187,7 +187,7 @@ def test_pulumi_waits_for_every_pod_to_restart_in_turn(stack: RecordedStack) -> 
 def test_topic_job_runs_the_reconciler_after_kafka(stack: RecordedStack) -> None:
     job = next(o for o in stack.kubernetes_objects() if o["kind"] == "Job")
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == [
+    assert container["args"] == [
         "python",
         "-m",
         "app.topics",
@@ -206,7 +206,7 @@ def test_a_spec_change_is_a_new_job(dev: RecordedStack) -> None:
     more = record_stack("dev", {"topics": {"allowPartitionIncrease": True, "partitions": 8}})
     jobs = [next(o for o in s.kubernetes_objects() if o["kind"] == "Job") for s in (dev, more)]
     assert jobs[0]["metadata"]["name"] != jobs[1]["metadata"]["name"]
-    assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["command"][-1] == (
+    assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["args"][-1] == (
         "--allow-partition-increase"
     )
 
@@ -225,3 +225,55 @@ def test_static_mode_is_the_default_and_keeps_the_pod_name_as_member_id(
     props = properties(stack)
     assert props["membership.mode"] == "static"
     assert props["consumer.group.instance.id"] == "${env:POD_NAME}"
+
+
+def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -> None:
+    """`command` would replace the image's ENTRYPOINT (tini), leaving Python as PID 1."""
+    image = pod_spec(stack)["containers"][0]["image"]
+    containers = [
+        container
+        for obj in stack.kubernetes_objects()
+        if obj["kind"] in ("StatefulSet", "Job")
+        for container in obj["spec"]["template"]["spec"]["containers"]
+        if container["image"] == image
+    ]
+    assert sorted(c["name"] for c in containers) == ["processor", "reconcile"]
+    for container in containers:
+        assert "command" not in container, container["name"]
+        assert container["args"][:2] == ["python", "-m"], container["name"]
+
+
+def _scrape_setting(stack: RecordedStack) -> tuple[list[dict[str, Any]], dict[str, str] | None]:
+    """The stack's PodMonitors and the processor pod template's annotations."""
+    monitors = [o for o in stack.kubernetes_objects() if o["kind"] == "PodMonitor"]
+    template = k8s_object(stack, "StatefulSet", APP)["spec"]["template"]
+    return monitors, template["metadata"].get("annotations")
+
+
+def test_metrics_scraping_is_opt_in(stack: RecordedStack) -> None:
+    assert _scrape_setting(stack) == ([], None)
+
+
+def test_pod_monitor_scrapes_every_processor_pod_on_the_health_port() -> None:
+    recorded = record_stack("prod", {"processor": {"metricsScrape": "podMonitor"}})
+    (monitor,), annotations = _scrape_setting(recorded)
+    assert annotations is None
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == "streaming"
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "health", "path": "/metrics"}]
+    pod_labels = k8s_object(recorded, "StatefulSet", APP)["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    ports = pod_spec(recorded)["containers"][0]["ports"]
+    assert {"name": "health", "containerPort": 8080} in ports
+
+
+def test_scrape_annotations_name_the_metrics_port_and_path() -> None:
+    recorded = record_stack("dev", {"processor": {"metricsScrape": "annotations"}})
+    assert _scrape_setting(recorded) == (
+        [],
+        {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": "8080",
+            "prometheus.io/path": "/metrics",
+        },
+    )

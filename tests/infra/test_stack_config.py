@@ -43,6 +43,14 @@ from infra.render import record_stack
             ["processor.antiAffinity = 'sometimes'", "required, preferred"],
         ),
         (
+            "dev",
+            {"processor": {"metricsScrape": "prometheus"}},
+            [
+                "stateful-streaming:processor.metricsScrape = 'prometheus'",
+                "must be one of podMonitor, annotations, none",
+            ],
+        ),
+        (
             "prod",
             {"kafka": {"antiAffinity": "preferred"}},
             ["kafka.antiAffinity = 'preferred'", "required in prod"],

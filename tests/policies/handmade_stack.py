@@ -73,7 +73,7 @@ def _container(name: str, image: str, command: list[str], env: list[dict[str, An
     return {
         "name": name,
         "image": image,
-        "command": command,
+        "args": command,
         "env": env,
         "resources": {
             "requests": {"cpu": "500m", "memory": "2Gi"},

@@ -29,13 +29,13 @@ def test_dev_check_prints_a_clean_report_and_exits_0(tmp_path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert "policy check: stack dev, 33 policies" in result.stdout
+    assert "policy check: stack dev, 34 policies" in result.stdout
     assert "thresholds from policies/config.dev.json" in result.stdout
     assert "0 violations: 0 mandatory, 0 advisory" in result.stdout
     run = _sarif(sarif)
     assert run["results"] == []
     rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
-    assert len(rules) == 33
+    assert len(rules) == 34
     assert rules["group-session-timeout"]["defaultConfiguration"]["level"] == "error"
     assert rules["statefulset-spread"]["defaultConfiguration"]["level"] == "warning"
     assert "restart" in rules["group-session-timeout"]["fullDescription"]["text"]

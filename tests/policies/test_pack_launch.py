@@ -32,6 +32,7 @@ def analyzer() -> Iterator[analyzer_pb2_grpc.AnalyzerStub]:
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert process.stdout is not None and process.stderr is not None  # both are PIPEs
     try:
         port = process.stdout.readline().strip()  # PolicyPack prints its port, then serves
         if not port.isdigit():

@@ -29,6 +29,15 @@ def test_dev_is_clean_and_prod_only_lacks_standby_state(run, recorded_stacks) ->
     assert [(v.policy, v.level) for v in prod] == [("standby-state", "advisory")]
 
 
+@pytest.mark.parametrize("scrape", ["podMonitor", "annotations"])
+def test_the_pack_passes_prod_with_each_metrics_scrape_choice(run, scrape: str) -> None:
+    from infra.render import record_stack
+
+    recorded = record_stack("prod", {"processor": {"metricsScrape": scrape}})
+    violations = run(recorded.resources, stack_config("prod"))
+    assert [(v.policy, v.level) for v in violations] == [("standby-state", "advisory")]
+
+
 def _find(resources: list[Any], type_suffix: str, name: str) -> int:
     matches = [
         i for i, r in enumerate(resources) if r.type.endswith(type_suffix) and r.name == name
@@ -163,6 +172,12 @@ MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | N
         (":ConfigMap", "processor-config"),
         _property("consumer.partition.assignment.strategy", "range"),
         "group-cooperative-assignor",
+    ),
+    (
+        "processor-replicas-above-partitions",
+        (":StatefulSet", "processor"),
+        _set("spec", "replicas", value=100),
+        "processor-replicas-within-partitions",
     ),
     ("missing-pdb", (":PodDisruptionBudget", "page-view-counter"), None, "statefulset-pdb"),
     (

@@ -154,7 +154,7 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "changelog-compacted",
         "topics-specs",
         _topics(_changelog("cleanup.policy", "delete")),
-        "configs[cleanup.policy] is delete; required: compact",
+        "configs[cleanup.policy] is delete; required: a list that includes compact",
     ),
     (
         "changelog-segment-size",
@@ -185,6 +185,27 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "processor",
         lambda r: _container(r)["volumeMounts"].pop(0),
         "volumeMounts of a volumeClaimTemplate at state.dir (/var/lib/processor)",
+    ),
+    (
+        "processor-replicas-within-partitions",
+        "processor",
+        _set("spec.replicas", 7),
+        "StatefulSet streaming/page-view-counter: spec.replicas is 7; required: <= the "
+        "partition count of its input topic page-views (6)",
+    ),
+    (
+        "topic-durability",
+        "topics-specs",
+        _topics(lambda t: t[2]["configs"].update({"min.insync.replicas": "3"})),
+        "configs[min.insync.replicas] is 3; required: >= 2 and below the replication factor (3). "
+        "Fix: set min.insync.replicas=2 (replication factor - 1): when it equals the replication "
+        "factor, one broker down or rolling",
+    ),
+    (
+        "pinned-images",
+        "processor",
+        lambda r: _container(r).update(image="ghcr.io/example/processor"),
+        "container processor image is ghcr.io/example/processor; required: a version tag",
     ),
     (
         "processor-grace-period",
@@ -337,7 +358,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 33
+    assert len(policies) == 34
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:
@@ -526,3 +547,48 @@ def test_an_unknown_env_value_during_preview_leaves_the_other_kafka_rules_runnin
     assert run(stack) == []
     stack = changed(stack, "kafka", _kafka_env("KAFKA_MIN_INSYNC_REPLICAS", "1"), ":StatefulSet")
     assert {v.policy for v in run(stack)} == {"kafka-durability-configs"}
+
+
+@pytest.mark.parametrize("cleanup_policy", ["compact", "compact,delete", "delete, compact"])
+def test_a_changelog_that_is_compacted_passes_with_or_without_a_retention_bound(
+    run, compliant, cleanup_policy
+) -> None:
+    stack = changed(
+        compliant, "topics-specs", _topics(_changelog("cleanup.policy", cleanup_policy))
+    )
+    assert run(stack) == []
+
+
+def test_processor_replicas_up_to_the_partition_count_pass(run, compliant) -> None:
+    stack = changed(compliant, "processor", _set("spec.replicas", 6), ":StatefulSet")
+    assert run(stack) == []
+
+
+def test_processor_replicas_are_not_compared_with_an_input_topic_the_stack_does_not_declare(
+    run, compliant
+) -> None:
+    stack = changed(compliant, "processor", _set("spec.replicas", 7), ":StatefulSet")
+    without_topics = [r for r in stack if r.name != "topics-specs"]
+    assert "processor-replicas-within-partitions" not in {v.policy for v in run(without_topics)}
+
+
+@pytest.mark.parametrize(
+    ("rule", "edit"),
+    [
+        ("processor-grace-period", _set("spec.template.spec.terminationGracePeriodSeconds", 30)),
+        ("pinned-images", lambda r: _container(r).update(image="ghcr.io/example/processor:latest")),
+        ("pinned-images", lambda r: _container(r).update(image="ghcr.io/example/processor")),
+    ],
+    ids=["grace-period-30s", "image-latest", "image-untagged"],
+)
+def test_short_grace_period_and_unpinned_image_block_prod_and_warn_in_dev(
+    run, compliant, rule, edit
+) -> None:
+    from tests.policies.conftest import stack_config
+
+    stack = changed(compliant, "processor", edit, ":StatefulSet")
+    levels = {
+        name: {v.level for v in run(stack, stack_config(name)) if v.policy == rule}
+        for name in ("dev", "prod")
+    }
+    assert levels == {"dev": {"advisory"}, "prod": {"mandatory"}}

