@@ -469,13 +469,17 @@ def test_stateless_processor_without_instance_id_passes(run, compliant) -> None:
     assert run(stack) == []
 
 
-def test_handoff_processor_without_instance_id_passes(run, compliant) -> None:
-    stack = changed(
-        compliant,
+def _handoff(stack):
+    """The stack with its processor in membership.mode=handoff (no static member id)."""
+    return changed(
+        stack,
         "processor-config",
         _properties({"membership.mode": "handoff", "consumer.group.instance.id": None}),
     )
-    assert run(stack) == []
+
+
+def test_handoff_processor_without_instance_id_passes(run, compliant) -> None:
+    assert run(_handoff(compliant)) == []
 
 
 def test_handoff_processor_with_a_static_member_id_is_refused(run, compliant) -> None:
@@ -486,12 +490,7 @@ def test_handoff_processor_with_a_static_member_id_is_refused(run, compliant) ->
 
 
 def test_handoff_processor_needs_a_second_replica(run, compliant) -> None:
-    stack = changed(
-        compliant,
-        "processor-config",
-        _properties({"membership.mode": "handoff", "consumer.group.instance.id": None}),
-    )
-    stack = changed(stack, "processor", _set("spec.replicas", 1), ":StatefulSet")
+    stack = changed(_handoff(compliant), "processor", _set("spec.replicas", 1), ":StatefulSet")
     violations = [v for v in run(stack) if v.policy == "group-static-membership"]
     assert len(violations) == 1
     assert (
