@@ -433,7 +433,8 @@ def _row(
         "rebalances (others)": _grown(event, others, "processor_rebalances_total"),
         "assigned (others)": _grown(event, others, "processor_partitions_assigned_total"),
         "revoked (others)": _grown(event, others, "processor_partitions_revoked_total"),
-        "restored records": int(restored_records),
+        # A rollout restarts every instance, whose counters begin again at 0: no sum is right.
+        "restored records": None if event.case.rollout else int(restored_records),
         "down s": event.started_at - event.stopped_at,
         "processed again s": (
             event.recovered_at - event.stopped_at if event.recovered_at is not None else None
@@ -442,7 +443,9 @@ def _row(
     }
 
 
-def _grown(event: Restart, names: Sequence[str], metric: str) -> int:
+def _grown(event: Restart, names: Sequence[str], metric: str) -> int | None:
+    if event.case.rollout:
+        return None  # every instance restarted: its counters began again at 0
     return int(sum(metric_delta(event.before.get(n), event.after.get(n), metric) for n in names))
 
 
