@@ -30,7 +30,8 @@ from app.topic_specs import dumps, pipeline_topics
 def broker_count(bootstrap_servers: str) -> int:
     """How many brokers the cluster at `bootstrap_servers` has."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    return len(admin.list_topics(timeout=BROKER_COUNT_TIMEOUT_S).brokers)
+    cluster = topics_cli.wait_for_cluster(admin, bootstrap_servers, BROKER_COUNT_TIMEOUT_S)
+    return len(cluster.brokers)
 
 
 log = logging.getLogger("app.local")

@@ -66,10 +66,6 @@ class RangeFold:
     pages: dict[Any, list] = field(default_factory=dict)
     rejected: list[tuple[bytes | None, bytes | None, int, str]] = field(default_factory=list)
 
-    def add(self, key: bytes | None, value: bytes | None, offset: int) -> None:
-        """Fold one record."""
-        self.add_messages([_Record(key, value, offset)], end=offset + 1, check=_no_error)
-
     def add_messages(self, messages: Iterable[Any], end: int, check: Callable[[Any], None]) -> None:
         """Fold confluent-kafka messages below offset `end`; `check(error)` raises a fatal one
         and returns for one to skip (end of partition)."""
@@ -123,28 +119,3 @@ class RangeFold:
             "records": records,
             "reason": reasons,
         }
-
-
-@dataclass(frozen=True)
-class _Record:
-    """One record in the shape of a confluent-kafka message (for `RangeFold.add`)."""
-
-    key_: bytes | None
-    value_: bytes | None
-    offset_: int
-
-    def error(self) -> None:
-        return None
-
-    def key(self) -> bytes | None:
-        return self.key_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def offset(self) -> int:
-        return self.offset_
-
-
-def _no_error(error: object) -> None:
-    raise AssertionError(f"a record without an error reported {error}")

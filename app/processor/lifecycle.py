@@ -33,11 +33,7 @@ from app.processor.metrics import ProcessorMetrics
 from app.processor.pipeline import spark_session, start_query
 from app.processor.settings import ProcessorSettings
 from app.processor.sink import SinkTopics, TransactionalSink
-from app.processor.source_offsets import (
-    held_partitions,
-    last_committed_batch,
-    read_batch_offsets,
-)
+from app.processor.source_offsets import held_partitions, last_committed_offsets
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +112,9 @@ class ProcessorInstance:
                 self.member,
                 self.metrics,
             )
-            warm = self._warm_up(spark, sink) if handoff else None
+            warm = None
             if handoff:
+                warm = self._warm_up(spark, sink)
                 log.info("warm %.1f s after start: joining the group", time.monotonic() - started)
                 self.member.start()
             if not self._wait_for_assignment():
@@ -169,14 +166,10 @@ class ProcessorInstance:
         return query
 
     def _warmed(self, token: int) -> bool:
-        checkpoint = self.settings.checkpoint_dir
-        batch = last_committed_batch(checkpoint)
-        if batch is None:
-            return False
-        offsets = read_batch_offsets(
-            checkpoint, batch, self.settings.input_topic, self.settings.changelog_topic
+        done = last_committed_offsets(
+            self.settings.checkpoint_dir, self.settings.input_topic, self.settings.changelog_topic
         )
-        return offsets.warm_up == token
+        return done.warm_up == token
 
     def _start_query(self, spark: object, sink: TransactionalSink) -> StreamingQuery:
         query = start_query(spark, self.settings, sink)  # type: ignore[arg-type]

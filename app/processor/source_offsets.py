@@ -129,10 +129,16 @@ def last_committed_batch(checkpoint_dir: Path) -> int | None:
     return max(ids, default=None)
 
 
-def held_partitions(checkpoint_dir: Path, input_topic: str, changelog_topic: str) -> set[int]:
-    """Partitions whose state the checkpoint holds: those of the last committed batch."""
+def last_committed_offsets(
+    checkpoint_dir: Path, input_topic: str, changelog_topic: str
+) -> SourceOffsets:
+    """The source's offsets of the newest batch Spark marked done (empty before the first)."""
     batch = last_committed_batch(checkpoint_dir)
     if batch is None:
-        return set()
-    offsets = read_batch_offsets(checkpoint_dir, batch, input_topic, changelog_topic)
-    return set(offsets.positions)
+        return SourceOffsets(input_topic, changelog_topic)
+    return read_batch_offsets(checkpoint_dir, batch, input_topic, changelog_topic)
+
+
+def held_partitions(checkpoint_dir: Path, input_topic: str, changelog_topic: str) -> set[int]:
+    """Partitions whose state the checkpoint holds: those of the last committed batch."""
+    return set(last_committed_offsets(checkpoint_dir, input_topic, changelog_topic).positions)

@@ -2,9 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from app.processor.combine import INPUT, RESTORE, RangeFold, contract_violation
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record as `consume()` hands it over (the methods `RangeFold` reads of a Message)."""
+
+    key_: bytes | None
+    value_: bytes | None
+    offset_: int
+
+    def error(self) -> None:
+        return None
+
+    def key(self) -> bytes | None:
+        return self.key_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+    def offset(self) -> int:
+        return self.offset_
+
+
+def fold(kind: str, records: list[tuple[bytes | None, bytes | None, int]]) -> RangeFold:
+    """`records` folded as one range that ends after the last of them."""
+    folded = RangeFold(kind)
+    end = max(offset for _, _, offset in records) + 1
+    folded.add_messages([Record(*r) for r in records], end, check=pytest.fail)
+    return folded
 
 
 @pytest.mark.parametrize(
@@ -31,11 +62,9 @@ def test_contract_violation_names_the_reason(
 
 
 def test_input_range_folds_to_one_row_per_page_with_its_count_and_last_offset() -> None:
-    fold = RangeFold(INPUT)
     view = b'{"page": "%s"}'
-    for offset, page in enumerate([b"/a", b"/b", b"/a", b"/a", b"/b"]):
-        fold.add(page, view % page, offset + 10)
-    columns = fold.columns()
+    pages = [b"/a", b"/b", b"/a", b"/a", b"/b"]
+    columns = fold(INPUT, [(p, view % p, n + 10) for n, p in enumerate(pages)]).columns()
     assert columns["key"] == [b"/a", b"/b"]
     assert columns["records"] == [3, 2]
     assert columns["offset"] == [13, 14]
@@ -44,12 +73,12 @@ def test_input_range_folds_to_one_row_per_page_with_its_count_and_last_offset() 
 
 
 def test_rejected_records_pass_one_by_one_with_offset_value_and_reason() -> None:
-    fold = RangeFold(INPUT)
-    fold.add(b"/a", b'{"page": "/a"}', 0)
-    fold.add(b"/a", b"not json", 1)
-    fold.add(None, b"{}", 2)
-    fold.add(b"/a", b'{"page": "/a"}', 3)
-    columns = fold.columns()
+    folded = fold(
+        INPUT,
+        [(b"/a", b'{"page": "/a"}', 0), (b"/a", b"not json", 1), (None, b"{}", 2),
+         (b"/a", b'{"page": "/a"}', 3)],
+    )  # fmt: skip
+    columns = folded.columns()
     assert list(zip(columns["key"], columns["offset"], columns["records"], strict=True)) == [
         (b"/a", 3, 2),
         (b"/a", 1, 1),
@@ -57,14 +86,18 @@ def test_rejected_records_pass_one_by_one_with_offset_value_and_reason() -> None
     ]
     assert columns["value"][1:] == [b"not json", b"{}"]
     assert columns["reason"] == [None, "invalid-value", "null-key"]
-    assert len(fold) == 3
+    assert len(folded) == 3
 
 
 def test_restore_range_keeps_the_newest_value_per_page() -> None:
-    fold = RangeFold(RESTORE)
-    for offset, (page, count) in enumerate([(b"/a", b"1"), (b"/b", b"4"), (b"/a", b"2")]):
-        fold.add(page, count, offset)
-    columns = fold.columns()
+    columns = fold(RESTORE, [(b"/a", b"1", 0), (b"/b", b"4", 1), (b"/a", b"2", 2)]).columns()
     assert dict(zip(columns["key"], columns["value"], strict=True)) == {b"/a": b"2", b"/b": b"4"}
     assert columns["records"] == [2, 1]
     assert columns["offset"] == [2, 1]
+
+
+def test_records_at_or_past_the_range_end_are_not_folded() -> None:
+    folded = RangeFold(INPUT)
+    view = b'{"page": "/a"}'
+    folded.add_messages([Record(b"/a", view, 5), Record(b"/a", view, 6)], 6, check=pytest.fail)
+    assert folded.columns()["records"] == [1]
