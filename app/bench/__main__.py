@@ -92,6 +92,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--rate": "page views per second",
             "--keys": "distinct pages",
             "--session-timeout-ms": "consumer session.timeout.ms",
+            "--standby-replicas": "num.standby.replicas of the hand-off cases",
             "--steady-s": "seconds of steady processing before the restart",
             "--min-ready-s": "a rollout's minReadySeconds: how long a restarted instance stays "
             "ready before the next one is stopped",
@@ -142,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rate=args.rate,
                 keys=args.keys,
                 session_timeout_ms=args.session_timeout_ms,
+                standby_replicas=args.standby_replicas,
                 heartbeat_interval_ms=max(1, min(3000, args.session_timeout_ms // 10)),
                 steady_s=args.steady_s,
                 min_ready_s=args.min_ready_s,

@@ -128,6 +128,8 @@ class BenchParams:
     skew: float = 1.1
     session_timeout_ms: int = 20_000
     heartbeat_interval_ms: int = 2_000
+    # num.standby.replicas of the hand-off cases (hand-off needs a warm copy to hand to).
+    standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart
     min_ready_s: float = 10.0  # a rollout's minReadySeconds (the dev stack's)
     # "Caught up": at most this many seconds of input not yet committed (batches take 1-10 s
@@ -157,6 +159,7 @@ LATE_S = 10.0
 COLUMNS = (
     "case",
     "broker",
+    "standby replicas",
     "produced",
     "counted",
     "match",
@@ -239,6 +242,7 @@ def run_group(
         options=InstanceOptions(
             stateful=stateful,
             membership_mode=mode,
+            num_standby_replicas=params.standby_replicas if mode == MEMBERSHIP_HANDOFF else 0,
             session_timeout_ms=params.session_timeout_ms,
             heartbeat_interval_ms=params.heartbeat_interval_ms,
         ),
@@ -412,6 +416,9 @@ def _row(
     return {
         "case": event.case.name,
         "broker": "embedded" if embedded else "apache",
+        "standby replicas": (
+            params.standby_replicas if event.case.membership_mode == MEMBERSHIP_HANDOFF else 0
+        ),
         "produced": check.produced,
         "counted": check.counted,
         "match": "yes" if check.ok else "NO",

@@ -64,6 +64,7 @@ class InstanceOptions:
 
     stateful: bool = True  # False: dynamic membership, leaves the group on close
     membership_mode: str = DEFAULTS["membership.mode"]
+    num_standby_replicas: int = int(DEFAULTS["num.standby.replicas"])
     session_timeout_ms: int = 30_000
     heartbeat_interval_ms: int = 3_000
     trigger_interval_ms: int = int(DEFAULTS["trigger.interval.ms"])
@@ -90,6 +91,7 @@ def instance_properties(
         "dlq.topic": names.dlq_topic,
         "stateful": str(options.stateful).lower(),
         "membership.mode": options.membership_mode,
+        "num.standby.replicas": str(options.num_standby_replicas),
         "state.dir": str(state_dir),
         "health.port": str(health_port),
         "trigger.interval.ms": str(options.trigger_interval_ms),

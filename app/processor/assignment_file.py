@@ -10,10 +10,10 @@ each planning step. A reader never sees a half-written file.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from app.processor.atomic_file import replace_text
 
 FILE_NAME = "assignment.json"
 
@@ -33,6 +33,8 @@ class Assignment:
     generation: int = 0
     draining: bool = False
     warm_up: int = 0
+    # Partitions whose warm copies this instance keeps (`state_restore.standby_partitions`).
+    standby: tuple[int, ...] = field(default=())
 
     def to_json(self) -> str:
         """The file's content."""
@@ -43,6 +45,7 @@ class Assignment:
                 "generation": self.generation,
                 "draining": self.draining,
                 "warm_up": self.warm_up,
+                "standby": sorted(self.standby),
             }
         )
 
@@ -56,6 +59,7 @@ class Assignment:
             generation=int(data["generation"]),
             draining=bool(data.get("draining", False)),
             warm_up=int(data.get("warm_up", 0)),
+            standby=tuple(int(p) for p in data.get("standby", ())),
         )
 
 
@@ -66,15 +70,7 @@ def assignment_path(state_dir: Path) -> Path:
 
 def publish(path: Path, assignment: Assignment) -> None:
     """Replace the file at `path` atomically with `assignment`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(assignment.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_text(path, assignment.to_json())
 
 
 def read(path: Path) -> Assignment | None:

@@ -17,6 +17,7 @@ DEFAULTS: Mapping[str, str] = MappingProxyType(
         # for it; handoff: on SIGTERM the instance leaves the group so its partitions move at once,
         # and a restarted instance warms its query up before it joins (README, "Membership modes").
         "membership.mode": "static",
+        "num.standby.replicas": "0",
         "state.dir": "/var/lib/processor",
         "health.port": "8080",
         "trigger.interval.ms": "1000",

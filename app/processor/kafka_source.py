@@ -8,18 +8,21 @@ processor's main process (`membership.py`) and publishes the assignment through 
 (`assignment_file.py`); the reader only reads that file, the group's committed offsets and the
 partitions' ends. Executors read the planned ranges with `assign()`.
 
-Planning, per owned partition (`SourceOffsets` documents the offsets):
+Planning, per kept partition (`SourceOffsets` documents the offsets, `state_restore` the rules):
 
-- held (the previous batch had it, and the group's committed offset is where the previous batch
-  ended): input from the previous end up to the partition's last stable offset, at most
+- held (the previous batch had it active, and the group's committed offset is where the previous
+  batch ended): input from the previous end up to the partition's last stable offset, at most
   `max.records.per.batch` over all partitions, shared fairly;
-- gained without its state (a new checkpoint, a lost volume, moved here from another instance,
-  or held but the group's committed offset moved on meanwhile): a restore batch, which reads the
-  partition's compacted changelog from its beginning up to its current end as `restore` rows and
-  positions the input at the group's committed offset (the next batch reads from there).
+- a standby (the member publishes which partitions it keeps copies of): its changelog's new
+  records, applied to the copy;
+- gained (new here, from a standby, or held but the group's committed offset moved on
+  meanwhile), or newly a standby: a batch that reads its changelog after the copy this instance
+  has, or from the beginning without one, and positions the input at the group's committed
+  offset (the next batch reads from there).
 
-Reading, per planned range: the reader folds the range's records with `combine.RangeFold`
-before they cross into the JVM (one row per page and range, see `combine.py`). Rows: key, value,
+Reading, per planned range (the standbys' small tails share one task and one consumer): the
+reader folds the range's records with `combine.RangeFold` before they cross into the JVM (one
+row per page and range, see `combine.py`). Rows: key, value,
 partition, offset (the last one the row stands for), records (how many), `kind` (`input` or
 `restore`), `restore_epoch` (see `SourceOffsets`) and `reason` (why a record goes to the
 dead-letter topic, NULL for a valid one). Nothing here commits offsets: the sink does, inside its
@@ -33,6 +36,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +60,13 @@ from pyspark.sql.types import (
 
 from app.processor import assignment_file
 from app.processor.combine import INPUT, RESTORE, RangeFold
-from app.processor.source_offsets import PartitionPosition, SourceOffsets
+from app.processor.source_offsets import (
+    FROM_BEGINNING,
+    FROM_KEY,
+    PartitionPosition,
+    SourceOffsets,
+)
+from app.processor.state_restore import next_position, read_copies
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +108,7 @@ class SourceOptions:
     input_topic: str
     changelog_topic: str
     assignment_path: str
+    copies_path: str  # `state_restore.copies_path`
     max_records_per_batch: int
     # librdkafka settings for the reader's clients: bootstrap, group.id (for committed offsets
     # only: these clients never subscribe), isolation level, security.
@@ -123,6 +134,13 @@ class KafkaRange(InputPartition):
     end: int
     kind: str
     restore_epoch: int
+
+
+@dataclass(frozen=True)
+class KafkaRanges(InputPartition):
+    """One task's work: several small ranges read one after the other with one consumer."""
+
+    ranges: tuple[KafkaRange, ...]
 
 
 class KafkaGroupSource(DataSource):
@@ -169,79 +187,103 @@ class GroupAssignedReader(DataSourceStreamReader):
         return ReadMaxRows(self.options.max_records_per_batch)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The next batch's end offsets for the owned partitions (`start` when nothing to do)."""
+        """The next batch's end positions for the kept partitions (`start` when nothing to do)."""
         opts = self.options
         assignment = assignment_file.read(Path(opts.assignment_path))
         if assignment is None or assignment.draining:
             return start  # no assignment yet, or shutting down: plan nothing
         previous = SourceOffsets.from_dict(start, opts.input_topic, opts.changelog_topic)
-        if assignment.warm_up:
-            # Not in the group yet: one empty batch (the same positions, a new token) that
-            # starts the Python workers and opens the state stores before any partition waits.
-            return replace(previous, warm_up=assignment.warm_up).to_dict()
-        owned = sorted(set(assignment.partitions))
+        # Warming up (not in the group yet): own nothing, catch the copies up.
+        owned = set() if assignment.warm_up else set(assignment.partitions)
+        standby = set(assignment.standby) - owned
         if assignment.generation != self._checked_generation:
-            self._diverged = self._moved_on(previous, owned)
+            self._diverged = self._moved_on(previous, sorted(owned))
             self._checked_generation = assignment.generation
+        copies = read_copies(Path(opts.copies_path))
         positions: dict[int, PartitionPosition] = {}
         growing: dict[int, tuple[int, int]] = {}  # partition -> (from, last stable offset)
         now_ms = int(time.time() * 1000)
-        for p in owned:
+        for p in sorted(owned | standby):
             held = previous.positions.get(p)
-            if held is None or p in self._diverged:
-                positions[p] = PartitionPosition(
-                    input_offset=self._committed_or_earliest(p),
-                    changelog_offset=self._end(opts.changelog_topic, p),
-                    restore_epoch=now_ms,
-                )
-                log.info(
-                    "partition %s-%d: state not held here; restoring it from %s up to offset %d",
-                    opts.input_topic,
-                    p,
-                    opts.changelog_topic,
-                    positions[p].changelog_offset,
-                )
-            else:
+            if p in owned and held is not None and held.active and p not in self._diverged:
+                assert held.input_offset is not None
                 growing[p] = (held.input_offset, self._end(opts.input_topic, p))
+                continue
+            positions[p] = next_position(
+                held,
+                active=p in owned,
+                copy=copies.get(p),
+                changelog_end=partial(self._end, opts.changelog_topic, p),
+                committed=partial(self._committed_or_earliest, p),
+                now_ms=now_ms,
+            )
+            self._log_change(p, held, positions[p])
         budget = None if isinstance(limit, ReadAllAvailable) else _max_rows(limit)
         taken = fair_share(budget, {p: max(0, end - begin) for p, (begin, end) in growing.items()})
         for p, (begin, _) in growing.items():
-            held = previous.positions[p]
-            positions[p] = PartitionPosition(
-                input_offset=begin + taken[p],
-                changelog_offset=held.changelog_offset,
-                restore_epoch=held.restore_epoch,
-            )
+            positions[p] = replace(previous.positions[p].settled(), input_offset=begin + taken[p])
         self._diverged.clear()
-        return SourceOffsets(
-            opts.input_topic, opts.changelog_topic, positions, previous.warm_up
-        ).to_dict()
+        current = SourceOffsets(
+            opts.input_topic,
+            opts.changelog_topic,
+            positions,
+            assignment.warm_up or previous.warm_up,
+        )
+        if current == previous.settled():
+            return start  # nothing to read: no batch
+        return current.to_dict()
+
+    def _log_change(self, p: int, held: PartitionPosition | None, now: PartitionPosition) -> None:
+        if now.restore_from is None or (held is not None and not held.active and not now.active):
+            return  # a standby's regular tail read
+        role = "gained" if now.active else "standby copy"
+        source = (
+            "from the beginning (no copy here)"
+            if now.restore_from == FROM_BEGINNING
+            else f"after this instance's copy at offset {now.restore_from}"
+        )
+        log.info(
+            "partition %s-%d (%s): reading %s %s up to offset %d",
+            self.options.input_topic,
+            p,
+            role,
+            self.options.changelog_topic,
+            source,
+            now.changelog_offset,
+        )
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The ranges between two offsets; a pure function of them, so a replay reads the same."""
         opts = self.options
         previous = SourceOffsets.from_dict(start, opts.input_topic, opts.changelog_topic)
         current = SourceOffsets.from_dict(end, opts.input_topic, opts.changelog_topic)
-        restoring = current.restoring(previous)
+        if FROM_KEY not in end:
+            current = current.with_legacy_restores(previous)
         ranges: list[InputPartition] = []
+        tails: list[KafkaRange] = []  # standbys' new changelog records: small, one task
         for p, pos in sorted(current.positions.items()):
-            if p in restoring:
-                if pos.changelog_offset > 0:
-                    ranges.append(
-                        KafkaRange(
-                            opts.changelog_topic,
-                            p,
-                            OFFSET_BEGINNING,
-                            pos.changelog_offset,
-                            RESTORE,
-                            pos.restore_epoch,
-                        )
+            if pos.restore_from is not None:
+                if pos.changelog_offset > max(pos.restore_from, 0):
+                    work = KafkaRange(
+                        opts.changelog_topic,
+                        p,
+                        pos.restore_from,
+                        pos.changelog_offset,
+                        RESTORE,
+                        pos.restore_epoch,
                     )
+                    standby_tail = not pos.active and pos.restore_from != FROM_BEGINNING
+                    (tails if standby_tail else ranges).append(work)
+                continue
+            if pos.input_offset is None:
                 continue
             begin = previous.positions[p].input_offset
+            assert begin is not None
             for lo in range(begin, pos.input_offset, SPLIT_RECORDS):
                 hi = min(lo + SPLIT_RECORDS, pos.input_offset)
                 ranges.append(KafkaRange(opts.input_topic, p, lo, hi, INPUT, pos.restore_epoch))
+        if tails:
+            ranges.append(KafkaRanges(tuple(tails)))
         return ranges
 
     def commit(self, end: dict) -> None:
@@ -289,7 +331,7 @@ class GroupAssignedReader(DataSourceStreamReader):
         last results for them were never written (revoked mid-batch): the local state is not
         the group's, so it is restored from the changelog.
         """
-        held = [p for p in owned if p in previous.positions]
+        held = [p for p in owned if p in previous.positions and previous.positions[p].active]
         if not held:
             return set()
         committed = self._committed(held)
@@ -307,14 +349,19 @@ class GroupAssignedReader(DataSourceStreamReader):
     # --- reading (executors) -------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Exactly the records of one planned range, as Arrow batches (no group: `assign()`)."""
-        assert isinstance(partition, KafkaRange)
-        yield from read_range(self.options.consumer_config, partition)
+        """Exactly the records of the planned range(s), as Arrow batches (no group: `assign()`)."""
+        assert isinstance(partition, KafkaRange | KafkaRanges)
+        work = partition.ranges if isinstance(partition, KafkaRanges) else (partition,)
+        consumer = Consumer(dict(self.options.consumer_config))
+        try:
+            for one in work:
+                yield from read_range(consumer, one)
+        finally:
+            consumer.close()
 
 
-def read_range(config: Mapping[str, str], work: KafkaRange) -> Iterator[pa.RecordBatch]:
+def read_range(consumer: Consumer, work: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Read offsets [work.begin, work.end) of one partition with `assign()`, folded per page."""
-    consumer = Consumer(dict(config))
     tp = TopicPartition(work.topic, work.partition)
     fold = RangeFold(work.kind)
     try:
@@ -340,7 +387,7 @@ def read_range(config: Mapping[str, str], work: KafkaRange) -> Iterator[pa.Recor
                     "records deleted (retention) or the topic recreated?"
                 )
     finally:
-        consumer.close()
+        consumer.unassign()
     if len(fold):
         yield _to_arrow(fold, work)
 

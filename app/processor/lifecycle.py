@@ -2,10 +2,11 @@
 
 The start order depends on `membership.mode`. Static: join the group first (the group kept the
 partitions for this `group.instance.id`; joining while Spark starts costs nothing), then start
-the query. Hand-off: start the query and run one empty warm-up batch first, then join, so that
-the partitions the group moves here wait for a warm query (seconds), not for a process start;
-on SIGTERM the member leaves the group after the last batch committed, so the partitions move to
-the other instances at once.
+the query. Hand-off: start the query and run one warm-up batch first (it reads no input, and
+catches the instance's state copies up with their changelogs), then join, so that the partitions
+the group moves here wait for a warm query and a caught-up copy (seconds), not for a process
+start; on SIGTERM the member leaves the group after the last batch committed, so the partitions
+move to the other instances at once.
 
 The main process owns what must outlive a query run: the group membership (so a query restart is
 no rebalance), the transactional producer, the health endpoint and the signal handling. The
@@ -34,6 +35,7 @@ from app.processor.pipeline import spark_session, start_query
 from app.processor.settings import ProcessorSettings
 from app.processor.sink import SinkTopics, TransactionalSink
 from app.processor.source_offsets import held_partitions, last_committed_offsets
+from app.processor.state_restore import copies_path, read_copies
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,10 @@ ASSIGNMENT_TIMEOUT_S = 300.0
 # The warm-up batch takes what a first batch takes (Python workers, plans, state stores): seconds
 # on a quiet machine, a minute on a busy one. Past this the instance joins anyway.
 WARM_UP_TIMEOUT_S = 180.0
+# A warm-up batch this quick left the copies at most this far behind (KIP-441's "caught up");
+# a slower one (the first: Python workers, plans) is followed by another, at most this many.
+CAUGHT_UP_ROUND_S = 5.0
+MAX_WARM_UP_ROUNDS = 4
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -58,10 +64,12 @@ class ProcessorInstance:
         self.settings = settings
         self.metrics = ProcessorMetrics()
         self.member = GroupMember(
-            settings.consumer_config(),
+            # The member's name orders the ring of standbys when it has no group.instance.id.
+            {"client.id": settings.transactional_id, **settings.consumer_config()},
             settings.input_topic,
             assignment_path(settings.state_dir),
             self.metrics,
+            standby_replicas=settings.num_standby_replicas,
         )
         self.health = HealthServer(settings.health_port, self.metrics, self.readiness)
         self._stop = threading.Event()
@@ -94,6 +102,7 @@ class ProcessorInstance:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         self.health.start()
         handoff = self.settings.membership_mode == MEMBERSHIP_HANDOFF
+        self.member.keep_copies(self._copies())
         if not handoff:
             self.member.start()
         spark = None
@@ -146,24 +155,42 @@ class ProcessorInstance:
         return False
 
     def _warm_up(self, spark: object, sink: TransactionalSink) -> StreamingQuery:
-        """Start the query and wait for one empty batch, before the instance joins the group."""
-        token = int(time.time() * 1000)
-        assignment_file.publish(
-            assignment_path(self.settings.state_dir),
-            Assignment(self.settings.input_topic, warm_up=token),
-        )
-        query = self._start_query(spark, sink)
+        """Start the query and run warm-up batches (no input; the copies' changelog tails)
+        until one is quick, so that the copies are caught up, before the instance joins."""
+        copies = self._copies()
+        if copies:
+            log.info("warming up: catching up the copies of partitions %s first", copies)
+        query: StreamingQuery | None = None
         deadline = time.monotonic() + WARM_UP_TIMEOUT_S
-        while query.isActive and not self._stop.is_set() and not self._warmed(token):
-            self.health.heartbeat()
-            if time.monotonic() > deadline:
-                log.warning(
-                    "the warm-up batch did not finish within %.0f s: joining the group anyway",
-                    WARM_UP_TIMEOUT_S,
-                )
-                break
-            query.awaitTermination(0.2)
+        for round_ in range(1, MAX_WARM_UP_ROUNDS + 1):
+            began = time.monotonic()
+            token = int(time.time() * 1000)
+            assignment_file.publish(
+                assignment_path(self.settings.state_dir),
+                Assignment(self.settings.input_topic, warm_up=token, standby=tuple(copies)),
+            )
+            query = query or self._start_query(spark, sink)
+            while query.isActive and not self._stop.is_set() and not self._warmed(token):
+                self.health.heartbeat()
+                if time.monotonic() > deadline:
+                    log.warning(
+                        "warm-up not finished within %.0f s: joining the group anyway",
+                        WARM_UP_TIMEOUT_S,
+                    )
+                    return query
+                query.awaitTermination(0.2)
+            took = time.monotonic() - began
+            log.info("warm-up batch %d took %.1f s", round_, took)
+            if took <= CAUGHT_UP_ROUND_S or not copies or not query.isActive:
+                break  # what the copies missed meanwhile is a few seconds of changelog
+        assert query is not None
         return query
+
+    def _copies(self) -> list[int]:
+        """The partitions whose state copies this instance has (kept when standbys are on)."""
+        if self.settings.num_standby_replicas < 1:
+            return []
+        return sorted(read_copies(copies_path(self.settings.checkpoint_dir)))
 
     def _warmed(self, token: int) -> bool:
         done = last_committed_offsets(

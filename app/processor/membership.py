@@ -6,7 +6,9 @@ only holds the membership: every assigned partition is paused, so it never fetch
 Spark source reads the planned ranges itself. It is polled from a background thread, so the
 instance stays in the group while a long batch runs (`max.poll.interval.ms`) and while the query
 restarts. Each (incremental) assignment change is published to the source through
-`assignment_file`, counted in the metrics, and logged.
+`assignment_file`, counted in the metrics, and logged. With `num.standby.replicas` >= 1 the
+thread also describes the group after each change and every few seconds, and publishes which
+partitions' copies this instance keeps (`state_restore.standby_partitions`).
 
 Only the polling thread touches the member's consumer. confluent-kafka serialises the calls on
 one consumer, and a rebalance callback runs inside `poll()`: a call from the sink's thread while
@@ -27,16 +29,21 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from app.processor import assignment_file
 from app.processor.assignment_file import Assignment
 from app.processor.metrics import ProcessorMetrics
+from app.processor.state_restore import Member, standby_partitions
 
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_S = 0.2
 LAG_INTERVAL_S = 5.0
 CLIENT_TIMEOUT_S = 30.0
+# What the admin client that describes the group takes from the member's settings.
+_ADMIN_KEYS = ("bootstrap.servers", "client.id", "security.protocol")
+_ADMIN_PREFIXES = ("sasl.", "ssl.")
 
 
 class MemberFencedError(RuntimeError):
@@ -52,11 +59,18 @@ class GroupMember:
         topic: str,
         channel: Path,
         metrics: ProcessorMetrics,
+        standby_replicas: int = 0,
     ) -> None:
         self.topic = topic
         self.channel = channel
         self.metrics = metrics
+        self.standby_replicas = standby_replicas
         self._config = consumer_config
+        # The name the ring of standbys orders members by (`state_restore.standby_partitions`).
+        self.name = consumer_config.get("group.instance.id") or consumer_config.get("client.id", "")
+        self._standby: set[int] = set()
+        self._admin: AdminClient | None = None
+        self._describe_now = threading.Event()
         self._consumer: Consumer | None = None
         # The member's own consumer is polled by the background thread; a request from another
         # thread (committed offsets) can hang on it while it polls, so those go through a
@@ -106,6 +120,11 @@ class GroupMember:
     def wait_for_assignment(self, timeout_s: float) -> bool:
         """Whether the first assignment arrived within `timeout_s`."""
         return self._assigned.wait(timeout_s)
+
+    def keep_copies(self, partitions: Iterable[int]) -> None:
+        """Keep these copies as standbys until the group's membership says which to keep."""
+        with self._lock:
+            self._standby = set(partitions)
 
     def drain(self) -> None:
         """Tell the source to plan no new batch (shutdown); the membership is kept."""
@@ -196,9 +215,11 @@ class GroupMember:
                 if message is not None and message.error() is not None:
                     self._on_error(message.error())
                 self._read_group_metadata(consumer)
-                if time.monotonic() >= next_lag:
+                if time.monotonic() >= next_lag or self._describe_now.is_set():
                     next_lag = time.monotonic() + LAG_INTERVAL_S
+                    self._describe_now.clear()
                     self._export_lag(consumer)
+                    self._refresh_standbys()
         except Exception:  # the thread must not die silently: the instance would leave the group
             log.exception("group member's polling thread failed")
             raise
@@ -249,6 +270,7 @@ class GroupMember:
             self._publish()
             owned = sorted(self._owned)
         self._assigned.set()
+        self._describe_now.set()  # the standbys follow the new assignment
         self.metrics.rebalance(
             assigned=[(self.topic, p) for p in added], revoked=[(self.topic, p) for p in removed]
         )
@@ -268,8 +290,64 @@ class GroupMember:
     def _publish(self) -> None:
         assignment_file.publish(
             self.channel,
-            Assignment(self.topic, tuple(sorted(self._owned)), self._generation, self._draining),
+            Assignment(
+                self.topic,
+                tuple(sorted(self._owned)),
+                self._generation,
+                self._draining,
+                standby=tuple(sorted(self._standby - self._owned)),
+            ),
         )
+
+    def _refresh_standbys(self) -> None:
+        """Which copies to keep, from the group's membership (`state_restore`)."""
+        if self.standby_replicas < 1 or not self._assigned.is_set():
+            return
+        try:
+            members = self._describe_members()
+        except KafkaException as exc:
+            log.warning("standbys not updated (the group could not be described): %s", exc)
+            return
+        if not any(m.name == self.name for m in members):
+            return  # the description predates this member's join: keep what is kept
+        standby = standby_partitions(members, self.name, self.standby_replicas)
+        with self._lock:
+            if standby == self._standby:
+                return
+            self._standby = standby
+            self._publish()
+        log.info(
+            "standby copies kept: %s (num.standby.replicas=%d, members %s)",
+            sorted(standby),
+            self.standby_replicas,
+            ", ".join(sorted(m.name for m in members)),
+        )
+
+    def _describe_members(self) -> list[Member]:
+        if self._admin is None:
+            self._admin = AdminClient(
+                {
+                    k: v
+                    for k, v in self._config.items()
+                    if k in _ADMIN_KEYS or k.startswith(_ADMIN_PREFIXES)
+                }
+            )
+        group = self._config["group.id"]
+        future = self._admin.describe_consumer_groups([group], request_timeout=CLIENT_TIMEOUT_S)[
+            group
+        ]
+        description = future.result(timeout=CLIENT_TIMEOUT_S)
+        return [
+            Member(
+                m.group_instance_id or m.client_id,
+                frozenset(
+                    tp.partition
+                    for tp in (m.assignment.topic_partitions if m.assignment else [])
+                    if tp.topic == self.topic
+                ),
+            )
+            for m in description.members
+        ]
 
     def _export_lag(self, consumer: Consumer) -> None:
         owned = self.assignment()

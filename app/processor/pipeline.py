@@ -13,6 +13,7 @@ from app.processor.counting import count_page_views
 from app.processor.kafka_source import SOURCE_NAME, KafkaGroupSource, SourceOptions
 from app.processor.settings import INSTANCE_ID_KEY, ProcessorSettings
 from app.processor.sink import TransactionalSink
+from app.processor.state_restore import copies_path
 
 _STATE_SERVER_LOGGER = (
     "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer"
@@ -49,6 +50,7 @@ def source_options(settings: ProcessorSettings) -> SourceOptions:
         input_topic=settings.input_topic,
         changelog_topic=settings.changelog_topic,
         assignment_path=str(assignment_path(settings.state_dir)),
+        copies_path=str(copies_path(settings.checkpoint_dir)),
         max_records_per_batch=settings.max_records_per_batch,
         consumer_config=config,
     )

@@ -25,13 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
 from app.processor.counting import COUNT, DLQ, RESTORED
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
-from app.processor.source_offsets import SourceOffsets, read_batch_offsets
+from app.processor.source_offsets import (
+    FROM_BEGINNING,
+    SourceOffsets,
+    batch_offsets_path,
+    read_batch_offsets,
+)
+from app.processor.state_restore import copies_path, read_copies, record_batch, write_copies
 
 log = logging.getLogger(__name__)
 
@@ -90,29 +96,45 @@ class TransactionalSink:
         rows = batch.toArrow()  # the stateful plan runs exactly once, here
         end = self._offsets(batch_id)
         start = self._offsets(batch_id - 1)
-        self._report_restores(rows, end, start)
+        self._report_restores(rows, end, batch_id)
         advanced = {
             p: pos.input_offset
             for p, pos in end.positions.items()
-            if p in start.positions
-            and p not in end.restoring(start)
-            and pos.input_offset > start.positions[p].input_offset
+            if pos.input_offset is not None
+            and p in start.positions
+            and pos.restore_from is None
+            and pos.input_offset > (start.positions[p].input_offset or 0)
         }
+        written: dict[int, int] = {}
+        try:
+            written = self._write(batch_id, rows, advanced, started)
+        finally:
+            # Even when the transaction failed: a partition whose results are not in the
+            # changelog must not be taken for a good copy, whatever happens next.
+            unwritten = [p for p in advanced if p not in written]
+            self._record_copies(end, written, self._moved_on(unwritten, advanced))
+
+    def _write(
+        self, batch_id: int, rows: pa.Table, advanced: dict[int, int], started: float
+    ) -> dict[int, int]:
+        """The batch's transaction; per partition written, the offset after its last changelog
+        record (the partition's committed offset equal to the batch's end counts as written)."""
         if not advanced:
-            return  # a restore batch, or nothing new: no input offsets to commit
+            return {}  # a restore or standby batch, or nothing new: no input offsets to commit
         committed = self.member.committed(advanced)
+        done = {p: o for p, o in advanced.items() if committed[p] == o}
         if all((committed[p] or 0) >= offset for p, offset in advanced.items()):
             log.info("batch %d: already committed before a restart; not written again", batch_id)
             self.metrics.batch_skipped()
-            return
+            return dict.fromkeys(done, -1)
         with self.member.hold() as owned:  # no revocation while the transaction runs
             gone = sorted(set(advanced) - owned)
             if gone:
                 log.warning("batch %d: partitions %s no longer owned: not written", batch_id, gone)
             offsets = {p: o for p, o in advanced.items() if p in owned}
             if not offsets:
-                return
-            written = self._transaction(batch_id, rows, offsets)
+                return {}
+            written, changelog_ends = self._transaction(batch_id, rows, offsets)
         records_in: Counter[tuple[str, int]] = Counter()
         for kind in (COUNT, DLQ):
             for p, n in _records_by_partition(rows, kind).items():
@@ -126,15 +148,58 @@ class TransactionalSink:
             sum(records_in.values()),
             offsets,
         )
+        return {p: changelog_ends.get(p, -1) for p in offsets}
+
+    def _moved_on(self, unwritten: list[int], advanced: dict[int, int]) -> list[int]:
+        """Of the partitions this instance did not write, those whose group offset is not the
+        batch's end: their results are nowhere (if it is, the state equals what was written)."""
+        if not unwritten:
+            return []
+        try:
+            committed = self.member.committed(unwritten)
+        except KafkaException:
+            return unwritten  # unknown: assume the worst
+        return [p for p in unwritten if committed[p] != advanced[p]]
+
+    def _record_copies(
+        self, end: SourceOffsets, written: dict[int, int], unwritten: list[int]
+    ) -> None:
+        path = copies_path(self.checkpoint_dir)
+        before = read_copies(path)
+        # -1: written, but no changelog record for the partition (no valid page): the copy's
+        # offset stays where it was.
+        after = record_batch(
+            before, end.positions, {p: o for p, o in written.items() if o >= 0}, unwritten
+        )
+        for p in unwritten:
+            log.info(
+                "partition %s-%d: this batch's results for it were not written; its state here "
+                "will be rebuilt from the changelog if it comes back",
+                self.topics.input,
+                p,
+            )
+        if after != before:
+            write_copies(path, after)
 
     def _offsets(self, batch_id: int) -> SourceOffsets:
         return read_batch_offsets(
             self.checkpoint_dir, batch_id, self.topics.input, self.topics.changelog
         )
 
-    def _transaction(self, batch_id: int, rows: pa.Table, offsets: dict[int, int]) -> Counter[str]:
+    def _transaction(
+        self, batch_id: int, rows: pa.Table, offsets: dict[int, int]
+    ) -> tuple[Counter[str], dict[int, int]]:
+        """Records written per topic, and per partition the offset after its last changelog
+        record (from the delivery reports)."""
         producer = self.producer
         written: Counter[str] = Counter()
+        changelog_ends: dict[int, int] = {}
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                p = message.partition()
+                changelog_ends[p] = max(changelog_ends.get(p, 0), message.offset() + 1)
+
         try:
             producer.begin_transaction()
             for row in rows.to_pylist():
@@ -144,9 +209,16 @@ class TransactionalSink:
                 if row["kind"] == COUNT:
                     key = row["page"].encode("utf-8")
                     value = str(row["count"]).encode("ascii")
-                    for topic in (self.topics.output, self.topics.changelog):
-                        producer.produce(topic, value=value, key=key, partition=partition)
-                        written[topic] += 1
+                    producer.produce(self.topics.output, value=value, key=key, partition=partition)
+                    producer.produce(
+                        self.topics.changelog,
+                        value=value,
+                        key=key,
+                        partition=partition,
+                        on_delivery=delivered,
+                    )
+                    written[self.topics.output] += 1
+                    written[self.topics.changelog] += 1
                 elif row["kind"] == DLQ:
                     producer.produce(
                         self.topics.dlq,
@@ -165,8 +237,9 @@ class TransactionalSink:
             producer.commit_transaction(TRANSACTION_TIMEOUT_S)
         except KafkaException as exc:
             self._abort(batch_id, exc)
+        producer.poll(0)  # delivery reports not served by the commit's flush
         self.metrics.transaction(committed=True)
-        return written
+        return written, changelog_ends
 
     def _abort(self, batch_id: int, exc: KafkaException) -> None:
         error: KafkaError = exc.args[0]
@@ -186,14 +259,15 @@ class TransactionalSink:
             raise TransactionAbortedError(error.str()) from exc
         raise exc
 
-    def _report_restores(self, rows: pa.Table, end: SourceOffsets, start: SourceOffsets) -> None:
-        restoring = end.restoring(start)
+    def _report_restores(self, rows: pa.Table, end: SourceOffsets, batch_id: int) -> None:
+        restoring = end.restoring()
         if not restoring:
             return
         records = _records_by_partition(rows, RESTORED)
-        now_ms = time.time() * 1000
+        # Spark writes the batch's offsets when it plans the batch: its age is the restore's.
+        planned = batch_offsets_path(self.checkpoint_dir, batch_id).stat().st_mtime
+        seconds = max(0.0, time.time() - planned)
         for p in sorted(restoring):
-            seconds = max(0.0, (now_ms - end.positions[p].restore_epoch) / 1000)
             self.metrics.restore_done(p, records[p], seconds)
             if not records[p]:
                 log.info(
@@ -202,12 +276,16 @@ class TransactionalSink:
                     p,
                 )
                 continue
+            start = end.positions[p].restore_from
             log.info(
-                "partition %s-%d: state restored from %d changelog records, %.2f s from planning "
-                "to commit (%.0f/s)",
+                "partition %s-%d: state restored from %d changelog records (%s), %.2f s from "
+                "planning to commit (%.0f/s)",
                 self.topics.input,
                 p,
                 records[p],
+                "the whole changelog, no copy here"
+                if start == FROM_BEGINNING
+                else f"the tail after this instance's copy at offset {start}",
                 seconds,
                 records[p] / seconds if seconds else 0.0,
             )

@@ -3,52 +3,73 @@
 One JSON object per micro-batch (Spark writes it to `<checkpoint>/offsets/<batchId>` before the
 batch runs; its last line is the source's offsets):
 
-    {"page-views": {"0": 120, "1": 40},
-     "page-view-counter-counts-changelog": {"0": 55, "1": 0},
-     "@restore.epoch": {"0": 1767225600000, "1": 1767225600000}}
+    {"page-views": {"0": 120},
+     "page-view-counter-counts-changelog": {"0": 55, "1": 310},
+     "@restore.epoch": {"0": 1767225600000, "1": 1767225600000},
+     "@restore.from": {"1": 290}}
 
-- `<input topic>`: per owned partition, the input offset the batch reads up to (exclusive).
-- `<changelog topic>`: per owned partition, the changelog offset the state was restored up to.
-- `@restore.epoch` (`@` cannot occur in a topic name): per owned partition, when its state was
-  last restored (epoch milliseconds). A partition whose epoch differs from the previous batch's
-  (or that the previous batch did not have) is restored in this batch: its changelog is read
-  from the beginning up to the changelog offset above, and no input is read for it yet. State
-  rows carry the epoch they were written under, so a key left over from an earlier ownership of
-  the partition (and missing from the changelog) is known to be stale.
+- `<input topic>`: per active partition (owned: its input is read), the input offset the batch
+  reads up to (exclusive).
+- `<changelog topic>`: per partition whose state the instance keeps (active or standby), the
+  changelog offset its state was last read up to: for a standby after every batch, for an
+  active partition when it was restored.
+- `@restore.epoch` (`@` cannot occur in a topic name): per kept partition, when its state was
+  last rebuilt from the beginning of its changelog (epoch milliseconds). State rows carry the
+  epoch they were written under, so a key left over from an earlier copy of the partition (and
+  missing from the changelog) is known to be stale.
+- `@restore.from`: the partitions whose changelog this batch reads, and where the read starts:
+  -2 (the beginning: a full restore under a new epoch) or an offset (the tail after a copy, under
+  the copy's epoch). It ends at the partition's changelog offset above. An active partition that
+  reads its changelog reads no input in the same batch (the next batch starts at the input offset
+  above, the group's committed offset). `state_restore.py` decides which partitions do.
 
-- `@warm-up` (optional): `{"token": N}`, the token of the last warm-up batch (an empty batch a
-  restarted instance runs before it joins the group, so that its first real batch finds Python
-  workers, plans and state stores ready). It only has to differ from the previous batch's for
-  Spark to run a batch; it never changes which records are read.
+- `@warm-up` (optional): `{"token": N}`, the token of the last warm-up batch (a batch a restarted
+  instance runs before it joins the group, so that its first real batch finds Python workers,
+  plans and state stores ready, and its copies caught up). It only has to differ from the
+  previous batch's for Spark to run a batch; it never changes which records are read.
 
-Only owned partitions appear: the offsets of the last committed batch are therefore also the
-record of which partitions' state the checkpoint holds. Keys are strings (JSON) in numeric order
-so that the same offsets always serialise the same way.
+Only kept partitions appear: the offsets of the last committed batch are therefore also the
+record of which partitions' state the checkpoint holds (active or standby). Keys are strings
+(JSON) in numeric order so that the same offsets always serialise the same way.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 EPOCH_KEY = "@restore.epoch"
+FROM_KEY = "@restore.from"
 WARM_UP_KEY = "@warm-up"
+# `restore_from` of a full restore: the changelog's first record, whatever its offset (the value
+# of Kafka's OFFSET_BEGINNING, which the readers pass on).
+FROM_BEGINNING = -2
 
 
 @dataclass(frozen=True)
 class PartitionPosition:
-    """Where one owned input partition stands after a batch."""
+    """Where one kept partition stands after a batch (see the module docstring)."""
 
-    input_offset: int
+    input_offset: int | None  # None: a standby (its input is not read here)
     changelog_offset: int
     restore_epoch: int
+    restore_from: int | None = None  # where this batch's changelog read starts, if it has one
+
+    @property
+    def active(self) -> bool:
+        """Whether the instance owns the partition (reads its input)."""
+        return self.input_offset is not None
+
+    def settled(self) -> PartitionPosition:
+        """The same position with no changelog read (what the next batch starts from)."""
+        return replace(self, restore_from=None)
 
 
 @dataclass(frozen=True)
 class SourceOffsets:
-    """The positions of every owned partition (the source's offset for one micro-batch)."""
+    """The positions of every kept partition (the source's offset for one micro-batch)."""
 
     input_topic: str
     changelog_topic: str
@@ -59,9 +80,14 @@ class SourceOffsets:
         """The JSON-ready form Spark stores (stable key order)."""
         ordered = sorted(self.positions.items())
         data = {
-            self.input_topic: {str(p): pos.input_offset for p, pos in ordered},
+            self.input_topic: {
+                str(p): pos.input_offset for p, pos in ordered if pos.input_offset is not None
+            },
             self.changelog_topic: {str(p): pos.changelog_offset for p, pos in ordered},
             EPOCH_KEY: {str(p): pos.restore_epoch for p, pos in ordered},
+            FROM_KEY: {
+                str(p): pos.restore_from for p, pos in ordered if pos.restore_from is not None
+            },
         }
         if self.warm_up:
             data[WARM_UP_KEY] = {"token": self.warm_up}
@@ -71,7 +97,7 @@ class SourceOffsets:
     def from_dict(
         cls, data: Mapping[str, Mapping[str, int]], input_topic: str, changelog_topic: str
     ) -> SourceOffsets:
-        """Parse Spark's form; an empty dict (the initial offset) means no partition is held.
+        """Parse Spark's form; an empty dict (the initial offset) means no partition is kept.
 
         Positions of other topics (a renamed input topic) are ignored: their partitions are then
         restored and read from the group's committed offsets, as for a new checkpoint.
@@ -79,25 +105,47 @@ class SourceOffsets:
         inputs = data.get(input_topic, {})
         changelog = data.get(changelog_topic, {})
         epochs = data.get(EPOCH_KEY, {})
+        starts = data.get(FROM_KEY, {})
+        kept = set(inputs) | (set(changelog) if input_topic in data else set())
         positions = {
             int(p): PartitionPosition(
-                input_offset=int(offset),
+                input_offset=int(inputs[p]) if p in inputs else None,
                 changelog_offset=int(changelog.get(p, 0)),
                 restore_epoch=int(epochs.get(p, 0)),
+                restore_from=int(starts[p]) if p in starts else None,
             )
-            for p, offset in inputs.items()
+            for p in kept
         }
         warm_up = int(data.get(WARM_UP_KEY, {}).get("token", 0))
         return cls(input_topic, changelog_topic, positions, warm_up)
 
-    def restoring(self, previous: SourceOffsets) -> set[int]:
-        """Partitions this batch restores: new since `previous`, or with a new restore epoch."""
+    def active(self) -> set[int]:
+        """The partitions whose input is read (owned)."""
+        return {p for p, pos in self.positions.items() if pos.active}
+
+    def restoring(self) -> set[int]:
+        """Active partitions whose state this batch reads from the changelog (gained)."""
         return {
-            p
-            for p, pos in self.positions.items()
-            if p not in previous.positions
-            or previous.positions[p].restore_epoch != pos.restore_epoch
+            p for p, pos in self.positions.items() if pos.active and pos.restore_from is not None
         }
+
+    def settled(self) -> SourceOffsets:
+        """The same offsets with no changelog read."""
+        return replace(self, positions={p: pos.settled() for p, pos in self.positions.items()})
+
+    def with_legacy_restores(self, previous: SourceOffsets) -> SourceOffsets:
+        """Offsets written before `@restore.from` existed (every partition active): a partition
+        new since `previous`, or with a new epoch, was restored from the beginning."""
+        return replace(
+            self,
+            positions={
+                p: pos
+                if p in previous.positions
+                and previous.positions[p].restore_epoch == pos.restore_epoch
+                else replace(pos, restore_from=FROM_BEGINNING)
+                for p, pos in self.positions.items()
+            },
+        )
 
 
 def batch_offsets_path(checkpoint_dir: Path, batch_id: int) -> Path:
@@ -140,5 +188,5 @@ def last_committed_offsets(
 
 
 def held_partitions(checkpoint_dir: Path, input_topic: str, changelog_topic: str) -> set[int]:
-    """Partitions whose state the checkpoint holds: those of the last committed batch."""
-    return set(last_committed_offsets(checkpoint_dir, input_topic, changelog_topic).positions)
+    """Active partitions whose state the checkpoint holds: those of the last committed batch."""
+    return last_committed_offsets(checkpoint_dir, input_topic, changelog_topic).active()

@@ -19,23 +19,27 @@ from app.processor.kafka_source import (
     SPLIT_RECORDS,
     GroupAssignedReader,
     KafkaRange,
+    KafkaRanges,
     SourceOptions,
     fair_share,
 )
 from app.processor.source_offsets import (
     EPOCH_KEY,
+    FROM_BEGINNING,
+    FROM_KEY,
     PartitionPosition,
     SourceOffsets,
     held_partitions,
     read_batch_offsets,
 )
+from app.processor.state_restore import StateCopy, copies_path, write_copies
 
 INPUT_TOPIC = "page-views"
 CHANGELOG = "page-view-counter-counts-changelog"
 
 
-def offsets(**positions: tuple[int, int, int]) -> dict:
-    """Spark's form of the offsets; positions as p<N>=(input, changelog, epoch)."""
+def offsets(**positions: tuple[int | None, ...]) -> dict:
+    """Spark's form of the offsets; positions as p<N>=(input, changelog, epoch[, from])."""
     return SourceOffsets(
         INPUT_TOPIC,
         CHANGELOG,
@@ -49,6 +53,7 @@ def reader(tmp_path: Path) -> GroupAssignedReader:
             input_topic=INPUT_TOPIC,
             changelog_topic=CHANGELOG,
             assignment_path=str(tmp_path / "assignment.json"),
+            copies_path=str(tmp_path / "checkpoint" / "state-copies.json"),
             max_records_per_batch=1000,
             consumer_config={"bootstrap.servers": "127.0.0.1:9", "group.id": "g"},
         )
@@ -60,31 +65,38 @@ def test_offsets_serialise_in_numeric_partition_order() -> None:
     assert json.dumps(data) == (
         '{"page-views": {"2": 3, "10": 5}, '
         '"page-view-counter-counts-changelog": {"2": 0, "10": 1}, '
-        f'"{EPOCH_KEY}": {{"2": 7, "10": 7}}}}'
+        f'"{EPOCH_KEY}": {{"2": 7, "10": 7}}, "{FROM_KEY}": {{}}}}'
     )
     assert SourceOffsets.from_dict(data, INPUT_TOPIC, CHANGELOG).to_dict() == data
 
 
-def test_a_partition_is_restored_when_new_or_when_its_epoch_changes() -> None:
+def test_offsets_written_before_explicit_restores_restore_new_or_re_epoched_partitions() -> None:
     previous = SourceOffsets.from_dict(
         offsets(p0=(10, 4, 1), p1=(20, 0, 1)), INPUT_TOPIC, CHANGELOG
     )
-    current = SourceOffsets.from_dict(
-        offsets(p0=(15, 4, 1), p1=(20, 9, 2), p2=(0, 3, 2)), INPUT_TOPIC, CHANGELOG
-    )
-    assert current.restoring(previous) == {1, 2}
-    assert current.restoring(SourceOffsets(INPUT_TOPIC, CHANGELOG)) == {0, 1, 2}
+    legacy = offsets(p0=(15, 4, 1), p1=(20, 9, 2), p2=(0, 3, 2))
+    del legacy[FROM_KEY]
+    current = SourceOffsets.from_dict(legacy, INPUT_TOPIC, CHANGELOG)
+    assert current.with_legacy_restores(previous).restoring() == {1, 2}
+    empty = SourceOffsets(INPUT_TOPIC, CHANGELOG)
+    assert current.with_legacy_restores(empty).restoring() == {0, 1, 2}
 
 
 def test_ranges_come_from_start_and_end_alone(tmp_path: Path) -> None:
     start = offsets(p0=(100, 4, 1))
-    end = offsets(p0=(100 + SPLIT_RECORDS + 5, 4, 1), p1=(7, 30, 2))
+    end = offsets(
+        p0=(100 + SPLIT_RECORDS + 5, 4, 1),
+        p1=(7, 30, 2, FROM_BEGINNING),
+        p2=(None, 50, 3, 44),  # a standby: its changelog's new records
+        p3=(None, 60, 3, 60),  # a standby with nothing new
+    )
     ranges = reader(tmp_path).partitions(start, end)
     assert ranges == [
         KafkaRange(INPUT_TOPIC, 0, 100, 100 + SPLIT_RECORDS, INPUT, 1),
         KafkaRange(INPUT_TOPIC, 0, 100 + SPLIT_RECORDS, 100 + SPLIT_RECORDS + 5, INPUT, 1),
         # Gained partition: its changelog from the beginning; no input until the next batch.
         KafkaRange(CHANGELOG, 1, OFFSET_BEGINNING, 30, RESTORE, 2),
+        KafkaRanges((KafkaRange(CHANGELOG, 2, 44, 50, RESTORE, 3),)),
     ]
     assert reader(tmp_path).partitions(start, end) == ranges  # a replay plans the same
 
@@ -92,7 +104,7 @@ def test_ranges_come_from_start_and_end_alone(tmp_path: Path) -> None:
 def test_an_empty_changelog_restores_nothing_and_an_idle_partition_reads_nothing(
     tmp_path: Path,
 ) -> None:
-    assert reader(tmp_path).partitions({}, offsets(p0=(0, 0, 1))) == []
+    assert reader(tmp_path).partitions({}, offsets(p0=(0, 0, 1, FROM_BEGINNING))) == []
     assert reader(tmp_path).partitions(offsets(p0=(5, 0, 1)), offsets(p0=(5, 0, 1))) == []
 
 
@@ -141,21 +153,61 @@ def test_held_partitions_are_those_of_the_last_committed_batch(tmp_path: Path) -
     )
 
 
-def test_warm_up_batch_keeps_every_position_and_reads_nothing(tmp_path: Path) -> None:
+def planner(tmp_path: Path, ends: dict[tuple[str, int], int], committed: int = 0):
+    """A reader whose Kafka answers are `ends` (topic, partition -> last stable offset)."""
     source = reader(tmp_path)
-    start = offsets(p0=(120, 55, 7), p1=(40, 0, 7))
-    assignment_file.publish(
-        Path(source.options.assignment_path), Assignment(INPUT_TOPIC, warm_up=1234)
-    )
+    source._end = lambda topic, p: ends[(topic, p)]  # type: ignore[method-assign]
+    source._committed_or_earliest = lambda p: committed  # type: ignore[method-assign]
+    return source
+
+
+def plan(source: GroupAssignedReader, start: dict, assignment: Assignment) -> SourceOffsets:
+    assignment_file.publish(Path(source.options.assignment_path), assignment)
     end = source.latestOffset(start, source.getDefaultReadLimit())
-    assert end != start  # a new offset: Spark runs a batch
-    assert end["@warm-up"] == {"token": 1234}
-    planned = SourceOffsets.from_dict(end, INPUT_TOPIC, CHANGELOG)
-    assert planned.positions == SourceOffsets.from_dict(start, INPUT_TOPIC, CHANGELOG).positions
+    return SourceOffsets.from_dict(end, INPUT_TOPIC, CHANGELOG)
+
+
+def test_warm_up_batch_reads_no_input_and_catches_up_the_copies(tmp_path: Path) -> None:
+    source = planner(tmp_path, {(CHANGELOG, 0): 70, (CHANGELOG, 1): 9})
+    write_copies(copies_path(tmp_path / "checkpoint"), {0: StateCopy(7, 55)})
+    start = offsets(p0=(120, 55, 7), p1=(40, 0, 7))
+    end = source.latestOffset(start, source.getDefaultReadLimit())
+    assert end == start  # no assignment published yet: nothing planned
+    planned = plan(source, start, Assignment(INPUT_TOPIC, warm_up=1234, standby=(0,)))
     assert planned.warm_up == 1234
-    assert source.partitions(start, end) == []
-    # Asked again with the same warm-up request, nothing changes: no second batch.
-    assert source.latestOffset(end, source.getDefaultReadLimit()) == end
+    # The copy of partition 0 reads its changelog after offset 55; nothing else is kept.
+    assert planned.positions == {0: PartitionPosition(None, 70, 7, restore_from=55)}
+    assert source.partitions(start, planned.to_dict()) == [
+        KafkaRanges((KafkaRange(CHANGELOG, 0, 55, 70, RESTORE, 7),))
+    ]
+    # Asked again with the same warm-up request and nothing new: no second batch.
+    again = planned.to_dict()
+    assert source.latestOffset(again, source.getDefaultReadLimit()) == again
+
+
+def test_a_gained_partition_with_a_copy_reads_only_the_changelog_after_it(tmp_path: Path) -> None:
+    source = planner(tmp_path, {(CHANGELOG, 1): 900}, committed=4000)
+    start = offsets(p1=(None, 850, 5))  # a standby up to offset 850
+    gained = plan(source, start, Assignment(INPUT_TOPIC, (1,), generation=1))
+    assert gained.positions == {1: PartitionPosition(4000, 900, 5, restore_from=850)}
+    assert gained.restoring() == {1}
+
+
+def test_a_gained_partition_without_a_copy_restores_from_the_beginning(tmp_path: Path) -> None:
+    source = planner(tmp_path, {(CHANGELOG, 2): 300}, committed=17)
+    gained = plan(source, {}, Assignment(INPUT_TOPIC, (2,), generation=1))
+    position = gained.positions[2]
+    assert (position.input_offset, position.changelog_offset) == (17, 300)
+    assert position.restore_from == FROM_BEGINNING
+    assert position.restore_epoch > 0  # a new epoch: rows of any earlier copy are stale
+
+
+def test_a_revoked_partition_becomes_a_standby_from_its_copy(tmp_path: Path) -> None:
+    source = planner(tmp_path, {(CHANGELOG, 0): 95})
+    write_copies(copies_path(tmp_path / "checkpoint"), {0: StateCopy(3, 80)})
+    start = offsets(p0=(500, 10, 3))  # active; its last written changelog record was at 79
+    planned = plan(source, start, Assignment(INPUT_TOPIC, (), generation=2, standby=(0,)))
+    assert planned.positions == {0: PartitionPosition(None, 95, 3, restore_from=80)}
 
 
 def test_warm_up_token_survives_later_plans_so_it_triggers_no_extra_batch() -> None:

@@ -1,0 +1,145 @@
+"""Restore and standby state: which partitions' state an instance keeps, and from where it reads.
+
+An instance keeps the state of the partitions it owns (active) and warm copies of some it does not
+own (standby, `num.standby.replicas`, Kafka Streams' name and meaning). Every kept partition's
+state is built from its changelog (`SourceOffsets` holds the positions):
+
+- **Copies file.** `<checkpoint>/state-copies.json` records, per kept partition, the restore
+  epoch of its state rows and a changelog offset the state is known to reflect (Kafka Streams'
+  `.checkpoint` file). The sink writes it after every batch (`record_batch`): the end of a
+  changelog read, or after a written transaction, the offset after this instance's last
+  changelog record of the partition. A batch whose results for a partition were NOT written
+  (revoked mid-batch) leaves state the changelog does not have: the partition's entry is removed
+  and its next copy is rebuilt from the beginning. The offset may lag the state (a crash before
+  the file was replaced): re-reading changelog records the state already has sets the same
+  values again, so a lower offset is always safe.
+- **Planning** (`next_position`): an active partition that stays active reads input; a standby
+  that stays a standby reads its changelog's new records each batch; any other partition that
+  must be kept (gained by the group, or newly a standby) reads its changelog after its copy's
+  offset, under the copy's epoch, or, without a copy, from the beginning under a new epoch.
+- **Who keeps which standby** (`standby_partitions`): the group's members in order of their
+  names (`group.instance.id`, else `client.id`, which the processor sets to its pod name), as a
+  ring; the `num.standby.replicas` members after a partition's owner keep its copies. A member
+  that is not in the group yet (a hand-off instance warming up) keeps the copies it has.
+
+The pages of one partition never appear in another (records are partitioned by key), so a
+partition's copy changes only through its own changelog reads and batches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.processor.atomic_file import replace_text
+from app.processor.source_offsets import FROM_BEGINNING, PartitionPosition
+
+COPIES_FILE = "state-copies.json"
+
+
+@dataclass(frozen=True)
+class StateCopy:
+    """The state of one partition reflects its changelog up to `changelog_offset` (at least)."""
+
+    restore_epoch: int
+    changelog_offset: int
+
+
+def copies_path(checkpoint_dir: Path) -> Path:
+    """The copies file of the query whose checkpoint is `checkpoint_dir` (lost with it)."""
+    return checkpoint_dir / COPIES_FILE
+
+
+def read_copies(path: Path) -> dict[int, StateCopy]:
+    """The copies file's entries (none before the first batch)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    return {
+        int(p): StateCopy(int(entry["restore_epoch"]), int(entry["changelog_offset"]))
+        for p, entry in data["partitions"].items()
+    }
+
+
+def write_copies(path: Path, copies: Mapping[int, StateCopy]) -> None:
+    """Replace the copies file atomically."""
+    entries = {
+        str(p): {"restore_epoch": c.restore_epoch, "changelog_offset": c.changelog_offset}
+        for p, c in sorted(copies.items())
+    }
+    replace_text(path, json.dumps({"partitions": entries}, sort_keys=True))
+
+
+def record_batch(
+    copies: Mapping[int, StateCopy],
+    positions: Mapping[int, PartitionPosition],
+    written: Mapping[int, int],
+    unwritten: Sequence[int],
+) -> dict[int, StateCopy]:
+    """The copies after a batch.
+
+    `positions`: the batch's end positions; `written`: per partition whose results this instance
+    wrote, the offset after its last changelog record; `unwritten`: partitions whose state the
+    batch changed without their results reaching the changelog.
+    """
+    result = dict(copies)
+    for p, pos in positions.items():
+        if pos.restore_from is not None:
+            result[p] = StateCopy(pos.restore_epoch, pos.changelog_offset)
+    for p, offset in written.items():
+        result[p] = StateCopy(positions[p].restore_epoch, offset)
+    for p in unwritten:
+        result.pop(p, None)
+    return result
+
+
+def next_position(
+    previous: PartitionPosition | None,
+    active: bool,
+    copy: StateCopy | None,
+    changelog_end: Callable[[], int],
+    committed: Callable[[], int],
+    now_ms: int,
+) -> PartitionPosition:
+    """Where a kept partition that does not simply go on reading input stands after this batch.
+
+    `active`: owned now (else a standby); `copy`: its entry in the copies file; `changelog_end`
+    and `committed` ask Kafka (the changelog's last stable offset, the group's committed input
+    offset) and are called only when needed.
+    """
+    end = changelog_end()
+    if previous is not None and not previous.active:
+        # A standby: its copy is exactly what the previous (committed) batch read.
+        if not active and end <= previous.changelog_offset:
+            return previous.settled()  # stays a standby, nothing new
+        copy = StateCopy(previous.restore_epoch, previous.changelog_offset)
+    if copy is not None and copy.changelog_offset <= end:
+        start, epoch = copy.changelog_offset, copy.restore_epoch
+    else:
+        # No copy (or one beyond the changelog's end: the topic was recreated).
+        start, epoch = FROM_BEGINNING, now_ms
+    return PartitionPosition(committed() if active else None, end, epoch, restore_from=start)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One group member as the group describes it: its name and the partitions it owns."""
+
+    name: str
+    partitions: frozenset[int]
+
+
+def standby_partitions(members: Sequence[Member], me: str, replicas: int) -> set[int]:
+    """The partitions whose copies member `me` keeps (see the module docstring)."""
+    ring = sorted(members, key=lambda m: m.name)
+    names = [m.name for m in ring]
+    if me not in names or replicas < 1:
+        return set()
+    mine = names.index(me)
+    kept: set[int] = set()
+    for step in range(1, min(replicas, len(ring) - 1) + 1):
+        kept |= ring[(mine - step) % len(ring)].partitions
+    return kept - ring[mine].partitions

@@ -1,0 +1,58 @@
+"""The restore and standby rules: who keeps which copy, and what the copies file records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.processor.source_offsets import FROM_BEGINNING, PartitionPosition
+from app.processor.state_restore import (
+    Member,
+    StateCopy,
+    read_copies,
+    record_batch,
+    standby_partitions,
+    write_copies,
+)
+
+
+def members(**owned: tuple[int, ...]) -> list[Member]:
+    return [Member(name, frozenset(parts)) for name, parts in owned.items()]
+
+
+def test_each_partition_has_one_standby_on_the_next_member_of_the_ring() -> None:
+    group = members(pod_2=(4, 5), pod_0=(0, 1), pod_1=(2, 3))
+    kept = {m.name: standby_partitions(group, m.name, 1) for m in group}
+    assert kept == {"pod_0": {4, 5}, "pod_1": {0, 1}, "pod_2": {2, 3}}
+
+
+def test_more_standbys_than_other_members_keep_every_partition_not_owned() -> None:
+    group = members(a=(0, 1, 2), b=(3, 4, 5))
+    assert standby_partitions(group, "a", 1) == {3, 4, 5}
+    assert standby_partitions(group, "a", 5) == {3, 4, 5}
+    group3 = members(a=(0, 1), b=(2, 3), c=(4, 5))
+    assert standby_partitions(group3, "a", 2) == {2, 3, 4, 5}
+
+
+def test_no_standbys_without_the_setting_a_peer_or_membership() -> None:
+    assert standby_partitions(members(a=(0, 1)), "a", 1) == set()
+    assert standby_partitions(members(a=(0,), b=(1,)), "a", 0) == set()
+    assert standby_partitions(members(a=(0,), b=(1,)), "c", 1) == set()
+
+
+def test_a_batch_records_reads_and_writes_and_forgets_unwritten_state() -> None:
+    before = {0: StateCopy(7, 100), 1: StateCopy(7, 50), 2: StateCopy(3, 10)}
+    positions = {
+        0: PartitionPosition(900, 5, 7),  # active, written below
+        1: PartitionPosition(400, 5, 7),  # active, revoked before its results were written
+        3: PartitionPosition(None, 77, 8, restore_from=FROM_BEGINNING),  # a new standby
+    }
+    after = record_batch(before, positions, written={0: 131}, unwritten=[1])
+    assert after == {0: StateCopy(7, 131), 2: StateCopy(3, 10), 3: StateCopy(8, 77)}
+
+
+def test_the_copies_file_round_trips_and_starts_empty(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint" / "state-copies.json"
+    assert read_copies(path) == {}
+    write_copies(path, {3: StateCopy(1767225600000, 42)})
+    assert read_copies(path) == {3: StateCopy(1767225600000, 42)}
+    assert [p.name for p in path.parent.iterdir()] == ["state-copies.json"]
