@@ -43,6 +43,7 @@ CONTRACT_DEFAULTS = {
     "processing.guarantee": "exactly_once_v2",
     "stateful": "true",
     "membership.mode": "static",
+    "num.standby.replicas": "0",
     "state.dir": "/var/lib/processor",
     "health.port": "8080",
     "trigger.interval.ms": "1000",
