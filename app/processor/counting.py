@@ -99,7 +99,8 @@ class PageViewCounter(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
     ) -> Iterator[Row]:
-        """All rows of one page in this batch (restore and input never share a batch)."""
+        """All rows of one page in this batch: a restore (gained partition) sets the count
+        first, then the input adds to it."""
         (page,) = key
         if page == DLQ_GROUP:
             for row in rows:
@@ -118,13 +119,15 @@ class PageViewCounter(StatefulProcessor):
                 added += row.records
                 if last is None or row.offset > last.offset:
                     last = row
+        current: int | None = None
         if restore is not None:
-            count = int(restore.value.decode("utf-8"))
-            self.state.update((count, restore.restore_epoch))
-            yield _output(RESTORED, restore, records=restored_records, page=page, count=count)
+            current = int(restore.value.decode("utf-8"))
+            self.state.update((current, restore.restore_epoch))
+            yield _output(RESTORED, restore, records=restored_records, page=page, count=current)
         if last is not None:
-            stored = self.state.get()
-            current = stored[0] if stored is not None and stored[1] == last.restore_epoch else 0
+            if current is None:
+                stored = self.state.get()
+                current = stored[0] if stored is not None and stored[1] == last.restore_epoch else 0
             count = current + added
             self.state.update((count, last.restore_epoch))
             yield _output(COUNT, last, records=added, page=page, count=count)

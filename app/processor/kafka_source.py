@@ -16,9 +16,9 @@ Planning, per kept partition (`SourceOffsets` documents the offsets, `state_rest
 - a standby (the member publishes which partitions it keeps copies of): its changelog's new
   records, applied to the copy;
 - gained (new here, from a standby, or held but the group's committed offset moved on
-  meanwhile), or newly a standby: a batch that reads its changelog after the copy this instance
-  has, or from the beginning without one, and positions the input at the group's committed
-  offset (the next batch reads from there).
+  meanwhile), or newly a standby: the batch reads its changelog after the copy this instance
+  has, or from the beginning without one; a gained partition's input is read in the same batch,
+  from the group's committed offset.
 
 Reading, per planned range (the standbys' small tails share one task and one consumer): the
 reader folds the range's records with `combine.RangeFold` before they cross into the JVM (one
@@ -218,10 +218,20 @@ class GroupAssignedReader(DataSourceStreamReader):
                 now_ms=now_ms,
             )
             self._log_change(p, held, positions[p])
+            committed = positions[p].input_offset
+            if committed is not None:  # gained: its input from the committed offset, this batch
+                growing[p] = (committed, self._end(opts.input_topic, p))
         budget = None if isinstance(limit, ReadAllAvailable) else _max_rows(limit)
         taken = fair_share(budget, {p: max(0, end - begin) for p, (begin, end) in growing.items()})
         for p, (begin, _) in growing.items():
-            positions[p] = replace(previous.positions[p].settled(), input_offset=begin + taken[p])
+            if p in positions:  # gained
+                positions[p] = replace(
+                    positions[p], input_from=begin, input_offset=begin + taken[p]
+                )
+            else:
+                positions[p] = replace(
+                    previous.positions[p].settled(), input_offset=begin + taken[p]
+                )
         self._diverged.clear()
         current = SourceOffsets(
             opts.input_topic,
@@ -262,26 +272,23 @@ class GroupAssignedReader(DataSourceStreamReader):
         ranges: list[InputPartition] = []
         tails: list[KafkaRange] = []  # standbys' new changelog records: small, one task
         for p, pos in sorted(current.positions.items()):
-            if pos.restore_from is not None:
-                if pos.changelog_offset > max(pos.restore_from, 0):
-                    work = KafkaRange(
-                        opts.changelog_topic,
-                        p,
-                        pos.restore_from,
-                        pos.changelog_offset,
-                        RESTORE,
-                        pos.restore_epoch,
-                    )
-                    standby_tail = not pos.active and pos.restore_from != FROM_BEGINNING
-                    (tails if standby_tail else ranges).append(work)
+            if pos.restore_from is None or pos.changelog_offset <= max(pos.restore_from, 0):
                 continue
-            if pos.input_offset is None:
-                continue
-            begin = previous.positions[p].input_offset
-            assert begin is not None
-            for lo in range(begin, pos.input_offset, SPLIT_RECORDS):
-                hi = min(lo + SPLIT_RECORDS, pos.input_offset)
-                ranges.append(KafkaRange(opts.input_topic, p, lo, hi, INPUT, pos.restore_epoch))
+            work = KafkaRange(
+                opts.changelog_topic,
+                p,
+                pos.restore_from,
+                pos.changelog_offset,
+                RESTORE,
+                pos.restore_epoch,
+            )
+            standby_tail = not pos.active and pos.restore_from != FROM_BEGINNING
+            (tails if standby_tail else ranges).append(work)
+        for p, (begin, end_offset) in sorted(current.input_ranges(previous).items()):
+            epoch = current.positions[p].restore_epoch
+            for lo in range(begin, end_offset, SPLIT_RECORDS):
+                hi = min(lo + SPLIT_RECORDS, end_offset)
+                ranges.append(KafkaRange(opts.input_topic, p, lo, hi, INPUT, epoch))
         if tails:
             ranges.append(KafkaRanges(tuple(tails)))
         return ranges

@@ -97,14 +97,7 @@ class TransactionalSink:
         end = self._offsets(batch_id)
         start = self._offsets(batch_id - 1)
         self._report_restores(rows, end, batch_id)
-        advanced = {
-            p: pos.input_offset
-            for p, pos in end.positions.items()
-            if pos.input_offset is not None
-            and p in start.positions
-            and pos.restore_from is None
-            and pos.input_offset > (start.positions[p].input_offset or 0)
-        }
+        advanced = {p: e for p, (b, e) in end.input_ranges(start).items() if e > b}
         written: dict[int, int] = {}
         try:
             written = self._write(batch_id, rows, advanced, started)

@@ -19,9 +19,11 @@ batch runs; its last line is the source's offsets):
   missing from the changelog) is known to be stale.
 - `@restore.from`: the partitions whose changelog this batch reads, and where the read starts:
   -2 (the beginning: a full restore under a new epoch) or an offset (the tail after a copy, under
-  the copy's epoch). It ends at the partition's changelog offset above. An active partition that
-  reads its changelog reads no input in the same batch (the next batch starts at the input offset
-  above, the group's committed offset). `state_restore.py` decides which partitions do.
+  the copy's epoch). It ends at the partition's changelog offset above. `state_restore.py`
+  decides which partitions do.
+- `@input.from` (optional): per gained partition, where this batch's input read starts (the
+  group's committed offset); the same batch reads its changelog first: the counting sets each
+  restored page's count before it adds the input.
 
 - `@warm-up` (optional): `{"token": N}`, the token of the last warm-up batch (a batch a restarted
   instance runs before it joins the group, so that its first real batch finds Python workers,
@@ -42,6 +44,7 @@ from pathlib import Path
 
 EPOCH_KEY = "@restore.epoch"
 FROM_KEY = "@restore.from"
+INPUT_FROM_KEY = "@input.from"
 WARM_UP_KEY = "@warm-up"
 # `restore_from` of a full restore: the changelog's first record, whatever its offset (the value
 # of Kafka's OFFSET_BEGINNING, which the readers pass on).
@@ -56,6 +59,9 @@ class PartitionPosition:
     changelog_offset: int
     restore_epoch: int
     restore_from: int | None = None  # where this batch's changelog read starts, if it has one
+    # Where this batch's input read starts when the previous batch did not read the partition's
+    # input (gained): the group's committed offset.
+    input_from: int | None = None
 
     @property
     def active(self) -> bool:
@@ -64,7 +70,7 @@ class PartitionPosition:
 
     def settled(self) -> PartitionPosition:
         """The same position with no changelog read (what the next batch starts from)."""
-        return replace(self, restore_from=None)
+        return replace(self, restore_from=None, input_from=None)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class SourceOffsets:
                 str(p): pos.restore_from for p, pos in ordered if pos.restore_from is not None
             },
         }
+        gained = {str(p): pos.input_from for p, pos in ordered if pos.input_from is not None}
+        if gained:
+            data[INPUT_FROM_KEY] = gained
         if self.warm_up:
             data[WARM_UP_KEY] = {"token": self.warm_up}
         return data
@@ -106,6 +115,7 @@ class SourceOffsets:
         changelog = data.get(changelog_topic, {})
         epochs = data.get(EPOCH_KEY, {})
         starts = data.get(FROM_KEY, {})
+        input_starts = data.get(INPUT_FROM_KEY, {})
         kept = set(inputs) | (set(changelog) if input_topic in data else set())
         positions = {
             int(p): PartitionPosition(
@@ -113,6 +123,7 @@ class SourceOffsets:
                 changelog_offset=int(changelog.get(p, 0)),
                 restore_epoch=int(epochs.get(p, 0)),
                 restore_from=int(starts[p]) if p in starts else None,
+                input_from=int(input_starts[p]) if p in input_starts else None,
             )
             for p in kept
         }
@@ -129,8 +140,25 @@ class SourceOffsets:
             p for p, pos in self.positions.items() if pos.active and pos.restore_from is not None
         }
 
+    def input_ranges(self, previous: SourceOffsets) -> dict[int, tuple[int, int]]:
+        """Per partition whose input this batch reads: [begin, end) (begin == end: nothing new).
+
+        It begins where the previous batch ended, or, for a gained partition, at `input_from`.
+        """
+        ranges = {}
+        for p, pos in self.positions.items():
+            if pos.input_offset is None:
+                continue
+            before = previous.positions.get(p)
+            if pos.input_from is not None:
+                ranges[p] = (pos.input_from, pos.input_offset)
+            elif pos.restore_from is None and before is not None and before.active:
+                assert before.input_offset is not None
+                ranges[p] = (before.input_offset, pos.input_offset)
+        return ranges
+
     def settled(self) -> SourceOffsets:
-        """The same offsets with no changelog read."""
+        """The same offsets with no changelog or gained-input read."""
         return replace(self, positions={p: pos.settled() for p, pos in self.positions.items()})
 
     def with_legacy_restores(self, previous: SourceOffsets) -> SourceOffsets:

@@ -94,10 +94,22 @@ def test_handoff_on_apache_kafka_moves_the_partitions_and_keeps_counts_exact(
     row = read_table(tmp_path)["handoff"]
     assert row["match"] == "yes", row
     assert row["duplicates"] == "0", row
+    assert row["standby replicas"] == "1", row
     # The other instance took the stopped one's partitions at once and gave them back after.
     assert int(row["assigned (others)"]) > 0, row
     assert int(row["revoked (others)"]) > 0, row
     assert row["processed again s"], row
+    # Both moves found a copy: the other instance's standby, and the restarted instance's own
+    # copies, kept on its volume across the restart and caught up before it joined. Only
+    # changelog tails were restored, never a whole changelog.
+    restores = [
+        line
+        for log in tmp_path.glob("state/*/logs/*.log")
+        for line in log.read_text(encoding="utf-8").splitlines()
+        if "state restored from" in line
+    ]
+    assert restores, "no partition was restored"
+    assert all("the tail after this instance's copy" in line for line in restores), restores
 
 
 def test_bench_options_default_to_the_params_and_name_what_is_wrong(

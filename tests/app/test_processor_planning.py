@@ -86,16 +86,16 @@ def test_ranges_come_from_start_and_end_alone(tmp_path: Path) -> None:
     start = offsets(p0=(100, 4, 1))
     end = offsets(
         p0=(100 + SPLIT_RECORDS + 5, 4, 1),
-        p1=(7, 30, 2, FROM_BEGINNING),
+        p1=(7, 30, 2, FROM_BEGINNING, 2),  # gained: its whole changelog, input from 2
         p2=(None, 50, 3, 44),  # a standby: its changelog's new records
         p3=(None, 60, 3, 60),  # a standby with nothing new
     )
     ranges = reader(tmp_path).partitions(start, end)
     assert ranges == [
+        KafkaRange(CHANGELOG, 1, OFFSET_BEGINNING, 30, RESTORE, 2),
         KafkaRange(INPUT_TOPIC, 0, 100, 100 + SPLIT_RECORDS, INPUT, 1),
         KafkaRange(INPUT_TOPIC, 0, 100 + SPLIT_RECORDS, 100 + SPLIT_RECORDS + 5, INPUT, 1),
-        # Gained partition: its changelog from the beginning; no input until the next batch.
-        KafkaRange(CHANGELOG, 1, OFFSET_BEGINNING, 30, RESTORE, 2),
+        KafkaRange(INPUT_TOPIC, 1, 2, 7, INPUT, 2),
         KafkaRanges((KafkaRange(CHANGELOG, 2, 44, 50, RESTORE, 3),)),
     ]
     assert reader(tmp_path).partitions(start, end) == ranges  # a replay plans the same
@@ -186,18 +186,29 @@ def test_warm_up_batch_reads_no_input_and_catches_up_the_copies(tmp_path: Path) 
 
 
 def test_a_gained_partition_with_a_copy_reads_only_the_changelog_after_it(tmp_path: Path) -> None:
-    source = planner(tmp_path, {(CHANGELOG, 1): 900}, committed=4000)
+    source = planner(tmp_path, {(CHANGELOG, 1): 900, (INPUT_TOPIC, 1): 4100}, committed=4000)
     start = offsets(p1=(None, 850, 5))  # a standby up to offset 850
     gained = plan(source, start, Assignment(INPUT_TOPIC, (1,), generation=1))
-    assert gained.positions == {1: PartitionPosition(4000, 900, 5, restore_from=850)}
+    # The changelog after the copy, and in the same batch the input from the committed offset.
+    assert gained.positions == {
+        1: PartitionPosition(4100, 900, 5, restore_from=850, input_from=4000)
+    }
     assert gained.restoring() == {1}
+    assert source.partitions(start, gained.to_dict()) == [
+        KafkaRange(CHANGELOG, 1, 850, 900, RESTORE, 5),
+        KafkaRange(INPUT_TOPIC, 1, 4000, 4100, INPUT, 5),
+    ]
+    # The next batch goes on from where this one ended.
+    assert SourceOffsets.from_dict(gained.settled().to_dict(), INPUT_TOPIC, CHANGELOG).input_ranges(
+        gained
+    ) == {1: (4100, 4100)}
 
 
 def test_a_gained_partition_without_a_copy_restores_from_the_beginning(tmp_path: Path) -> None:
-    source = planner(tmp_path, {(CHANGELOG, 2): 300}, committed=17)
+    source = planner(tmp_path, {(CHANGELOG, 2): 300, (INPUT_TOPIC, 2): 17}, committed=17)
     gained = plan(source, {}, Assignment(INPUT_TOPIC, (2,), generation=1))
     position = gained.positions[2]
-    assert (position.input_offset, position.changelog_offset) == (17, 300)
+    assert (position.input_from, position.input_offset, position.changelog_offset) == (17, 17, 300)
     assert position.restore_from == FROM_BEGINNING
     assert position.restore_epoch > 0  # a new epoch: rows of any earlier copy are stale
 
