@@ -74,6 +74,7 @@ OWNED_BY_PROCESSOR = {
 INT_KEYS: Mapping[str, int] = MappingProxyType(
     {
         "health.port": 0,  # 0: any free port (tests, local runs)
+        "num.standby.replicas": 0,
         "trigger.interval.ms": 1,
         "max.records.per.batch": 1,
         "shutdown.timeout.ms": 0,
@@ -170,6 +171,7 @@ class ProcessorSettings:
     shutdown_timeout_ms: int
     group_protocol: str
     membership_mode: str
+    num_standby_replicas: int
     # consumer.group.instance.id resolved (the pod name) for a static member, else None.
     instance_id: str | None
     transactional_id: str
@@ -479,6 +481,18 @@ def _check_membership(values: dict[str, _Value]) -> list[str]:
                 "of moving at once; remove it",
             )
         )
+    standby = _int_or_none(values, "num.standby.replicas")
+    if mode.value == MEMBERSHIP_HANDOFF and standby is not None and standby < 1:
+        problems.append(
+            _problem(
+                "num.standby.replicas",
+                values["num.standby.replicas"],
+                "must be at least 1 with membership.mode=handoff: a hand-off moves partitions to "
+                "instances that must hold warm copies of their state, otherwise each moved "
+                "partition restores its whole changelog; set num.standby.replicas=1 or "
+                "membership.mode=static",
+            )
+        )
     if stateful_item.value.lower() == "false" and instance is not None:
         problems.append(
             _problem(
@@ -544,6 +558,7 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         shutdown_timeout_ms=int(get("shutdown.timeout.ms")),
         group_protocol=get("consumer.group.protocol"),
         membership_mode=get("membership.mode"),
+        num_standby_replicas=int(get("num.standby.replicas")),
         instance_id=instance.value if (stateful and instance is not None) else None,
         transactional_id=values[TRANSACTIONAL_ID_KEY].value,
         properties=MappingProxyType(dict(sorted(properties.items()))),
