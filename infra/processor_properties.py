@@ -41,6 +41,7 @@ def processor_properties(config: StackConfig, bootstrap_servers: str) -> dict[st
         "dlq.topic": topics[TopicRole.DLQ],
         "stateful": str(processor.stateful).lower(),
         "membership.mode": processor.membership_mode,
+        "num.standby.replicas": str(processor.num_standby_replicas),
         "state.dir": STATE_DIR,
         "health.port": str(HEALTH_PORT),
         # SIGTERM's wait for the running batch ends before the kubelet's SIGKILL does.

@@ -17,6 +17,9 @@ DEFAULTS: Mapping[str, str] = MappingProxyType(
         # for it; handoff: on SIGTERM the instance leaves the group so its partitions move at once,
         # and a restarted instance warms its query up before it joins (README, "Membership modes").
         "membership.mode": "static",
+        # Kafka Streams' default: no standby state. With N >= 1 each partition's state has N warm
+        # copies on instances other than its owner (1: one copy per partition on another
+        # instance), so a partition that moves to such an instance restores only the changelog tail.
         "num.standby.replicas": "0",
         "state.dir": "/var/lib/processor",
         "health.port": "8080",

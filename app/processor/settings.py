@@ -481,6 +481,18 @@ def _check_membership(values: dict[str, _Value]) -> list[str]:
                 "of moving at once; remove it",
             )
         )
+    standby = _int_or_none(values, "num.standby.replicas")
+    if mode.value == MEMBERSHIP_HANDOFF and standby is not None and standby < 1:
+        problems.append(
+            _problem(
+                "num.standby.replicas",
+                values["num.standby.replicas"],
+                "must be at least 1 with membership.mode=handoff: a hand-off moves partitions to "
+                "instances that must hold warm copies of their state, otherwise each moved "
+                "partition restores its whole changelog; set num.standby.replicas=1 or "
+                "membership.mode=static",
+            )
+        )
     if stateful_item.value.lower() == "false" and instance is not None:
         problems.append(
             _problem(

@@ -19,7 +19,7 @@ from .kafka_cluster import KAFKA_DEFAULTS, broker_configs, env_name
 from .manifests import env_field_ref, fmt, label, number, pod_spec, processor_container
 from .messages import violation
 from .restart_budget import restart_budget
-from .stack_view import PROPERTIES_KEY, ProcessorDeployment, StackView
+from .stack_view import PROPERTIES_KEY, STANDBY_KEY, ProcessorDeployment, StackView
 
 Finding = tuple[str, str | None]
 
@@ -61,7 +61,8 @@ def _uses_kip_848(processor: ProcessorDeployment) -> bool:
 
 def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
     """Static mode: group.instance.id from the pod name. Stateless or hand-off mode: none, so
-    the member leaves on close; hand-off also needs a second instance to hand the partitions to."""
+    the member leaves on close; hand-off also needs a second instance to hand the partitions to,
+    holding a warm copy of their state (num.standby.replicas >= 1)."""
     for processor in StackView(args.resources).processors():
         subject, urn = _properties_subject(processor)
         instance_id = processor.properties.get("consumer.group.instance.id")
@@ -93,6 +94,20 @@ def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> 
                         "needs another instance to take the partitions over",
                     ),
                     workload.urn,
+                )
+            if processor.stateful and handoff and processor.standby_replicas < 1:
+                yield (
+                    violation(
+                        subject,
+                        STANDBY_KEY,
+                        processor.standby_found,
+                        ">= 1 with membership.mode=handoff",
+                        f"set {STANDBY_KEY}=1 (stack setting processor.numStandbyReplicas), or "
+                        "membership.mode=static: a hand-off moves partitions to instances that "
+                        "must hold warm copies of their state, otherwise each moved partition "
+                        "restores its whole changelog",
+                    ),
+                    urn,
                 )
             continue
         workload = processor.workload
@@ -278,7 +293,9 @@ POLICIES = [
         description=(
             "A stateful processor is a static group member (group.instance.id = the pod name, "
             "from the downward API), so a restart within the session timeout causes no "
-            "rebalance; a stateless one (stateful=false) has none and leaves the group on close."
+            "rebalance; a stateless one (stateful=false) has none and leaves the group on close. "
+            "With membership.mode=handoff it has none either, and hands its partitions to at "
+            "least one other instance holding warm copies (num.standby.replicas >= 1)."
         ),
         level=MANDATORY,
         check=check_static_membership,

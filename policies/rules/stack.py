@@ -1,5 +1,5 @@
 """Stack-wide rules: every StatefulSet has its PDB and governing headless Service; prod keeps
-standby state for the processor."""
+standby state for the processor (`num.standby.replicas`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pulumi_policy import StackValidationArgs
 from .config import ADVISORY, MANDATORY, Threshold, stack_rule
 from .manifests import fmt, get, label, number, pod_labels
 from .messages import violation
-from .stack_view import StackView, selects
+from .stack_view import STANDBY_KEY, StackView, selects
 
 Finding = tuple[str, str | None]
 
@@ -102,20 +102,19 @@ def check_standby(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator
     group_ids = {p.properties.get("application.id") for p in processors}
     has_pair = len(processors) >= 2 and len(group_ids) >= 2
     for processor in processors:
-        standby = number(processor.properties.get("num.standby.replicas")) or 0.0
-        if standby >= 1 or has_pair:
+        if processor.standby_replicas >= 1 or has_pair:
             continue
         workload = processor.workload
         yield (
             violation(
                 label(workload.resource_type, workload.props),
-                "num.standby.replicas in its properties",
-                processor.properties.get("num.standby.replicas", "absent"),
+                f"{STANDBY_KEY} in its properties",
+                processor.standby_found,
                 ">= 1, or a second processor StatefulSet with its own application.id "
                 "(an active/standby pair)",
-                "keep a warm copy of each partition's state on another instance so a failover "
-                "catches up from the last synced offset instead of replaying the changelog "
-                "(advisory: the processor does not implement standby state yet)",
+                f"set {STANDBY_KEY}=1 (stack setting processor.numStandbyReplicas): each "
+                "partition's state then has a warm copy on another instance, so a failover or "
+                "a hand-off restores only the changelog tail instead of the whole changelog",
             ),
             workload.urn,
         )
@@ -145,8 +144,9 @@ POLICIES = [
         name="standby-state",
         description=(
             "Where required (prod), the processor keeps standby state (num.standby.replicas >= "
-            "1) or runs as an active/standby pair of deployments with distinct group ids. "
-            "Advisory for now: the processor does not implement standby replicas yet."
+            "1: a warm copy of each partition's state on another instance, so a partition that "
+            "moves restores only the changelog tail) or runs as an active/standby pair of "
+            "deployments with distinct group ids."
         ),
         level=ADVISORY,
         check=check_standby,

@@ -22,11 +22,13 @@ from .manifests import (
     items,
     name_of,
     namespace_of,
+    number,
     pod_labels,
     pod_spec,
 )
 
 PROPERTIES_KEY = "processor.properties"
+STANDBY_KEY = "num.standby.replicas"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,16 @@ class ProcessorDeployment:
     def stateful(self) -> bool:
         """`stateful=false` marks a stateless processor (dynamic membership, no local state)."""
         return self.properties.get("stateful", "true").strip().lower() != "false"
+
+    @property
+    def standby_replicas(self) -> float:
+        """`num.standby.replicas`: warm copies of each partition's state (absent: 0)."""
+        return number(self.properties.get(STANDBY_KEY)) or 0.0
+
+    @property
+    def standby_found(self) -> str:
+        """The value as a message shows it: the file's text, or that it is absent."""
+        return self.properties.get(STANDBY_KEY, "absent (default 0)")
 
 
 def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, Any]) -> bool:

@@ -231,6 +231,8 @@ def test_other_config_providers_are_refused(tmp_path: Path) -> None:
         ("health.port=http", ["health.port='http'", "must be an integer", "0..65535"]),
         ("health.port=70000", ["health.port='70000'", "out of range", "0..65535"]),
         ("max.records.per.batch=0", ["max.records.per.batch='0'", ">= 1"]),
+        ("num.standby.replicas=-1", ["num.standby.replicas='-1'", "out of range", ">= 0"]),
+        ("num.standby.replicas=one", ["num.standby.replicas='one'", "must be an integer"]),
         ("stateful=yes", ["stateful='yes'", "allowed: true, false"]),
         ("processing.guarantee=at_least_once", ["at_least_once", "allowed: exactly_once_v2"]),
         (
@@ -408,20 +410,40 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
 # --- membership modes ------------------------------------------------------------------------
 
 
+HANDOFF = "\n".join(line for line in BASE.splitlines() if "group.instance.id" not in line) + (
+    "\nmembership.mode=handoff\nnum.standby.replicas=1\n"
+)
+
+
 def test_handoff_mode_is_a_dynamic_member_that_leaves_the_group_on_close(tmp_path: Path) -> None:
-    text = "\n".join(line for line in BASE.splitlines() if "group.instance.id" not in line)
-    settings = load(tmp_path, text + "\nmembership.mode=handoff\n")
+    settings = load(tmp_path, HANDOFF)
     assert settings.membership_mode == "handoff"
+    assert settings.num_standby_replicas == 1
     assert settings.instance_id is None
     assert "group.instance.id" not in settings.consumer_config()
 
 
 def test_handoff_mode_refuses_a_static_member_id(tmp_path: Path) -> None:
     with pytest.raises(SettingsError) as raised:
-        load(tmp_path, BASE + "\nmembership.mode=handoff\n")
+        load(tmp_path, BASE + "\nmembership.mode=handoff\nnum.standby.replicas=1\n")
     (problem,) = raised.value.problems
     assert problem.startswith("consumer.group.instance.id='page-view-counter-1'")
     assert "membership.mode=handoff" in problem and "remove it" in problem
+
+
+def test_handoff_mode_needs_a_standby_replica(tmp_path: Path) -> None:
+    for standby in ("num.standby.replicas=0\n", ""):  # explicit, and the default
+        text = HANDOFF.replace("num.standby.replicas=1\n", standby)
+        (problem,) = problems_of(tmp_path, text)
+        assert problem.startswith("num.standby.replicas='0'")
+        assert "at least 1 with membership.mode=handoff" in problem
+        assert "restores its whole changelog" in problem
+        assert "set num.standby.replicas=1 or membership.mode=static" in problem
+
+
+def test_standby_replicas_default_to_none_and_are_read_as_a_number(tmp_path: Path) -> None:
+    assert load(tmp_path, BASE).num_standby_replicas == 0
+    assert load(tmp_path, BASE + "num.standby.replicas=2\n").num_standby_replicas == 2
 
 
 def test_unknown_membership_mode_names_the_allowed_values(tmp_path: Path) -> None:

@@ -64,7 +64,10 @@ def test_pod_name_is_the_instance_id(stack: RecordedStack) -> None:
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     props = properties(stack)
-    assert props["consumer.group.instance.id"] == "${env:POD_NAME}"
+    # The static member id in dev; prod hands off, a dynamic member (see the membership tests).
+    assert props.get("consumer.group.instance.id") == (
+        "${env:POD_NAME}" if stack.stack == "dev" else None
+    )
     assert props["producer.transactional.id"] == "${env:POD_NAME}"
 
 
@@ -212,19 +215,29 @@ def test_a_spec_change_is_a_new_job(dev: RecordedStack) -> None:
 
 
 def test_handoff_mode_renders_a_member_that_leaves_the_group() -> None:
-    stack = record_stack("dev", {"processor": {"membershipMode": "handoff"}})
+    stack = record_stack(
+        "dev", {"processor": {"membershipMode": "handoff", "numStandbyReplicas": 1}}
+    )
     props = properties(stack)
     assert props["membership.mode"] == "handoff"
+    assert props["num.standby.replicas"] == "1"
     assert "consumer.group.instance.id" not in props
     assert props["producer.transactional.id"] == "${env:POD_NAME}"  # fencing stays per pod
 
 
-def test_static_mode_is_the_default_and_keeps_the_pod_name_as_member_id(
-    stack: RecordedStack,
+def test_static_mode_without_standby_is_dev_and_hand_off_with_one_standby_is_prod(
+    dev: RecordedStack, prod: RecordedStack
 ) -> None:
-    props = properties(stack)
-    assert props["membership.mode"] == "static"
-    assert props["consumer.group.instance.id"] == "${env:POD_NAME}"
+    dev_props, prod_props = properties(dev), properties(prod)
+    assert (dev_props["membership.mode"], dev_props["num.standby.replicas"]) == ("static", "0")
+    assert dev_props["consumer.group.instance.id"] == "${env:POD_NAME}"
+    assert (prod_props["membership.mode"], prod_props["num.standby.replicas"]) == ("handoff", "1")
+    assert "consumer.group.instance.id" not in prod_props
+
+
+def test_standby_replicas_are_a_setting() -> None:
+    stack = record_stack("prod", {"processor": {"numStandbyReplicas": 2}})
+    assert properties(stack)["num.standby.replicas"] == "2"
 
 
 def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -> None:

@@ -76,6 +76,30 @@ from infra.render import record_stack
             ["consumer.session.timeout.ms", "group.max.session.timeout.ms (1800000)"],
         ),
         ("dev", {"kafka": {"memory": "lots"}}, ["kafka.memory = 'lots'", "quantity"]),
+        (
+            "dev",
+            {"processor": {"numStandbyReplicas": 2}},
+            [
+                "stateful-streaming:processor.numStandbyReplicas = 2",
+                "must be 0..1 (processor.replicas - 1)",
+                "an instance other than its owner",
+            ],
+        ),
+        (
+            "prod",
+            {"processor": {"membershipMode": "static", "numStandbyReplicas": 3}},
+            ["processor.numStandbyReplicas = 3", "must be 0..2"],
+        ),
+        (
+            "dev",
+            {"processor": {"numStandbyReplicas": -1}},
+            ["processor.numStandbyReplicas = -1", "must be 0..1"],
+        ),
+        (
+            "prod",
+            {"processor": {"numStandbyReplicas": "one"}},
+            ["processor.numStandbyReplicas = 'one'", "whole number"],
+        ),
         ("staging", {}, ["stateful-streaming:profile = None", "dev, prod"]),
     ],
 )
@@ -127,10 +151,37 @@ def test_render_cli_exits_non_zero_with_the_message(capsys: pytest.CaptureFixtur
 
 def test_handoff_with_one_replica_is_refused_naming_the_setting() -> None:
     with pytest.raises(StackConfigError) as error:
-        build_stack_config("dev", {"processor": {"membershipMode": "handoff", "replicas": 1}})
+        build_stack_config(
+            "dev",
+            {"processor": {"membershipMode": "handoff", "replicas": 1, "numStandbyReplicas": 1}},
+        )
     message = str(error.value)
     assert message.startswith("stateful-streaming:processor.membershipMode = 'handoff'")
     assert "processor.replicas >= 2" in message and "allowed: static, handoff" in message
+    assert "replicas=1, numStandbyReplicas=1" in message
+
+
+@pytest.mark.parametrize(
+    ("stack", "processor"),
+    [("dev", {"membershipMode": "handoff"}), ("prod", {"numStandbyReplicas": 0})],
+)
+def test_handoff_without_a_standby_replica_is_refused_naming_the_setting(
+    stack: str, processor: dict[str, Any]
+) -> None:
+    with pytest.raises(StackConfigError) as error:
+        build_stack_config(stack, {"processor": processor})
+    message = str(error.value)
+    assert message.startswith("stateful-streaming:processor.membershipMode = 'handoff'")
+    assert "processor.numStandbyReplicas >= 1" in message
+    assert "restores its whole changelog" in message and "numStandbyReplicas=0" in message
+
+
+def test_presets_keep_standby_state_in_prod_only() -> None:
+    dev, prod = build_stack_config("dev", {}).processor, build_stack_config("prod", {}).processor
+    assert (dev.membership_mode, dev.num_standby_replicas) == ("static", 0)
+    assert (prod.membership_mode, prod.num_standby_replicas) == ("handoff", 1)
+    static_prod = build_stack_config("prod", {"processor": {"membershipMode": "static"}})
+    assert static_prod.processor.num_standby_replicas == 1  # standby state helps a failover too
 
 
 def test_unknown_membership_mode_names_the_allowed_values() -> None:

@@ -19,6 +19,17 @@ def _sarif(path: Path) -> dict:
     return run
 
 
+def _prod_config(tmp_path: Path, min_ready_seconds: int) -> Path:
+    """Prod thresholds that fail on purpose: a 600 s batch for the grace period (downgraded to
+    advisory), and minReadySeconds (mandatory) when `min_ready_seconds` is above prod's 30."""
+    config = stack_config("prod")
+    config["processor-min-ready-seconds"]["minSeconds"] = min_ready_seconds
+    config["processor-grace-period"].update(enforcementLevel="advisory", longestBatchSeconds=600)
+    path = tmp_path / "strict.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
 def test_dev_check_prints_a_clean_report_and_exits_0(tmp_path) -> None:
     sarif = tmp_path / "dev.sarif"
     result = subprocess.run(
@@ -44,10 +55,7 @@ def test_dev_check_prints_a_clean_report_and_exits_0(tmp_path) -> None:
 def test_mandatory_violation_exits_1_with_table_and_sarif_pointing_at_the_source(
     tmp_path, capsys
 ) -> None:
-    config = stack_config("prod")
-    config["processor-min-ready-seconds"]["minSeconds"] = 600
-    config_path = tmp_path / "strict.json"
-    config_path.write_text(json.dumps(config))
+    config_path = _prod_config(tmp_path, min_ready_seconds=600)
     sarif = tmp_path / "prod.sarif"
 
     code = main(["--stack", "prod", "--config", str(config_path), "--sarif", str(sarif)])
@@ -57,13 +65,13 @@ def test_mandatory_violation_exits_1_with_table_and_sarif_pointing_at_the_source
     block = out.split("StatefulSet streaming/page-view-counter\n", 1)[1]
     assert "MANDATORY  processor-min-ready-seconds" in block
     assert "spec.minReadySeconds is 30; required: >= 600" in block
-    assert "ADVISORY   standby-state" in block
+    assert "ADVISORY   processor-grace-period" in block
     assert "2 violations: 1 mandatory, 1 advisory" in out
     results = {r["ruleId"]: r for r in _sarif(sarif)["results"]}
-    assert set(results) == {"processor-min-ready-seconds", "standby-state"}
+    assert set(results) == {"processor-min-ready-seconds", "processor-grace-period"}
     mandatory = results["processor-min-ready-seconds"]
     assert mandatory["level"] == "error"
-    assert results["standby-state"]["level"] == "warning"
+    assert results["processor-grace-period"]["level"] == "warning"
     assert "required: >= 600" in mandatory["message"]["text"]
     location = mandatory["locations"][0]["physicalLocation"]
     assert location["artifactLocation"]["uri"] == "infra/processor.py"
@@ -72,8 +80,14 @@ def test_mandatory_violation_exits_1_with_table_and_sarif_pointing_at_the_source
     assert "stateful-streaming:processor:Processor" in source
 
 
-def test_advisory_only_exits_0(capsys) -> None:
+def test_prod_check_is_clean(capsys) -> None:
     assert main(["--stack", "prod"]) == 0
+    assert "0 violations: 0 mandatory, 0 advisory" in capsys.readouterr().out
+
+
+def test_advisory_only_exits_0(tmp_path, capsys) -> None:
+    config_path = _prod_config(tmp_path, min_ready_seconds=30)
+    assert main(["--stack", "prod", "--config", str(config_path)]) == 0
     assert "1 violation: 0 mandatory, 1 advisory" in capsys.readouterr().out
 
 

@@ -23,10 +23,10 @@ def test_real_stacks_have_no_mandatory_violations(run, recorded_stacks) -> None:
         assert [v for v in violations if v.mandatory] == [], stack
 
 
-def test_dev_is_clean_and_prod_only_lacks_standby_state(run, recorded_stacks) -> None:
-    assert run(recorded_stacks["dev"].resources, stack_config("dev")) == []
-    prod = run(recorded_stacks["prod"].resources, stack_config("prod"))
-    assert [(v.policy, v.level) for v in prod] == [("standby-state", "advisory")]
+def test_both_real_stacks_are_clean(run, recorded_stacks) -> None:
+    """Not even an advisory finding: prod keeps standby state (hand-off, num.standby.replicas=1)."""
+    for stack in STACKS:
+        assert run(recorded_stacks[stack].resources, stack_config(stack)) == [], stack
 
 
 @pytest.mark.parametrize("scrape", ["podMonitor", "annotations"])
@@ -34,8 +34,19 @@ def test_the_pack_passes_prod_with_each_metrics_scrape_choice(run, scrape: str) 
     from infra.render import record_stack
 
     recorded = record_stack("prod", {"processor": {"metricsScrape": scrape}})
-    violations = run(recorded.resources, stack_config("prod"))
-    assert [(v.policy, v.level) for v in violations] == [("standby-state", "advisory")]
+    assert run(recorded.resources, stack_config("prod")) == []
+
+
+def test_prod_without_standby_state_is_blocked(run) -> None:
+    from infra.render import record_stack
+
+    recorded = record_stack(
+        "prod", {"processor": {"membershipMode": "static", "numStandbyReplicas": 0}}
+    )
+    (violation,) = run(recorded.resources, stack_config("prod"))
+    assert (violation.policy, violation.level) == ("standby-state", "mandatory")
+    assert "num.standby.replicas in its properties is 0" in violation.message
+    assert "processor.numStandbyReplicas" in violation.message
 
 
 def _find(resources: list[Any], type_suffix: str, name: str) -> int:
@@ -64,6 +75,14 @@ def _property(key: str, value: str | None) -> Callable[[dict[str, Any]], None]:
         text = props["data"]["processor.properties"]
         text = re.sub(rf"(?m)^{re.escape(key)}=.*\n", "", text)
         props["data"]["processor.properties"] = text + (f"{key}={value}\n" if value else "")
+
+    return edit
+
+
+def _properties(**value_by_key: str | None) -> Callable[[dict[str, Any]], None]:
+    def edit(props: dict[str, Any]) -> None:
+        for key, value in value_by_key.items():
+            _property(key, value)(props)
 
     return edit
 
@@ -162,9 +181,21 @@ MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | N
         "group-session-timeout",
     ),
     (
-        "no-group-instance-id",
+        "static-member-without-instance-id",
         (":ConfigMap", "processor-config"),
-        _property("consumer.group.instance.id", None),
+        _properties(**{"membership.mode": "static", "consumer.group.instance.id": None}),
+        "group-static-membership",
+    ),
+    (
+        "handoff-without-standby",
+        (":ConfigMap", "processor-config"),
+        _properties(
+            **{
+                "membership.mode": "handoff",
+                "consumer.group.instance.id": None,
+                "num.standby.replicas": "0",
+            }
+        ),
         "group-static-membership",
     ),
     (

@@ -498,6 +498,37 @@ def test_handoff_processor_needs_a_second_replica(run, compliant) -> None:
     )
 
 
+@pytest.mark.parametrize("standby", ["0", None], ids=["zero", "absent"])
+def test_handoff_processor_needs_a_standby_replica(run, compliant, standby) -> None:
+    from tests.policies.conftest import stack_config
+
+    stack = changed(
+        _handoff(compliant), "processor-config", _properties({"num.standby.replicas": standby})
+    )
+    (violation,) = run(stack, stack_config("dev"))  # dev does not require standby state itself
+    assert (violation.policy, violation.level) == ("group-static-membership", "mandatory")
+    assert violation.message.startswith(
+        "ConfigMap streaming/page-view-counter-config data[processor.properties]: "
+        f"num.standby.replicas is {standby or 'absent (default 0)'}; "
+        "required: >= 1 with membership.mode=handoff. Fix: set num.standby.replicas=1 "
+        "(stack setting processor.numStandbyReplicas), or membership.mode=static"
+    )
+    assert "restores its whole changelog" in violation.message
+    prod = {(v.policy, v.level) for v in run(stack, stack_config("prod"))}
+    assert prod == {("group-static-membership", "mandatory"), ("standby-state", "mandatory")}
+
+
+def test_standby_state_blocks_prod_and_is_not_required_in_dev(run, compliant) -> None:
+    from tests.policies.conftest import stack_config
+
+    stack = changed(compliant, "processor-config", _properties({"num.standby.replicas": "0"}))
+    assert run(stack, stack_config("dev")) == []
+    (violation,) = run(stack, stack_config("prod"))
+    assert (violation.policy, violation.level) == ("standby-state", "mandatory")
+    assert "num.standby.replicas in its properties is 0; required: >= 1" in violation.message
+    assert "not implement" not in violation.message
+
+
 def test_thresholds_and_levels_come_from_the_config(run, compliant) -> None:
     from tests.policies.conftest import stack_config
 
