@@ -21,6 +21,7 @@ import logging
 import signal
 import threading
 import time
+from functools import partial
 from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
@@ -34,7 +35,11 @@ from app.processor.metrics import ProcessorMetrics
 from app.processor.pipeline import spark_session, start_query
 from app.processor.settings import ProcessorSettings
 from app.processor.sink import SinkTopics, TransactionalSink
-from app.processor.source_offsets import held_partitions, last_committed_offsets
+from app.processor.source_offsets import (
+    batch_in_flight,
+    held_partitions,
+    last_committed_offsets,
+)
 from app.processor.state_restore import copies_path, read_copies
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,7 @@ class ProcessorInstance:
             assignment_path(settings.state_dir),
             self.metrics,
             standby_replicas=settings.num_standby_replicas,
+            batch_in_flight=partial(batch_in_flight, settings.checkpoint_dir),
         )
         self.health = HealthServer(settings.health_port, self.metrics, self.readiness)
         self._stop = threading.Event()

@@ -10,6 +10,13 @@ restarts. Each (incremental) assignment change is published to the source throug
 thread also describes the group after each change and every few seconds, and publishes which
 partitions' copies this instance keeps (`state_restore.standby_partitions`).
 
+A revocation lets the running micro-batch finish and commit first (as Kafka Streams commits in
+`onPartitionsRevoked`): the revoked partitions are withdrawn from the published assignment at
+once, so no new batch plans them, and the callback waits (up to `REVOKE_WAIT_S`) for the batch
+already planned. Its results for them are written, the next owner does not redo them, and this
+instance's copy of their state stays good for a standby. A lost partition (session expired) is
+given up at once.
+
 Only the polling thread touches the member's consumer. confluent-kafka serialises the calls on
 one consumer, and a rebalance callback runs inside `poll()`: a call from the sink's thread while
 the callback waits for the sink (a revocation waits for the running transaction) would wait
@@ -24,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,6 +48,9 @@ log = logging.getLogger(__name__)
 POLL_TIMEOUT_S = 0.2
 LAG_INTERVAL_S = 5.0
 CLIENT_TIMEOUT_S = 30.0
+# How long a revocation waits for the running batch to commit the revoked partitions' results:
+# about the longest batch; past it they go, and the batch's results for them are dropped.
+REVOKE_WAIT_S = 30.0
 # What the admin client that describes the group takes from the member's settings.
 _ADMIN_KEYS = ("bootstrap.servers", "client.id", "security.protocol")
 _ADMIN_PREFIXES = ("sasl.", "ssl.")
@@ -60,11 +70,14 @@ class GroupMember:
         channel: Path,
         metrics: ProcessorMetrics,
         standby_replicas: int = 0,
+        batch_in_flight: Callable[[], bool] = lambda: False,
     ) -> None:
         self.topic = topic
         self.channel = channel
         self.metrics = metrics
         self.standby_replicas = standby_replicas
+        # Whether a micro-batch is planned and not yet done (a revocation waits for it).
+        self.batch_in_flight = batch_in_flight
         self._config = consumer_config
         # The name the ring of standbys orders members by (`state_restore.standby_partitions`).
         self.name = consumer_config.get("group.instance.id") or consumer_config.get("client.id", "")
@@ -254,14 +267,22 @@ class GroupMember:
         self._changed(added={tp.partition for tp in partitions}, removed=set())
 
     def _on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
-        self._read_group_metadata(consumer)  # before waiting: the running transaction needs it
-        with self._ownership:
-            consumer.incremental_unassign(partitions)
-            self._changed(added=set(), removed={tp.partition for tp in partitions})
+        self._read_group_metadata(consumer)  # before waiting: the running batch needs it
+        revoked = {tp.partition for tp in partitions}
+        if revoked & self.assignment():
+            self._finish_running_batch(revoked)
+        self._give_up(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        # Lost, not revoked: another member may own them already, no commit of ours would pass.
         log.warning("group member: partitions lost (session timed out): %s", _names(partitions))
-        self._on_revoke(consumer, partitions)
+        self._read_group_metadata(consumer)
+        self._give_up(consumer, partitions)
+
+    def _give_up(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        with self._ownership:  # after the running transaction
+            consumer.incremental_unassign(partitions)
+            self._changed(added=set(), removed={tp.partition for tp in partitions})
 
     def _changed(self, added: set[int], removed: set[int]) -> None:
         with self._lock:
@@ -287,12 +308,23 @@ class GroupMember:
         with self._lock:
             self._group_metadata = metadata
 
-    def _publish(self) -> None:
+    def _finish_running_batch(self, revoked: set[int]) -> None:
+        """Let the running batch commit the revoked partitions' results before they go (Kafka
+        Streams commits in onPartitionsRevoked): its work is not redone by the next owner, and
+        this instance's copy of their state stays good. No new batch plans them meanwhile."""
+        with self._lock:
+            self._generation += 1
+            self._publish(leaving=revoked)
+        deadline = time.monotonic() + REVOKE_WAIT_S
+        while self.batch_in_flight() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _publish(self, leaving: frozenset[int] | set[int] = frozenset()) -> None:
         assignment_file.publish(
             self.channel,
             Assignment(
                 self.topic,
-                tuple(sorted(self._owned)),
+                tuple(sorted(self._owned - leaving)),
                 self._generation,
                 self._draining,
                 standby=tuple(sorted(self._standby - self._owned)),

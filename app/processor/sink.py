@@ -13,7 +13,9 @@ Per batch, in one transaction (`transactional.id` from the pod name):
 A batch replayed after a crash whose transaction had committed (the group's committed offsets
 already at its end) is not written again. A transaction that fails is aborted and the exception
 propagates, so Spark does not mark the batch done; the processor restarts the query and Spark
-replays the batch. Results for partitions the instance no longer owns are never written.
+replays the batch. An aborted transaction is first tried again, twice: a rebalance that moves
+nothing of this instance still makes the broker refuse the offsets of a transaction begun before
+it (ILLEGAL_GENERATION). Results for partitions the instance no longer owns are never written.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from app.processor.state_restore import copies_path, read_copies, record_batch, 
 log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_S = 60.0
+TRANSACTION_ATTEMPTS = 3
+RETRY_AFTER_S = 0.5
 DLQ_HEADERS = ("dlq.reason", "dlq.source.topic", "dlq.source.partition", "dlq.source.offset")
 
 
@@ -98,14 +102,10 @@ class TransactionalSink:
         start = self._offsets(batch_id - 1)
         self._report_restores(rows, end, batch_id)
         advanced = {p: e for p, (b, e) in end.input_ranges(start).items() if e > b}
-        written: dict[int, int] = {}
-        try:
-            written = self._write(batch_id, rows, advanced, started)
-        finally:
-            # Even when the transaction failed: a partition whose results are not in the
-            # changelog must not be taken for a good copy, whatever happens next.
-            unwritten = [p for p in advanced if p not in written]
-            self._record_copies(end, written, self._moved_on(unwritten, advanced))
+        # An exception leaves the batch not done: Spark replays it from the state before it.
+        written = self._write(batch_id, rows, advanced, started)
+        unwritten = [p for p in advanced if p not in written]
+        self._record_copies(end, written, self._moved_on(unwritten, advanced))
 
     def _write(
         self, batch_id: int, rows: pa.Table, advanced: dict[int, int], started: float
@@ -127,7 +127,7 @@ class TransactionalSink:
             offsets = {p: o for p, o in advanced.items() if p in owned}
             if not offsets:
                 return {}
-            written, changelog_ends = self._transaction(batch_id, rows, offsets)
+            written, changelog_ends = self._transaction_with_retries(batch_id, rows, offsets)
         records_in: Counter[tuple[str, int]] = Counter()
         for kind in (COUNT, DLQ):
             for p, n in _records_by_partition(rows, kind).items():
@@ -178,6 +178,23 @@ class TransactionalSink:
         return read_batch_offsets(
             self.checkpoint_dir, batch_id, self.topics.input, self.topics.changelog
         )
+
+    def _transaction_with_retries(
+        self, batch_id: int, rows: pa.Table, offsets: dict[int, int]
+    ) -> tuple[Counter[str], dict[int, int]]:
+        """`_transaction`, again after an aborted one (the same rows, the group's metadata read
+        anew): a rebalance elsewhere in the group while the transaction ran makes the broker
+        refuse its offsets (ILLEGAL_GENERATION) although this instance still owns them; failing
+        the batch would restart the query, which costs far more than a second transaction."""
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            try:
+                return self._transaction(batch_id, rows, offsets)
+            except TransactionAbortedError:
+                if attempt == TRANSACTION_ATTEMPTS:
+                    raise
+                log.info("batch %d: writing it again (attempt %d)", batch_id, attempt + 1)
+                time.sleep(RETRY_AFTER_S)  # the group member reads the new generation meanwhile
+        raise AssertionError("unreachable")
 
     def _transaction(
         self, batch_id: int, rows: pa.Table, offsets: dict[int, int]

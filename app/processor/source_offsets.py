@@ -205,6 +205,18 @@ def last_committed_batch(checkpoint_dir: Path) -> int | None:
     return max(ids, default=None)
 
 
+def batch_in_flight(checkpoint_dir: Path) -> bool:
+    """Whether Spark planned a batch it has not marked done (its offsets exist, its commit not)."""
+    offsets = checkpoint_dir / "offsets"
+    if not offsets.is_dir():
+        return False
+    planned = max((int(e.name) for e in offsets.iterdir() if e.name.isdigit()), default=None)
+    if planned is None:
+        return False
+    done = last_committed_batch(checkpoint_dir)
+    return done is None or planned > done
+
+
 def last_committed_offsets(
     checkpoint_dir: Path, input_topic: str, changelog_topic: str
 ) -> SourceOffsets:

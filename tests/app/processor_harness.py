@@ -89,6 +89,8 @@ class Pipeline:
             "spark.ui.showConsoleProgress": "false",
             **extra,
         }
+        if settings.get("membership.mode") == "handoff":
+            del settings["consumer.group.instance.id"]  # a dynamic member
         return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 

@@ -7,10 +7,12 @@ runs real `python -m app.processor` instances, like pods of the StatefulSet.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,
     produce_page_views,
+    read_committed,
     wait_for_counts,
     wait_until,
 )
@@ -56,10 +59,10 @@ class Group:
             )
         )
 
-    def start(self, instance: str, state: str | None = None) -> ProcessorProcess:
+    def start(self, instance: str, state: str | None = None, **extra: str) -> ProcessorProcess:
         self.runs += 1
         state_dir = self.workdir / (state or instance)
-        properties = self.pipeline.properties(instance, state_dir, **MEMBERSHIP)
+        properties = self.pipeline.properties(instance, state_dir, **{**MEMBERSHIP, **extra})
         return ProcessorProcess(self.workdir, f"{instance}-{self.runs}", properties)
 
     def wait_exact(self, *processors: ProcessorProcess) -> float:
@@ -167,3 +170,50 @@ def test_a_zombie_instance_is_fenced(group: Group, started: Started) -> None:
     group.wait_exact(successor)
     code, _ = successor.terminate()
     assert code == 0, successor.log()[-3000:]
+
+
+HANDOFF = {"membership.mode": "handoff", "num.standby.replicas": "1"}
+
+
+@pytest.mark.apache_kafka(reason="a hand-off moves partitions between live members at once")
+def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, started: Started) -> None:
+    first = group.start("page-view-counter-0", **HANDOFF)
+    second = group.start("page-view-counter-1", **HANDOFF)
+    started.processors += [first, second]
+    group.produce(4000)
+    group.wait_exact(first)
+    wait_until(lambda: _ready(first) and _ready(second), RUN_TIMEOUT_S, "both instances ready")
+
+    # A rolling update stops the second pod: it hands its partitions to the first, which dies
+    # (kill -9, a node lost) while it takes them over.
+    taken_before = first.metric("processor_partitions_assigned_total")
+    second.process.send_signal(signal.SIGTERM)
+    wait_until(
+        lambda: first.metric("processor_partitions_assigned_total") > taken_before,
+        RUN_TIMEOUT_S,
+        "the first instance to be handed the second's partitions",
+    )
+    group.produce(1000)
+    first.kill()
+    assert second.process.wait(RUN_TIMEOUT_S) == 0, second.log()[-3000:]
+
+    # Both pods come back on their volumes; every page view is counted exactly once.
+    first = group.start("page-view-counter-0", **HANDOFF)
+    second = group.start("page-view-counter-1", **HANDOFF)
+    started.processors += [first, second]
+    group.produce(2000)
+    group.wait_exact(first)
+    wait_until(lambda: _ready(first) and _ready(second), RUN_TIMEOUT_S, "both instances ready")
+    # No batch was written twice: each page's counts only grow, in the order they were written.
+    output = group.pipeline.topics["output.topic"]
+    written: dict[bytes, list[int]] = {}
+    for record in sorted(
+        read_committed(group.pipeline.bootstrap, output), key=lambda r: (r.partition, r.offset)
+    ):
+        assert record.key is not None and record.value is not None
+        written.setdefault(record.key, []).append(int(record.value))
+    repeated = {k: v for k, v in written.items() if any(a >= b for a, b in pairwise(v))}
+    assert not repeated, f"counts written twice: {repeated}"
+    for processor in (first, second):
+        code, _ = processor.terminate()
+        assert code == 0, processor.log()[-3000:]

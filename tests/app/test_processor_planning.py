@@ -29,6 +29,7 @@ from app.processor.source_offsets import (
     FROM_KEY,
     PartitionPosition,
     SourceOffsets,
+    batch_in_flight,
     held_partitions,
     read_batch_offsets,
 )
@@ -219,6 +220,17 @@ def test_a_revoked_partition_becomes_a_standby_from_its_copy(tmp_path: Path) -> 
     start = offsets(p0=(500, 10, 3))  # active; its last written changelog record was at 79
     planned = plan(source, start, Assignment(INPUT_TOPIC, (), generation=2, standby=(0,)))
     assert planned.positions == {0: PartitionPosition(None, 95, 3, restore_from=80)}
+
+
+def test_a_batch_is_in_flight_from_its_planning_until_spark_marks_it_done(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    assert not batch_in_flight(checkpoint)
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")
+    assert batch_in_flight(checkpoint)
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    assert not batch_in_flight(checkpoint)
 
 
 def test_warm_up_token_survives_later_plans_so_it_triggers_no_extra_batch() -> None:
