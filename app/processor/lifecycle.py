@@ -36,9 +36,9 @@ from app.processor.pipeline import spark_session, start_query
 from app.processor.settings import ProcessorSettings
 from app.processor.sink import SinkTopics, TransactionalSink
 from app.processor.source_offsets import (
-    batch_in_flight,
     held_partitions,
     last_committed_offsets,
+    running_batch,
 )
 from app.processor.state_restore import copies_path, read_copies
 
@@ -75,7 +75,7 @@ class ProcessorInstance:
             assignment_path(settings.state_dir),
             self.metrics,
             standby_replicas=settings.num_standby_replicas,
-            batch_in_flight=partial(batch_in_flight, settings.checkpoint_dir),
+            running_batch=partial(running_batch, settings.checkpoint_dir),
         )
         self.health = HealthServer(settings.health_port, self.metrics, self.readiness)
         self._stop = threading.Event()

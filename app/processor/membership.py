@@ -70,14 +70,14 @@ class GroupMember:
         channel: Path,
         metrics: ProcessorMetrics,
         standby_replicas: int = 0,
-        batch_in_flight: Callable[[], bool] = lambda: False,
+        running_batch: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.topic = topic
         self.channel = channel
         self.metrics = metrics
         self.standby_replicas = standby_replicas
-        # Whether a micro-batch is planned and not yet done (a revocation waits for it).
-        self.batch_in_flight = batch_in_flight
+        # The micro-batch planned and not yet done, if any (a revocation waits for it).
+        self.running_batch = running_batch
         self._config = consumer_config
         # The name the ring of standbys orders members by (`state_restore.standby_partitions`).
         self.name = consumer_config.get("group.instance.id") or consumer_config.get("client.id", "")
@@ -315,8 +315,14 @@ class GroupMember:
         with self._lock:
             self._generation += 1
             self._publish(leaving=revoked)
+        running = self.running_batch()
+        if running is None:
+            return
         deadline = time.monotonic() + REVOKE_WAIT_S
-        while self.batch_in_flight() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            now = self.running_batch()
+            if now is None or now > running:  # done (the next one plans without them)
+                return
             time.sleep(0.05)
 
     def _publish(self, leaving: frozenset[int] | set[int] = frozenset()) -> None:

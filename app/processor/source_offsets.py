@@ -205,16 +205,16 @@ def last_committed_batch(checkpoint_dir: Path) -> int | None:
     return max(ids, default=None)
 
 
-def batch_in_flight(checkpoint_dir: Path) -> bool:
-    """Whether Spark planned a batch it has not marked done (its offsets exist, its commit not)."""
+def running_batch(checkpoint_dir: Path) -> int | None:
+    """The batch Spark planned and has not marked done (its offsets exist, its commit not)."""
     offsets = checkpoint_dir / "offsets"
     if not offsets.is_dir():
-        return False
+        return None
     planned = max((int(e.name) for e in offsets.iterdir() if e.name.isdigit()), default=None)
     if planned is None:
-        return False
+        return None
     done = last_committed_batch(checkpoint_dir)
-    return done is None or planned > done
+    return planned if done is None or planned > done else None
 
 
 def last_committed_offsets(

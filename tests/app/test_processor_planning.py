@@ -29,9 +29,9 @@ from app.processor.source_offsets import (
     FROM_KEY,
     PartitionPosition,
     SourceOffsets,
-    batch_in_flight,
     held_partitions,
     read_batch_offsets,
+    running_batch,
 )
 from app.processor.state_restore import StateCopy, copies_path, write_copies
 
@@ -222,15 +222,17 @@ def test_a_revoked_partition_becomes_a_standby_from_its_copy(tmp_path: Path) -> 
     assert planned.positions == {0: PartitionPosition(None, 95, 3, restore_from=80)}
 
 
-def test_a_batch_is_in_flight_from_its_planning_until_spark_marks_it_done(tmp_path: Path) -> None:
+def test_a_batch_runs_from_its_planning_until_spark_marks_it_done(tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoint"
-    assert not batch_in_flight(checkpoint)
+    assert running_batch(checkpoint) is None
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")
-    assert batch_in_flight(checkpoint)
+    assert running_batch(checkpoint) == 0
     (checkpoint / "commits").mkdir()
     (checkpoint / "commits" / "0").write_text("v1\n{}\n")
-    assert not batch_in_flight(checkpoint)
+    assert running_batch(checkpoint) is None
+    (checkpoint / "offsets" / "1").write_text("v1\n{}\n{}\n")
+    assert running_batch(checkpoint) == 1
 
 
 def test_warm_up_token_survives_later_plans_so_it_triggers_no_extra_batch() -> None:
