@@ -175,14 +175,22 @@ def test_a_zombie_instance_is_fenced(group: Group, started: Started) -> None:
 HANDOFF = {"membership.mode": "handoff", "num.standby.replicas": "1"}
 
 
-@pytest.mark.apache_kafka(reason="a hand-off moves partitions between live members at once")
-def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, started: Started) -> None:
+def _start_hand_off_pair(
+    group: Group, started: Started, events: int
+) -> tuple[ProcessorProcess, ProcessorProcess]:
+    """Two hand-off instances, counting `events` new page views, both ready."""
     first = group.start("page-view-counter-0", **HANDOFF)
     second = group.start("page-view-counter-1", **HANDOFF)
     started.processors += [first, second]
-    group.produce(4000)
+    group.produce(events)
     group.wait_exact(first)
     wait_until(lambda: _ready(first) and _ready(second), RUN_TIMEOUT_S, "both instances ready")
+    return first, second
+
+
+@pytest.mark.apache_kafka(reason="a hand-off moves partitions between live members at once")
+def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, started: Started) -> None:
+    first, second = _start_hand_off_pair(group, started, events=4000)
 
     # A rolling update stops the second pod: it hands its partitions to the first, which dies
     # (kill -9, a node lost) while it takes them over.
@@ -198,12 +206,7 @@ def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, starte
     assert second.process.wait(RUN_TIMEOUT_S) == 0, second.log()[-3000:]
 
     # Both pods come back on their volumes; every page view is counted exactly once.
-    first = group.start("page-view-counter-0", **HANDOFF)
-    second = group.start("page-view-counter-1", **HANDOFF)
-    started.processors += [first, second]
-    group.produce(2000)
-    group.wait_exact(first)
-    wait_until(lambda: _ready(first) and _ready(second), RUN_TIMEOUT_S, "both instances ready")
+    first, second = _start_hand_off_pair(group, started, events=2000)
     # No batch was written twice: each page's counts only grow, in the order they were written.
     output = group.pipeline.topics["output.topic"]
     written: dict[bytes, list[int]] = {}
