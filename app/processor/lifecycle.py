@@ -40,6 +40,7 @@ from app.processor.source_offsets import (
     last_committed_offsets,
     running_batch,
 )
+from app.processor.startup import StartupClock
 from app.processor.state_restore import copies_path, read_copies
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class ProcessorInstance:
         self.health = HealthServer(settings.health_port, self.metrics, self.readiness)
         self._stop = threading.Event()
         self._query_running = False
+        self.clock = StartupClock()
 
     def readiness(self) -> ReadinessStatus:
         """Ready: the query runs, the assignment arrived, and every owned partition's state is
@@ -103,6 +105,7 @@ class ProcessorInstance:
 
     def run(self) -> int:
         """Run until stopped; the process exit code."""
+        self.clock.mark("interpreter and imports")
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -113,8 +116,8 @@ class ProcessorInstance:
             self.member.start()
         spark = None
         try:
-            started = time.monotonic()
             spark = spark_session(self.settings)  # 7-10 s, while a static member joins
+            self.clock.mark("SparkSession")
             sink = TransactionalSink(
                 self.settings.producer_config(),
                 SinkTopics(
@@ -127,14 +130,17 @@ class ProcessorInstance:
                 self.member,
                 self.metrics,
             )
+            self.clock.mark("transactional producer")
             warm = None
             if handoff:
                 warm = self._warm_up(spark, sink)
-                log.info("warm %.1f s after start: joining the group", time.monotonic() - started)
+                self.clock.mark("warm-up")
+                log.info("warm %.1f s after start: joining the group", self.clock.since_start())
                 self.member.start()
             if not self._wait_for_assignment():
                 return EXIT_OK if self._stop.is_set() else EXIT_FAILED
-            log.info("assignment received %.1f s after start", time.monotonic() - started)
+            self.clock.mark("group join")
+            log.info("assignment received %.1f s after start", self.clock.since_start())
             return self._supervise(spark, sink, warm)
         finally:
             self.member.close()
@@ -206,6 +212,8 @@ class ProcessorInstance:
 
     def _start_query(self, spark: object, sink: TransactionalSink) -> StreamingQuery:
         query = start_query(spark, self.settings, sink)  # type: ignore[arg-type]
+        if not self.clock.reported:
+            self.clock.mark("query start")
         log.info("query %s started (checkpoint %s)", query.id, self.settings.checkpoint_dir)
         self._query_running = True
         return query
@@ -247,6 +255,9 @@ class ProcessorInstance:
                 return
             query.awaitTermination(1)
             logged_batch = _log_progress(query, logged_batch)
+            first_commit = self.metrics.first_commit_at
+            if first_commit is not None and not self.clock.reported:
+                self.metrics.start_duration.set(self.clock.report("first batch", first_commit))
             if self.member.fenced:
                 # Another process joined with this group.instance.id: stop without a drain
                 # (this instance can never commit again) and let the supervisor exit.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -88,6 +89,13 @@ class ProcessorMetrics:
         self.ready = Gauge(
             "processor_ready", "1 when the instance is ready to process, else 0.", registry=r
         )
+        self.start_duration = Gauge(
+            "processor_start_duration_seconds",
+            "Process start to the first committed batch (0 until then).",
+            registry=r,
+        )
+        # monotonic time of the first committed batch: the end of the start (startup.py)
+        self.first_commit_at: float | None = None
         for result in ("committed", "aborted"):
             # Present at 0 from the start, so rate() and alerts on aborts work before the first.
             self.transactions.labels(result)
@@ -100,6 +108,8 @@ class ProcessorMetrics:
         records_out: Mapping[str, int],
     ) -> None:
         """A batch committed: duration, input records per (topic, partition), output per topic."""
+        if self.first_commit_at is None:
+            self.first_commit_at = time.monotonic()
         self.batch_duration.observe(duration_s)
         for (topic, partition), count in records_in_by_partition.items():
             self.records_in.labels(topic, str(partition)).inc(count)

@@ -26,6 +26,7 @@ from types import MappingProxyType
 import confluent_kafka
 
 from app.java_properties import parse_properties, resolve_env
+from app.processor import class_archive
 from app.processor.defaults import (
     DEFAULTS,
     INSTANCE_ID_KEY,
@@ -172,6 +173,8 @@ class ProcessorSettings:
     group_protocol: str
     membership_mode: str
     num_standby_replicas: int
+    # the Spark driver's class-data-sharing archive to map (`class.data.archive`), if any
+    class_data_archive: Path | None
     # consumer.group.instance.id resolved (the pod name) for a static member, else None.
     instance_id: str | None
     transactional_id: str
@@ -559,6 +562,7 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         group_protocol=get("consumer.group.protocol"),
         membership_mode=get("membership.mode"),
         num_standby_replicas=int(get("num.standby.replicas")),
+        class_data_archive=class_archive.resolve(get("class.data.archive")),
         instance_id=instance.value if (stateful and instance is not None) else None,
         transactional_id=values[TRANSACTIONAL_ID_KEY].value,
         properties=MappingProxyType(dict(sorted(properties.items()))),

@@ -65,6 +65,9 @@ CONTRACT_DEFAULTS = {
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.local.dir": "/tmp/spark",
     "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.python.daemon.module": "app.processor.python_daemon",
+    "class.data.archive": "auto",
 }
 CONTRACT_KEYS = {
     *CONTRACT_DEFAULTS,

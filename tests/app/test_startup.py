@@ -1,0 +1,123 @@
+"""What makes a start fast, and the clock that shows where a start goes: the worker daemon that
+preloads without a thread, the driver's class archive setting, the start's phase breakdown."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.processor import class_archive
+from app.processor.pipeline import _with_class_archive
+from app.processor.settings import parse_settings
+from app.processor.startup import StartupClock
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = """\
+application.id=page-view-counter
+bootstrap.servers=localhost:9092
+input.topic=page-views
+output.topic=page-view-counts
+changelog.topic=page-view-counter-counts-changelog
+dlq.topic=page-view-counter-dlq
+consumer.group.instance.id=page-view-counter-0
+producer.transactional.id=page-view-counter-0
+"""
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS",)}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_worker_daemon_preloads_the_workers_imports_without_starting_a_thread() -> None:
+    # A fork copies one thread: a thread started by an import would be missing in every worker.
+    result = _python(
+        "import sys\n"
+        "from app.processor.python_daemon import PRELOADED, preload, threads\n"
+        "safe = preload()\n"
+        "missing = [m for m in PRELOADED if m not in sys.modules]\n"
+        "print(safe, threads(), missing)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "1", "[]"]
+
+
+def test_pyarrow_starts_a_thread_at_import_unless_the_daemon_configures_it() -> None:
+    # Why the daemon sets its environment first: without it the preload would not be fork-safe.
+    result = _python("import os, pyarrow\nprint(len(os.listdir('/proc/self/task')))\n")
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) > 1
+
+
+def test_the_class_archive_setting_names_none_this_environments_or_a_path(
+    tmp_path: Path,
+) -> None:
+    assert class_archive.resolve("") is None
+    assert class_archive.resolve("auto") == (
+        class_archive.default_path() if class_archive.default_path().exists() else None
+    )
+    assert class_archive.resolve(str(tmp_path / "x.jsa")) == tmp_path / "x.jsa"
+    assert class_archive.default_path().is_relative_to(Path(sys.prefix))
+
+
+def test_the_driver_maps_an_existing_class_archive_beside_its_own_java_options(
+    tmp_path: Path,
+) -> None:
+    archive = tmp_path / "spark-classes.jsa"
+    archive.write_bytes(b"an archive")
+    settings = parse_settings(
+        BASE + "spark.driver.extraJavaOptions=-Dfile.encoding=UTF-8\n",
+        overrides={"class.data.archive": str(archive)},
+    )
+    conf = _with_class_archive(settings)
+    assert conf["spark.driver.extraJavaOptions"] == (
+        f"-Dfile.encoding=UTF-8 -XX:SharedArchiveFile={archive}"
+    )
+    assert settings.spark_conf()["spark.driver.extraJavaOptions"] == "-Dfile.encoding=UTF-8"
+
+
+def test_a_missing_class_archive_starts_without_it_and_says_how_to_build_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    archive = tmp_path / "missing.jsa"
+    settings = parse_settings(BASE, overrides={"class.data.archive": str(archive)})
+    with caplog.at_level(logging.WARNING):
+        conf = _with_class_archive(settings)
+    assert "spark.driver.extraJavaOptions" not in conf
+    assert f"class.data.archive={archive}: no such file" in caplog.text
+    assert "python -m app.processor.class_archive" in caplog.text
+
+
+def test_the_start_clock_counts_from_the_process_start_not_from_its_import() -> None:
+    result = _python(
+        "import time\ntime.sleep(1.5)\n"
+        "from app.processor.startup import process_age_s\nprint(process_age_s())\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert 1.5 <= float(result.stdout) < 60
+
+
+def test_the_start_breakdown_names_each_phase_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = StartupClock()
+    clock.mark("SparkSession")
+    clock.mark("query start")
+    with caplog.at_level(logging.INFO, logger="app.processor.startup"):
+        total = clock.report("first batch", time.monotonic())
+        clock.report("first batch", time.monotonic())
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"first batch committed {total:.1f} s after the process started: ")
+    phases = [part.split()[:-2] for part in lines[0].split(": ", 1)[1].split(", ")]
+    assert [" ".join(p) for p in phases] == ["SparkSession", "query start", "first batch"]
+    assert total >= clock.since_start() - 1
