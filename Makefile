@@ -33,7 +33,8 @@ $(VENV)/checkov/.synced: pyproject.toml uv.lock | $(UV)
 # it the processor starts as usual, so a failed build only says so.
 CLASS_ARCHIVE := $(VENV)/app/share/processor/spark-classes.jsa
 $(CLASS_ARCHIVE): $(VENV)/app/.synced
-	$(APP_PY) -m app.processor.class_archive --out $@ 2>$(VENV)/class-archive.log \
+	@echo "building the Spark class archive $@ (a training run, about a minute, once)"
+	$(APP_PY) -m app.processor.class_archive --out $@ >$(VENV)/class-archive.log 2>&1 \
 		|| echo "no Spark class archive (see $(VENV)/class-archive.log); going on without it"
 
 .PHONY: setup run test test-apache render check bench lint lock clean
