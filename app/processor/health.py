@@ -29,6 +29,10 @@ class ReadinessStatus:
     query_running: bool
     assignment_received: bool
     restore_done: bool
+    # A micro-batch of this query run finished: the first one pays the start (Python workers,
+    # plans, state stores; tens of seconds on 2 cores), so before it a "running" query is not
+    # processing yet, and the next pod of a roll must not be stopped.
+    batch_done: bool
 
     @property
     def ready(self) -> bool:

@@ -81,11 +81,12 @@ class ProcessorInstance:
         self.health = HealthServer(settings.health_port, self.metrics, self.readiness)
         self._stop = threading.Event()
         self._query_running = False
+        self._batch_done = False
         self.clock = StartupClock()
 
     def readiness(self) -> ReadinessStatus:
-        """Ready: the query runs, the assignment arrived, and every owned partition's state is
-        in the checkpoint (restored or held)."""
+        """Ready: the query runs and finished a batch, the assignment arrived, and every owned
+        partition's state is in the checkpoint (restored or held)."""
         owned = self.member.assignment()
         held = held_partitions(
             self.settings.checkpoint_dir, self.settings.input_topic, self.settings.changelog_topic
@@ -94,6 +95,7 @@ class ProcessorInstance:
             query_running=self._query_running,
             assignment_received=self.member.assigned,
             restore_done=self.member.assigned and owned <= held,
+            batch_done=self._batch_done,
         )
 
     def request_stop(self, signum: int, _frame: FrameType | None = None) -> None:
@@ -216,6 +218,7 @@ class ProcessorInstance:
             self.clock.mark("query start")
         log.info("query %s started (checkpoint %s)", query.id, self.settings.checkpoint_dir)
         self._query_running = True
+        self._batch_done = False
         return query
 
     def _supervise(
@@ -255,6 +258,8 @@ class ProcessorInstance:
                 return
             query.awaitTermination(1)
             logged_batch = _log_progress(query, logged_batch)
+            # Spark reports progress after each batch, and every 10 s while there is no data.
+            self._batch_done = self._batch_done or query.lastProgress is not None
             first_commit = self.metrics.first_commit_at
             if first_commit is not None and not self.clock.reported:
                 self.metrics.start_duration.set(self.clock.report("first batch", first_commit))

@@ -14,8 +14,12 @@ import pytest
 from app.processor.health import HealthServer, ReadinessStatus
 from app.processor.metrics import ProcessorMetrics
 
-NOT_READY = ReadinessStatus(query_running=True, assignment_received=False, restore_done=False)
-READY = ReadinessStatus(query_running=True, assignment_received=True, restore_done=True)
+NOT_READY = ReadinessStatus(
+    query_running=True, assignment_received=False, restore_done=False, batch_done=False
+)
+READY = ReadinessStatus(
+    query_running=True, assignment_received=True, restore_done=True, batch_done=True
+)
 
 
 class Readiness:
@@ -86,7 +90,10 @@ def test_ready_names_the_failing_conditions_until_all_hold(
 ) -> None:
     status, _, body = get(server, "/ready")
     assert status == 503
-    assert json.loads(body) == {"ready": False, "failing": ["assignment_received", "restore_done"]}
+    assert json.loads(body) == {
+        "ready": False,
+        "failing": ["assignment_received", "restore_done", "batch_done"],
+    }
     assert metrics.registry.get_sample_value("processor_ready") == 0
 
     readiness.status = READY
@@ -95,7 +102,7 @@ def test_ready_names_the_failing_conditions_until_all_hold(
     assert json.loads(body) == {"ready": True}
     assert metrics.registry.get_sample_value("processor_ready") == 1
 
-    readiness.status = ReadinessStatus(False, True, True)  # the query stopped
+    readiness.status = ReadinessStatus(False, True, True, True)  # the query stopped
     status, _, body = get(server, "/ready")
     assert (status, json.loads(body)["failing"]) == (503, ["query_running"])
 

@@ -13,6 +13,7 @@ Expected counts are computed from what the test produced, never from the process
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -103,6 +104,7 @@ class RunReport:
     dlq_metric: float = 0.0
     changelog_records: int = 0
     log: str = ""
+    log_when_ready: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +158,10 @@ def restarted_run(scenario: Scenario, first_run: RunReport) -> Iterator[list[Run
     second = scenario.start("second")
     third = None
     try:
+        wait_until(lambda: second.get("/ready")[0] == 200, RUN_TIMEOUT_S, "/ready to answer 200")
+        log_when_ready = second.log()
         clean = _report(scenario, second, scenario.wait_exact(second))
+        clean.log_when_ready = log_when_ready
         # A batch is in flight when its offsets are logged and its commit is not yet.
         checkpoint = scenario.state_dir / "checkpoint"
         committed_before = _newest(checkpoint / "commits")
@@ -241,6 +246,17 @@ def test_restart_on_the_same_state_restores_nothing(restarted_run: list[RunRepor
     assert clean.restore_records == 0
     assert after_kill.restore_records == 0
     print(f"restart: exact {clean.seconds_to_exact:.1f} s after start")
+
+
+def test_a_restarted_static_member_is_ready_only_after_a_batch_finished(
+    restarted_run: list[RunReport],
+) -> None:
+    # Its partitions and state are held from the start, but the query processes nothing before
+    # its first batch (tens of seconds): Ready earlier would let a roll stop the next pod.
+    clean, _ = restarted_run
+    assert re.search(r"batch \d+: \d+ rows in \d+ ms", clean.log_when_ready), clean.log_when_ready[
+        -3000:
+    ]
 
 
 def test_sigkill_mid_batch_loses_and_doubles_nothing(restarted_run: list[RunReport]) -> None:
