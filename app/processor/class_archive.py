@@ -33,6 +33,7 @@ TRAINING_TIMEOUT_S = 300.0
 # The JVM writes the archive while it exits, after the Python side is gone.
 DUMP_TIMEOUT_S = 180.0
 PID_FILE = "jvm.pid"
+AUTO = "auto"
 
 
 def default_path() -> Path:
@@ -40,18 +41,16 @@ def default_path() -> Path:
     return Path(sys.prefix) / "share" / "processor" / ARCHIVE_NAME
 
 
-AUTO = "auto"
-
-
 def resolve(setting: str) -> Path | None:
     """The archive that `class.data.archive` names: "auto" (this environment's, if built), a
     path, or "" (none)."""
-    if not setting.strip():
+    setting = setting.strip()
+    if not setting:
         return None
-    if setting.strip() == AUTO:
+    if setting == AUTO:
         path = default_path()
         return path if path.exists() else None
-    return Path(setting.strip())
+    return Path(setting)
 
 
 def java_options(archive: Path) -> str:
@@ -64,6 +63,7 @@ def _train(out: Path, work_dir: Path) -> int:
     the JVM's pid."""
     from pyspark.sql import functions as F
 
+    from app.java_properties import format_properties
     from app.processor.counting import count_page_views
     from app.processor.pipeline import spark_session
     from app.processor.settings import parse_settings
@@ -81,8 +81,9 @@ def _train(out: Path, work_dir: Path) -> int:
         "spark.local.dir": str(work_dir / "spark"),
         "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={out}",
     }
-    text = "".join(f"{key}={value}\n" for key, value in training.items())
-    spark = spark_session(parse_settings(text, overrides={"class.data.archive": ""}))
+    spark = spark_session(
+        parse_settings(format_properties(training), overrides={"class.data.archive": ""})
+    )
     events = (
         spark.readStream.format("rate")
         .option("rowsPerSecond", "200")
