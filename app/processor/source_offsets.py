@@ -196,21 +196,21 @@ def read_batch_offsets(
     return SourceOffsets.from_dict(json.loads(last_line), input_topic, changelog_topic)
 
 
+def newest_batch(log_dir: Path) -> int | None:
+    """The highest batch id in one of Spark's checkpoint logs (`offsets/`, `commits/`), if any."""
+    if not log_dir.is_dir():
+        return None
+    return max((int(e.name) for e in log_dir.iterdir() if e.name.isdigit()), default=None)
+
+
 def last_committed_batch(checkpoint_dir: Path) -> int | None:
     """The id of the newest batch Spark marked done (`<checkpoint>/commits/<id>`), if any."""
-    commits = checkpoint_dir / "commits"
-    if not commits.is_dir():
-        return None
-    ids = [int(entry.name) for entry in commits.iterdir() if entry.name.isdigit()]
-    return max(ids, default=None)
+    return newest_batch(checkpoint_dir / "commits")
 
 
 def running_batch(checkpoint_dir: Path) -> int | None:
     """The batch Spark planned and has not marked done (its offsets exist, its commit not)."""
-    offsets = checkpoint_dir / "offsets"
-    if not offsets.is_dir():
-        return None
-    planned = max((int(e.name) for e in offsets.iterdir() if e.name.isdigit()), default=None)
+    planned = newest_batch(checkpoint_dir / "offsets")
     if planned is None:
         return None
     done = last_committed_batch(checkpoint_dir)

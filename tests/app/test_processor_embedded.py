@@ -26,6 +26,7 @@ import pytest
 
 from app.embedded_broker import ONE_RECORD_PER_REQUEST
 from app.processor.settings import INSTANCE_ID_KEY
+from app.processor.source_offsets import newest_batch
 from tests.app.processor_harness import (
     REPO,
     Pipeline,
@@ -203,10 +204,8 @@ def lost_volume_run(scenario: Scenario, restarted_run: list[RunReport]) -> Itera
 
 
 def _newest(directory: Path) -> int:
-    ids = (
-        [int(p.name) for p in directory.iterdir() if p.name.isdigit()] if directory.is_dir() else []
-    )
-    return max(ids, default=-1)
+    batch = newest_batch(directory)
+    return -1 if batch is None else batch
 
 
 def test_counts_in_output_and_changelog_equal_the_truth(first_run: RunReport) -> None:
