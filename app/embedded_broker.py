@@ -91,6 +91,9 @@ class EmbeddedBroker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "RUST_LOG": "warn"},
+                # Its own process group, as the processor instances have: a Ctrl-C in the
+                # terminal goes to the runner, which drains the pipeline and stops the broker last.
+                start_new_session=True,
             )
         self._wait_until_listening()
         return self
