@@ -16,9 +16,9 @@ HEALTH_PORT = 8080
 PROPERTIES_DIR = "/etc/processor"
 PROPERTIES_FILE = "processor.properties"
 
-# Kafka's default heartbeat; the session timeout here is minutes, so a third of it would let a
-# member miss a rebalance for far too long.
-HEARTBEAT_INTERVAL_MS = 3000
+# The processor's default heartbeat (why it is short: `app/processor/defaults.py`); the session
+# timeout here is minutes, so a third of it would let a member miss a rebalance for far too long.
+HEARTBEAT_INTERVAL_MS = int(DEFAULTS["consumer.heartbeat.interval.ms"])
 # Of the grace period, what Spark and the JVM need to stop after the last batch committed.
 SPARK_STOP_SECONDS = 15
 
@@ -53,9 +53,9 @@ def processor_properties(config: StackConfig, bootstrap_servers: str) -> dict[st
         "consumer.heartbeat.interval.ms": str(min(HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3)),
         TRANSACTIONAL_ID_KEY: "${env:POD_NAME}",
         "spark.master": f"local[{processor.cores}]",
-        # About twice the cores: the default 200 made each batch about 7x slower. Fixed in the
-        # checkpoint at first start.
-        "spark.sql.shuffle.partitions": str(2 * processor.cores),
+        # One per core: the stateful tasks run in one wave (see the processor's defaults).
+        # Fixed in the checkpoint at first start.
+        "spark.sql.shuffle.partitions": str(processor.cores),
     }
     if processor.stateful and processor.membership_mode == "static":
         # Static membership: a pod that restarts within the session timeout keeps its partitions.

@@ -24,6 +24,7 @@ from pathlib import Path
 from app.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
 from app.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
 from app.embedded_broker import EmbeddedBroker
+from app.processor.defaults import DEFAULTS
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 EXIT_USAGE = 2
@@ -144,7 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keys=args.keys,
                 session_timeout_ms=args.session_timeout_ms,
                 standby_replicas=args.standby_replicas,
-                heartbeat_interval_ms=max(1, min(3000, args.session_timeout_ms // 10)),
+                heartbeat_interval_ms=max(
+                    1,
+                    min(
+                        int(DEFAULTS["consumer.heartbeat.interval.ms"]),
+                        args.session_timeout_ms // 10,
+                    ),
+                ),
                 steady_s=args.steady_s,
                 min_ready_s=args.min_ready_s,
                 ready_timeout_s=args.ready_timeout_s,

@@ -1,8 +1,9 @@
 """Measurements over a run: a timeline of samples, and what the output topic shows afterwards.
 
 - `Timeline` samples the group's lag per partition and every instance's endpoints on a thread.
-- `output_latencies` turns count records into event-time-to-output latencies: a page's count
-  going from n to m covers its valid views n+1..m, whose creation times the load generator kept.
+- `output_latencies` turns count records into one event-time-to-output latency per page view: a
+  page's count going from n to m covers its valid views n+1..m, whose creation times the load
+  generator kept, and each view's latency is that record's time minus its creation time.
 - `zero_output_gaps` is the longest stretch without any output record per partition.
 """
 
@@ -71,7 +72,7 @@ class Timeline:
 
 @dataclass(frozen=True)
 class Latency:
-    """The latency of the oldest view a count record covered."""
+    """The latency of one page view: from its creation to the first count that covered it."""
 
     partition: int
     output_ms: int
@@ -81,7 +82,7 @@ class Latency:
 def output_latencies(
     records: Sequence[CountRecord], view_times_ms: Mapping[str, Sequence[int | None]]
 ) -> list[Latency]:
-    """Per count record, output timestamp minus the creation time of the oldest view it counts.
+    """Per page view that a count record covered, output timestamp minus its creation time.
 
     `view_times_ms[page][i]` is the creation time of the page's view number i+1 (None: not
     timed). Records whose count goes back (a lost state counting again) cover no new view.
@@ -92,14 +93,16 @@ def output_latencies(
         before = last.get(record.page, 0)
         last[record.page] = max(before, record.count)
         times = view_times_ms.get(record.page, ())
-        if record.count <= before or before >= len(times):
-            continue
-        oldest = times[before]  # view number before+1 (1-based) is the oldest one covered
-        if oldest is None:
-            continue
-        found.append(
-            Latency(record.partition, record.timestamp_ms, (record.timestamp_ms - oldest) / 1000)
-        )
+        # views number before+1 .. count (1-based) are the ones this record covers first
+        for created in times[before : record.count]:
+            if created is not None:
+                found.append(
+                    Latency(
+                        record.partition,
+                        record.timestamp_ms,
+                        (record.timestamp_ms - created) / 1000,
+                    )
+                )
     return found
 
 

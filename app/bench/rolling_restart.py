@@ -39,7 +39,7 @@ from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, InstanceStatus, PipelineNames
 from app.local.observe import CountCheck, CountRecord, PartitionLag, check_counts
 from app.local.pipeline import LocalPipeline, PipelineSetup
-from app.processor.defaults import MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
+from app.processor.defaults import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
 
 log = logging.getLogger("app.bench")
 
@@ -127,7 +127,7 @@ class BenchParams:
     keys: int = 40
     skew: float = 1.1
     session_timeout_ms: int = 20_000
-    heartbeat_interval_ms: int = 2_000
+    heartbeat_interval_ms: int = int(DEFAULTS["consumer.heartbeat.interval.ms"])
     # num.standby.replicas of the hand-off cases (hand-off needs a warm copy to hand to).
     standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart
@@ -259,16 +259,14 @@ def run_group(
         t0 = time.time()
         timeline = Timeline(pipeline).start()
         for case in cases:
-            steady = wait_until(
-                timeline, params.ready_timeout_s, lambda s: _all_ready(s) and _caught_up(s, params)
-            )
+            steady = wait_settled(timeline, params)
             if steady is None:
                 raise RuntimeError(
-                    f"{prefix}: the instances were not ready and caught up within "
+                    f"{prefix}: the instances were not ready, caught up and settled within "
                     f"{params.ready_timeout_s:g} s; see the logs in {setup.base_dir / 'logs'}"
                 )
-            log.info("%s: ready and caught up %.0f s after the start", prefix, steady.at - t0)
-            time.sleep(params.steady_s)
+            log.info("%s: ready, caught up and settled %.0f s after the start", prefix,
+                     steady.at - t0)  # fmt: skip
             run_case = rollout if case.rollout else restart
             restarts.append(run_case(pipeline, timeline, case, params))
         summary = loader.stop()
@@ -472,6 +470,39 @@ def wait_until(timeline: Timeline, timeout_s: float, condition: object) -> Timel
             return sample
         time.sleep(0.5)
     return None
+
+
+def wait_settled(timeline: Timeline, params: BenchParams) -> TimelineSample | None:
+    """A sample once every instance is ready, the lag is caught up, and the group's assignment
+    (every partition owned once) stayed the same for `steady_s` in which every partition was
+    processed: a case must not begin while partitions still move after the start."""
+    deadline = time.monotonic() + params.ready_timeout_s
+    while (remaining := deadline - time.monotonic()) > 0:
+        first = wait_until(
+            timeline,
+            remaining,
+            lambda s: _all_ready(s) and _caught_up(s, params) and _fully_assigned(s, params),
+        )
+        if first is None:
+            return None
+        time.sleep(params.steady_s)
+        last = timeline.take()
+        if (
+            _all_ready(last)
+            and _assignment(last) == _assignment(first)
+            and _advanced(last, first.lag, range(params.partitions))
+        ):
+            return last
+    return None
+
+
+def _assignment(sample: TimelineSample) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((s.name, tuple(sorted(s.partitions or ()))) for s in sample.instances)
+
+
+def _fully_assigned(sample: TimelineSample, params: BenchParams) -> bool:
+    owned = sorted(p for _, partitions in _assignment(sample) for p in partitions)
+    return owned == list(range(params.partitions))
 
 
 def _status(sample: TimelineSample, name: str) -> InstanceStatus:

@@ -66,7 +66,7 @@ class InstanceOptions:
     membership_mode: str = DEFAULTS["membership.mode"]
     num_standby_replicas: int = int(DEFAULTS["num.standby.replicas"])
     session_timeout_ms: int = 30_000
-    heartbeat_interval_ms: int = 3_000
+    heartbeat_interval_ms: int = int(DEFAULTS["consumer.heartbeat.interval.ms"])
     trigger_interval_ms: int = int(DEFAULTS["trigger.interval.ms"])
     max_records_per_batch: int = int(DEFAULTS["max.records.per.batch"])
     spark_cores: int = 1
@@ -100,7 +100,7 @@ def instance_properties(
         "consumer.heartbeat.interval.ms": str(options.heartbeat_interval_ms),
         TRANSACTIONAL_ID_KEY: "${env:POD_NAME}",
         "spark.master": f"local[{options.spark_cores}]",
-        "spark.sql.shuffle.partitions": str(2 * options.spark_cores),
+        "spark.sql.shuffle.partitions": str(options.spark_cores),
         "spark.local.dir": str(state_dir.parent / "spark-tmp" / state_dir.name),
     }
     if options.stateful and options.membership_mode == MEMBERSHIP_STATIC:

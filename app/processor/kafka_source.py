@@ -20,9 +20,12 @@ Planning, per kept partition (`SourceOffsets` documents the offsets, `state_rest
   has, or from the beginning without one; a gained partition's input is read in the same batch,
   from the group's committed offset.
 
-Reading, per planned range (the standbys' small tails share one task and one consumer): the
-reader folds the range's records with `combine.RangeFold` before they cross into the JVM (one
-row per page and range, see `combine.py`). Rows: key, value,
+Reading: the planned ranges (input split at `SPLIT_RECORDS`) are packed into as few tasks as
+keep every core busy (`read.tasks`, the executor's cores), each read one range after the other
+with one consumer that its Python worker keeps between tasks: a task and a new consumer per range
+cost more than a caught-up batch's records. The reader folds each range's records with
+`combine.RangeFold` before they cross into the JVM (one row per page and range, see
+`combine.py`). Rows: key, value,
 partition, offset (the last one the row stands for), records (how many), `kind` (`input` or
 `restore`), `restore_epoch` (see `SourceOffsets`) and `reason` (why a record goes to the
 dead-letter topic, NULL for a valid one). Nothing here commits offsets: the sink does, inside its
@@ -31,8 +34,10 @@ transaction; `commit()` runs late and never for the last batch (DESIGN.md).
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -110,6 +115,8 @@ class SourceOptions:
     assignment_path: str
     copies_path: str  # `state_restore.copies_path`
     max_records_per_batch: int
+    # How many tasks a batch's reads are packed into at least: the executor's cores.
+    read_tasks: int
     # librdkafka settings for the reader's clients: bootstrap, group.id (for committed offsets
     # only: these clients never subscribe), isolation level, security.
     consumer_config: Mapping[str, str]
@@ -135,10 +142,15 @@ class KafkaRange(InputPartition):
     kind: str
     restore_epoch: int
 
+    @property
+    def size(self) -> int:
+        """Offsets the range spans (a restore from the beginning: up to its end)."""
+        return self.end - max(self.begin, 0)
+
 
 @dataclass(frozen=True)
 class KafkaRanges(InputPartition):
-    """One task's work: several small ranges read one after the other with one consumer."""
+    """One task's work: ranges read one after the other with one consumer."""
 
     ranges: tuple[KafkaRange, ...]
 
@@ -269,29 +281,26 @@ class GroupAssignedReader(DataSourceStreamReader):
         current = SourceOffsets.from_dict(end, opts.input_topic, opts.changelog_topic)
         if FROM_KEY not in end:
             current = current.with_legacy_restores(previous)
-        ranges: list[InputPartition] = []
-        tails: list[KafkaRange] = []  # standbys' new changelog records: small, one task
+        ranges: list[KafkaRange] = []
         for p, pos in sorted(current.positions.items()):
             if pos.restore_from is None or pos.changelog_offset <= max(pos.restore_from, 0):
                 continue
-            work = KafkaRange(
-                opts.changelog_topic,
-                p,
-                pos.restore_from,
-                pos.changelog_offset,
-                RESTORE,
-                pos.restore_epoch,
+            ranges.append(
+                KafkaRange(
+                    opts.changelog_topic,
+                    p,
+                    pos.restore_from,
+                    pos.changelog_offset,
+                    RESTORE,
+                    pos.restore_epoch,
+                )
             )
-            standby_tail = not pos.active and pos.restore_from != FROM_BEGINNING
-            (tails if standby_tail else ranges).append(work)
         for p, (begin, end_offset) in sorted(current.input_ranges(previous).items()):
             epoch = current.positions[p].restore_epoch
             for lo in range(begin, end_offset, SPLIT_RECORDS):
                 hi = min(lo + SPLIT_RECORDS, end_offset)
                 ranges.append(KafkaRange(opts.input_topic, p, lo, hi, INPUT, epoch))
-        if tails:
-            ranges.append(KafkaRanges(tuple(tails)))
-        return ranges
+        return pack_tasks(ranges, opts.read_tasks)
 
     def commit(self, end: dict) -> None:
         """Nothing: input offsets are committed in the sink's transaction."""
@@ -356,15 +365,59 @@ class GroupAssignedReader(DataSourceStreamReader):
     # --- reading (executors) -------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Exactly the records of the planned range(s), as Arrow batches (no group: `assign()`)."""
-        assert isinstance(partition, KafkaRange | KafkaRanges)
-        work = partition.ranges if isinstance(partition, KafkaRanges) else (partition,)
-        consumer = Consumer(dict(self.options.consumer_config))
+        """Exactly the records of the planned ranges, as Arrow batches (no group: `assign()`)."""
+        assert isinstance(partition, KafkaRanges)
+        consumer = _reader_consumer(self.options.consumer_config)
         try:
-            for one in work:
+            for one in partition.ranges:
                 yield from read_range(consumer, one)
-        finally:
-            consumer.close()
+        except BaseException:
+            # A failed or abandoned read leaves the client in an unknown state: never reuse it.
+            _drop_reader_consumer(self.options.consumer_config)
+            raise
+
+
+# The consumer of this Python worker process, kept between tasks (Spark reuses its workers):
+# creating one and connecting it to the brokers costs more than reading a caught-up batch.
+_READER_CONSUMERS: dict[str, Consumer] = {}
+
+
+def _reader_consumer(config: Mapping[str, str]) -> Consumer:
+    key = json.dumps(config, sort_keys=True)
+    consumer = _READER_CONSUMERS.get(key)
+    if consumer is None:
+        consumer = _READER_CONSUMERS[key] = Consumer(dict(config))
+    return consumer
+
+
+def _drop_reader_consumer(config: Mapping[str, str]) -> None:
+    consumer = _READER_CONSUMERS.pop(json.dumps(config, sort_keys=True), None)
+    if consumer is not None:
+        consumer.close()
+
+
+def pack_tasks(ranges: Sequence[KafkaRange], tasks: int) -> list[InputPartition]:
+    """The ranges packed into tasks of about equal size: at least `tasks` (the cores), more when
+    the batch is bigger than `tasks * SPLIT_RECORDS`, never more than there are ranges.
+
+    Largest range first into the smallest task, ties broken by position: a pure function of the
+    ranges, so a replay plans the same tasks.
+    """
+    if not ranges:
+        return []
+    total = sum(r.size for r in ranges)
+    count = min(len(ranges), max(tasks, math.ceil(total / SPLIT_RECORDS)))
+    bins: list[tuple[int, int, list[KafkaRange]]] = [(0, i, []) for i in range(count)]
+    order = sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.begin))
+    for work in order:
+        size, index, members = heapq.heappop(bins)
+        members.append(work)
+        heapq.heappush(bins, (size + work.size, index, members))
+    packed = sorted(bins, key=lambda b: b[1])
+    return [
+        KafkaRanges(tuple(sorted(members, key=lambda r: (r.topic, r.partition, r.begin))))
+        for _, _, members in packed
+    ]
 
 
 def read_range(consumer: Consumer, work: KafkaRange) -> Iterator[pa.RecordBatch]:

@@ -75,6 +75,7 @@ def source_options(settings: ProcessorSettings) -> SourceOptions:
         assignment_path=str(assignment_path(settings.state_dir)),
         copies_path=str(copies_path(settings.checkpoint_dir)),
         max_records_per_batch=settings.max_records_per_batch,
+        read_tasks=settings.executor_cores,
         consumer_config=config,
     )
 

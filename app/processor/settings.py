@@ -135,6 +135,7 @@ REQUIRED_VALUES: Mapping[str, tuple[str, str]] = MappingProxyType(
 )
 
 _INT = re.compile(r"[+-]?\d+")
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
 _SECRET_WORDS = ("password", "secret", "token")
 
 
@@ -186,6 +187,16 @@ class ProcessorSettings:
     def checkpoint_dir(self) -> Path:
         """Spark's checkpoint (offsets log and state store), on the state volume."""
         return self.state_dir / "checkpoint"
+
+    @property
+    def executor_cores(self) -> int:
+        """The task slots of the local Spark (`spark.master`: `local[N]`, `local[*]`, `local`)."""
+        match = _LOCAL_MASTER.fullmatch(self.properties.get("spark.master", ""))
+        if match is None or match.group(1) is None:
+            return 1  # `local`, or a cluster master, whose executors are not this process's
+        if match.group(1) == "*":
+            return os.cpu_count() or 1
+        return max(1, int(match.group(1)))
 
     @property
     def trigger_processing_time(self) -> str:

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from app.bench.__main__ import parse_args
+from app.bench.measure import output_latencies
 from app.bench.rolling_restart import CASES, BenchParams, run_matrix
 from app.embedded_broker import EmbeddedBroker
+from app.local.observe import CountRecord
 
 SHORT = BenchParams(
     instances=2,
@@ -124,3 +126,20 @@ def test_bench_options_default_to_the_params_and_name_what_is_wrong(
         parse_args(["rolling-restart", "--cases", "static-kept,rolling"])
     assert exited.value.code == 2
     assert "unknown case(s) rolling; allowed: static-kept" in capsys.readouterr().err
+
+
+def test_every_page_view_gets_the_latency_of_the_first_count_that_covered_it() -> None:
+    views = {"/a": [1_000, 2_000, 3_000, None], "/b": [500]}
+    records = [
+        CountRecord(0, 0, 2_500, "/a", 2),  # views 1 and 2
+        CountRecord(1, 0, 4_000, "/b", 1),
+        CountRecord(0, 1, 5_000, "/a", 1),  # a count that went back covers nothing new
+        CountRecord(0, 2, 9_000, "/a", 4),  # views 3 and 4 (4 was not timed)
+    ]
+    found = output_latencies(records, views)
+    assert [(lat.partition, lat.output_ms, lat.seconds) for lat in found] == [
+        (0, 2_500, 1.5),
+        (0, 2_500, 0.5),
+        (1, 4_000, 3.5),
+        (0, 9_000, 6.0),
+    ]

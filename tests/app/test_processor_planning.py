@@ -22,6 +22,7 @@ from app.processor.kafka_source import (
     KafkaRanges,
     SourceOptions,
     fair_share,
+    pack_tasks,
 )
 from app.processor.source_offsets import (
     EPOCH_KEY,
@@ -56,6 +57,7 @@ def reader(tmp_path: Path) -> GroupAssignedReader:
             assignment_path=str(tmp_path / "assignment.json"),
             copies_path=str(tmp_path / "checkpoint" / "state-copies.json"),
             max_records_per_batch=1000,
+            read_tasks=2,
             consumer_config={"bootstrap.servers": "127.0.0.1:9", "group.id": "g"},
         )
     )
@@ -92,14 +94,38 @@ def test_ranges_come_from_start_and_end_alone(tmp_path: Path) -> None:
         p3=(None, 60, 3, 60),  # a standby with nothing new
     )
     ranges = reader(tmp_path).partitions(start, end)
+    # Input split at SPLIT_RECORDS; the pieces packed into two tasks (the cores) of about equal
+    # size, each in topic, partition and offset order.
     assert ranges == [
-        KafkaRange(CHANGELOG, 1, OFFSET_BEGINNING, 30, RESTORE, 2),
-        KafkaRange(INPUT_TOPIC, 0, 100, 100 + SPLIT_RECORDS, INPUT, 1),
-        KafkaRange(INPUT_TOPIC, 0, 100 + SPLIT_RECORDS, 100 + SPLIT_RECORDS + 5, INPUT, 1),
-        KafkaRange(INPUT_TOPIC, 1, 2, 7, INPUT, 2),
-        KafkaRanges((KafkaRange(CHANGELOG, 2, 44, 50, RESTORE, 3),)),
+        KafkaRanges((KafkaRange(INPUT_TOPIC, 0, 100, 100 + SPLIT_RECORDS, INPUT, 1),)),
+        KafkaRanges(
+            (
+                KafkaRange(CHANGELOG, 1, OFFSET_BEGINNING, 30, RESTORE, 2),
+                KafkaRange(CHANGELOG, 2, 44, 50, RESTORE, 3),
+                KafkaRange(INPUT_TOPIC, 0, 100 + SPLIT_RECORDS, 100 + SPLIT_RECORDS + 5, INPUT, 1),
+                KafkaRange(INPUT_TOPIC, 1, 2, 7, INPUT, 2),
+            )
+        ),
     ]
     assert reader(tmp_path).partitions(start, end) == ranges  # a replay plans the same
+
+
+def test_a_caught_up_batch_is_one_task_per_core_and_a_backlog_is_split_to_keep_them_busy() -> None:
+    small = [KafkaRange(INPUT_TOPIC, p, 0, 50 + p, INPUT, 1) for p in range(6)]
+    tasks = pack_tasks(small, 2)
+    assert len(tasks) == 2
+    assert sorted(r.partition for t in tasks for r in t.ranges) == list(range(6))  # each once
+    sizes = [sum(r.size for r in t.ranges) for t in tasks]
+    assert max(sizes) - min(sizes) <= max(r.size for r in small)
+    assert pack_tasks(small[:1], 2) == [KafkaRanges((small[0],))]  # never an empty task
+    backlog = [
+        KafkaRange(INPUT_TOPIC, p, lo, lo + SPLIT_RECORDS, INPUT, 1)
+        for p in range(3)
+        for lo in range(0, 4 * SPLIT_RECORDS, SPLIT_RECORDS)
+    ]
+    tasks = pack_tasks(backlog, 2)
+    assert len(tasks) == len(backlog)  # as many as SPLIT_RECORDS asks for, more than the cores
+    assert pack_tasks(list(reversed(backlog)), 2) == tasks  # a replay plans the same
 
 
 def test_an_empty_changelog_restores_nothing_and_an_idle_partition_reads_nothing(
@@ -196,8 +222,8 @@ def test_a_gained_partition_with_a_copy_reads_only_the_changelog_after_it(tmp_pa
     }
     assert gained.restoring() == {1}
     assert source.partitions(start, gained.to_dict()) == [
-        KafkaRange(CHANGELOG, 1, 850, 900, RESTORE, 5),
-        KafkaRange(INPUT_TOPIC, 1, 4000, 4100, INPUT, 5),
+        KafkaRanges((KafkaRange(INPUT_TOPIC, 1, 4000, 4100, INPUT, 5),)),
+        KafkaRanges((KafkaRange(CHANGELOG, 1, 850, 900, RESTORE, 5),)),
     ]
     # The next batch goes on from where this one ended.
     assert SourceOffsets.from_dict(gained.settled().to_dict(), INPUT_TOPIC, CHANGELOG).input_ranges(

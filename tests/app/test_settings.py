@@ -4,6 +4,7 @@ the client configurations derived from it."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.java_properties import parse_properties
+from app.processor.pipeline import source_options
 from app.processor.settings import (
     DEFAULTS,
     KNOWN_KEYS,
@@ -58,7 +60,7 @@ CONTRACT_DEFAULTS = {
     "producer.acks": "all",
     "producer.enable.idempotence": "true",
     "spark.master": "local[2]",
-    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.shuffle.partitions": "2",
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
@@ -367,7 +369,7 @@ def test_typed_fields_and_client_configs(tmp_path: Path) -> None:
     assert "group.id" not in producer
 
     spark = settings.spark_conf()
-    assert spark["spark.sql.shuffle.partitions"] == "4"
+    assert spark["spark.sql.shuffle.partitions"] == "2"
     assert all(k.startswith("spark.") for k in spark)
     assert settings.masked_properties()["sasl.password"] == "****"
 
@@ -395,7 +397,7 @@ def test_cli_prints_effective_settings_with_secrets_masked(
     assert "s3cret" not in out
     assert "consumer.group.instance.id=p-0" in out
     defaults = out.split("# defaults\n", 1)[1]
-    assert "spark.sql.shuffle.partitions=4" in defaults
+    assert "spark.sql.shuffle.partitions=2" in defaults
 
 
 def test_cli_exit_codes(tmp_path: Path) -> None:
@@ -456,3 +458,15 @@ def test_unknown_membership_mode_names_the_allowed_values(tmp_path: Path) -> Non
         p.startswith("membership.mode='eager'") and "allowed: static, handoff" in p
         for p in raised.value.problems
     )
+
+
+@pytest.mark.parametrize(
+    ("master", "cores"),
+    [("local[3]", 3), ("local[2,4]", 2), ("local", 1), ("local[*]", os.cpu_count() or 1)],
+)
+def test_the_source_packs_its_reads_into_as_many_tasks_as_spark_master_has_cores(
+    tmp_path: Path, master: str, cores: int
+) -> None:
+    settings = load(tmp_path, BASE + f"spark.master={master}\n")
+    assert settings.executor_cores == cores
+    assert source_options(settings).read_tasks == cores

@@ -89,9 +89,9 @@ def test_properties_carry_the_group_and_state_settings(stack: RecordedStack) -> 
 
 def test_spark_parallelism_follows_the_cpu_limit(dev: RecordedStack, prod: RecordedStack) -> None:
     assert properties(dev)["spark.master"] == "local[1]"
-    assert properties(dev)["spark.sql.shuffle.partitions"] == "2"
+    assert properties(dev)["spark.sql.shuffle.partitions"] == "1"
     assert properties(prod)["spark.master"] == "local[2]"
-    assert properties(prod)["spark.sql.shuffle.partitions"] == "4"
+    assert properties(prod)["spark.sql.shuffle.partitions"] == "2"
 
 
 def restart_budget_seconds(stack: RecordedStack) -> int:
