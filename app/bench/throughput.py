@@ -7,7 +7,8 @@
    own application id, output and changelog topics) works the backlog off: events/s is the slope
    of the group's committed offset from its first commit to the end of the backlog. Then the load
    generator adds views at `--latency-rate` for `--latency-s` seconds, and the event time to
-   output record time latency of those views gives p50 and p99.
+   output record time latency of those views gives p50 and p99. The instance's memory (its
+   process tree's PSS, `memory.py`) is sampled every second from its start to its stop.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from app.bench import plots
 from app.bench.measure import Timeline, output_latencies, percentile
+from app.bench.memory import MemorySampler
 from app.bench.table import write_table
 from app.loadgen import LoadGenerator, LoadSettings, producer_config
 from app.local.instances import InstanceOptions, PipelineNames
@@ -49,6 +51,8 @@ COLUMNS = (
     "p50 latency s",
     "p99 latency s",
     "latency samples",
+    "memory MiB (median)",
+    "memory MiB (peak)",
     "broker",
 )
 
@@ -174,6 +178,9 @@ def measure_instance(
     assert pipeline.output is not None and pipeline.lag is not None
     target = sum(p.end for p in pipeline.lag.read().values())
     pipeline.start_instances()
+    pid = pipeline.instances[0].pid
+    assert pid is not None
+    memory = MemorySampler(pid).start()
     timeline = Timeline(pipeline).start()
     deadline = time.monotonic() + params.ready_timeout_s
     first: tuple[float, int] | None = None
@@ -204,6 +211,7 @@ def measure_instance(
     while time.monotonic() < wait_s and pipeline.lag.total() > 0:
         time.sleep(0.5)
     timeline.stop()
+    memory.stop()
     pipeline.stop_instances()
     pipeline.output.wait_until_caught_up(60.0)
     # The backlog's views come first per page and were not timed: no latency for them.
@@ -217,5 +225,7 @@ def measure_instance(
         "p50 latency s": percentile(latencies, 0.5),
         "p99 latency s": percentile(latencies, 0.99),
         "latency samples": len(latencies),
+        "memory MiB (median)": memory.median_mib(),
+        "memory MiB (peak)": memory.peak_mib(),
     }
     return row, summary.per_key

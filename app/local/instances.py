@@ -154,6 +154,11 @@ class ProcessorProcess:
         return self._process is not None and self._process.poll() is None
 
     @property
+    def pid(self) -> int | None:
+        """The process id of the last run (None before the first start)."""
+        return None if self._process is None else self._process.pid
+
+    @property
     def returncode(self) -> int | None:
         """The exit code of the last run (None while running or before the first start)."""
         return None if self._process is None else self._process.poll()

@@ -397,8 +397,9 @@ def _drop_reader_consumer(config: Mapping[str, str]) -> None:
 
 
 def pack_tasks(ranges: Sequence[KafkaRange], tasks: int) -> list[InputPartition]:
-    """The ranges packed into tasks of about equal size: at least `tasks` (the cores), more when
-    the batch is bigger than `tasks * SPLIT_RECORDS`, never more than there are ranges.
+    """The ranges packed into tasks of about equal size: `tasks` (the cores), or a multiple of
+    it when the batch is bigger than `tasks * SPLIT_RECORDS` (whole waves: 5 tasks on 2 cores
+    take as long as 6), never more than there are ranges.
 
     Largest range first into the smallest task, ties broken by position: a pure function of the
     ranges, so a replay plans the same tasks.
@@ -406,7 +407,8 @@ def pack_tasks(ranges: Sequence[KafkaRange], tasks: int) -> list[InputPartition]
     if not ranges:
         return []
     total = sum(r.size for r in ranges)
-    count = min(len(ranges), max(tasks, math.ceil(total / SPLIT_RECORDS)))
+    waves = max(1, math.ceil(total / (tasks * SPLIT_RECORDS)))
+    count = min(len(ranges), tasks * waves)
     bins: list[tuple[int, int, list[KafkaRange]]] = [(0, i, []) for i in range(count)]
     order = sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.begin))
     for work in order:

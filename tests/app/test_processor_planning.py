@@ -125,6 +125,9 @@ def test_a_caught_up_batch_is_one_task_per_core_and_a_backlog_is_split_to_keep_t
     ]
     tasks = pack_tasks(backlog, 2)
     assert len(tasks) == len(backlog)  # as many as SPLIT_RECORDS asks for, more than the cores
+    # Whole waves: six partitions of 5/6 SPLIT_RECORDS each are six tasks on two cores, not five.
+    six = [KafkaRange(INPUT_TOPIC, p, 0, SPLIT_RECORDS * 5 // 6, INPUT, 1) for p in range(6)]
+    assert len(pack_tasks(six, 2)) == 6
     assert pack_tasks(list(reversed(backlog)), 2) == tasks  # a replay plans the same
 
 

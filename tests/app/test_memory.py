@@ -1,0 +1,42 @@
+"""The bench's memory measure: a process tree's PSS, children included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from app.bench.memory import MemorySampler, process_tree, pss_bytes, tree_pss_bytes
+
+# A child that starts a grandchild holding 64 MiB of its own memory, then waits.
+HOLDER = (
+    "import subprocess, sys; "
+    "g = subprocess.Popen([sys.executable, '-c', "
+    '\'import sys, time; b = bytearray(64 * 2**20); b[::4096] = b"x" * len(b[::4096]); '
+    "print(1, flush=True); time.sleep(60)'], stdout=sys.stdout); "
+    "g.wait()"
+)
+
+
+def test_a_process_trees_memory_counts_its_descendants() -> None:
+    child = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"1"  # the grandchild holds its memory now
+        tree = process_tree(child.pid)
+        assert tree[0] == child.pid and len(tree) == 2
+        grandchild = tree[1]
+        assert pss_bytes(grandchild) > 64 * 2**20
+        assert tree_pss_bytes(child.pid) >= pss_bytes(child.pid) + pss_bytes(grandchild) * 0.9
+        sampler = MemorySampler(child.pid, interval_s=0.05).start()
+        deadline = time.monotonic() + 30
+        while len(sampler.samples) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sampler.stop()
+        assert (sampler.peak_mib() or 0) >= 64
+    finally:
+        for pid in reversed(process_tree(child.pid)):
+            os.kill(pid, 9)
+        child.wait()
+    assert pss_bytes(child.pid) == 0  # gone: nothing, no error
