@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print(
             "Each instance starts Spark and its query (30-40 s with two on 2 cores) and joins "
-            "the group (1-23 s on the embedded broker): counts appear after 50-60 s. "
+            "the group (1-23 s on the embedded broker): counts appear after 45-60 s. "
             "Ctrl-C stops.",
             flush=True,
         )

@@ -96,7 +96,7 @@ def test_a_missing_class_archive_starts_without_it_and_says_how_to_build_it(
     settings = parse_settings(BASE, overrides={"class.data.archive": str(archive)})
     with caplog.at_level(logging.WARNING):
         conf = _with_class_archive(settings)
-    assert "spark.driver.extraJavaOptions" not in conf
+    assert "SharedArchiveFile" not in conf["spark.driver.extraJavaOptions"]
     assert f"class.data.archive={archive}: no such file" in caplog.text
     assert "python -m app.processor.class_archive" in caplog.text
 
