@@ -8,6 +8,7 @@ probe or Prometheus would: /ready and /metrics, plus the assignment the instance
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -258,8 +259,11 @@ class ProcessorProcess:
             with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-        except (OSError, TimeoutError):
+            try:
+                return exc.code, exc.read()
+            except (OSError, http.client.HTTPException):
+                return None  # the process went away while answering
+        except (OSError, TimeoutError, http.client.HTTPException):
             return None  # not listening yet, or gone
 
     def _ready(self) -> bool:
