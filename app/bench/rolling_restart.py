@@ -67,7 +67,14 @@ class Case:
     # Every instance restarted in turn, highest ordinal first, each once the previous one is
     # ready and has been for `min_ready_s` (what the StatefulSet controller does in a roll).
     rollout: bool = False
+    # Keeps `num.standby.replicas` warm copies (hand-off mode always does: it hands to them).
+    standbys: bool = False
     needs_apache: str | None = None
+
+    def standby_replicas(self, params: BenchParams) -> int:
+        """The case's `num.standby.replicas`."""
+        keeps = self.standbys or self.membership_mode == MEMBERSHIP_HANDOFF
+        return params.standby_replicas if keeps else 0
 
 
 CASES: tuple[Case, ...] = (
@@ -85,6 +92,14 @@ CASES: tuple[Case, ...] = (
     Case(
         "static-failover",
         "static membership, down longer than the session timeout (failover)",
+        outlive_session=True,
+        needs_apache=NEEDS_COORDINATOR,
+    ),
+    Case(
+        "standby-failover",
+        "static membership with standbys, down longer than the session timeout: the others "
+        "take its partitions over from their warm copies",
+        standbys=True,
         outlive_session=True,
         needs_apache=NEEDS_COORDINATOR,
     ),
@@ -128,7 +143,7 @@ class BenchParams:
     skew: float = 1.1
     session_timeout_ms: int = 20_000
     heartbeat_interval_ms: int = int(DEFAULTS["consumer.heartbeat.interval.ms"])
-    # num.standby.replicas of the hand-off cases (hand-off needs a warm copy to hand to).
+    # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
     standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart
     min_ready_s: float = 10.0  # a rollout's minReadySeconds (the dev stack's)
@@ -187,8 +202,8 @@ def run_matrix(
     bootstrap_servers: str,
     embedded: bool,
 ) -> list[CaseResult]:
-    """Run the cases, one pipeline per membership kind (static, dynamic) with one restart per
-    case in it; write the table (Markdown, CSV) and a graph per case; the results."""
+    """Run the cases, one pipeline per kind (membership, standbys) with one restart per case in
+    it; write the table (Markdown, CSV) and a graph per case; the results."""
     results: dict[str, CaseResult] = {}
     runnable = []
     for case in cases:
@@ -197,12 +212,14 @@ def run_matrix(
             results[case.name] = CaseResult(case, row)
         else:
             runnable.append(case)
-    kinds = dict.fromkeys((c.stateful, c.membership_mode) for c in runnable)
-    for stateful, mode in kinds:
-        group = [c for c in runnable if (c.stateful, c.membership_mode) == (stateful, mode)]
-        if group:
-            for result in run_group(group, params, out_dir, bootstrap_servers, embedded):
-                results[result.case.name] = result
+
+    def kind(case: Case) -> tuple[bool, str, int]:
+        return case.stateful, case.membership_mode, case.standby_replicas(params)
+
+    for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
+        group = [c for c in runnable if kind(c) == pipeline_kind]
+        for result in run_group(group, params, out_dir, bootstrap_servers, embedded):
+            results[result.case.name] = result
     ordered = [results[c.name] for c in cases]
     text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
     print(text, flush=True)
@@ -230,7 +247,7 @@ def run_group(
 ) -> list[CaseResult]:  # fmt: skip
     """One pipeline (own topics and group), one restart of the last instance per case."""
     stateful, mode = cases[0].stateful, cases[0].membership_mode
-    kind = mode if stateful else "dynamic"
+    kind = (mode if stateful else "dynamic") + ("-standby" if cases[0].standbys else "")
     prefix = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
     setup = PipelineSetup(
         base_dir=out_dir / "state" / prefix,
@@ -242,7 +259,7 @@ def run_group(
         options=InstanceOptions(
             stateful=stateful,
             membership_mode=mode,
-            num_standby_replicas=params.standby_replicas if mode == MEMBERSHIP_HANDOFF else 0,
+            num_standby_replicas=cases[0].standby_replicas(params),
             session_timeout_ms=params.session_timeout_ms,
             heartbeat_interval_ms=params.heartbeat_interval_ms,
         ),
@@ -414,9 +431,7 @@ def _row(
     return {
         "case": event.case.name,
         "broker": "embedded" if embedded else "apache",
-        "standby replicas": (
-            params.standby_replicas if event.case.membership_mode == MEMBERSHIP_HANDOFF else 0
-        ),
+        "standby replicas": event.case.standby_replicas(params),
         "produced": check.produced,
         "counted": check.counted,
         "match": "yes" if check.ok else "NO",

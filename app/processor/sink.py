@@ -279,14 +279,17 @@ class TransactionalSink:
         seconds = max(0.0, time.time() - planned)
         for p in sorted(restoring):
             self.metrics.restore_done(p, records[p], seconds)
+            start = end.positions[p].restore_from
             if not records[p]:
                 log.info(
-                    "partition %s-%d: nothing to restore (its changelog is empty)",
+                    "partition %s-%d: nothing to restore (%s)",
                     self.topics.input,
                     p,
+                    "its changelog is empty"
+                    if start == FROM_BEGINNING
+                    else f"this instance's copy is at the changelog's end, offset {start}",
                 )
                 continue
-            start = end.positions[p].restore_from
             log.info(
                 "partition %s-%d: state restored from %d changelog records (%s), %.2f s from "
                 "planning to commit (%.0f/s)",

@@ -47,6 +47,13 @@ def read_table(out: Path) -> dict[str, dict[str, str]]:
         return {row["case"]: row for row in csv.DictReader(f)}
 
 
+def assert_exact(rows: dict[str, dict[str, str]], names: tuple[str, ...]) -> None:
+    """Every named case counted each page view once: produced = counted, no duplicates."""
+    for name in names:
+        assert rows[name]["match"] == "yes", rows[name]
+        assert rows[name]["duplicates"] == "0", rows[name]
+
+
 def test_static_restart_keeps_counts_exact_and_restores_only_a_lost_state(
     broker: str, tmp_path: Path
 ) -> None:
@@ -71,21 +78,47 @@ def test_static_restart_keeps_counts_exact_and_restores_only_a_lost_state(
 def test_dynamic_members_leave_and_counts_stay_exact(broker: str, tmp_path: Path) -> None:
     cases = [BY_NAME["dynamic-kept"], BY_NAME["stateless-leave"]]
     run_matrix(cases, SHORT, tmp_path, broker, embedded=True)
-    rows = read_table(tmp_path)
-    for name in ("dynamic-kept", "stateless-leave"):
-        assert rows[name]["match"] == "yes", rows[name]
-        assert rows[name]["duplicates"] == "0", rows[name]
+    assert_exact(read_table(tmp_path), ("dynamic-kept", "stateless-leave"))
 
 
 @pytest.mark.apache_kafka(reason="static members handing partitions over (failover)")
-def test_failover_on_apache_kafka_keeps_counts_exact(apache_kafka: str, tmp_path: Path) -> None:
+def test_failover_takes_over_from_warm_copies_and_keeps_counts_exact(
+    apache_kafka: str, tmp_path: Path
+) -> None:
     params = replace(SHORT, session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
-    run_matrix([BY_NAME["static-failover"]], params, tmp_path, apache_kafka, embedded=False)
-    row = read_table(tmp_path)["static-failover"]
-    assert row["match"] == "yes", row
-    assert row["duplicates"] == "0", row
-    # The survivor took the partitions over after the session timeout: it restored them.
-    assert int(row["restored records"]) > 0, row
+    cases = [BY_NAME["static-failover"], BY_NAME["standby-failover"]]
+    run_matrix(cases, params, tmp_path, apache_kafka, embedded=False)
+    rows = read_table(tmp_path)
+    assert_exact(rows, ("static-failover", "standby-failover"))
+    assert rows["standby-failover"]["standby replicas"] == "1", rows["standby-failover"]
+    # Between the stop and the restarted instance's join the survivor took the stopped one's
+    # partitions over: without a copy from their whole changelogs, with one from its copies.
+    without_copies = _taken_over(tmp_path, "bench-static-[0-9a-f]*")
+    assert without_copies, "the survivor took nothing over"
+    assert all("the whole changelog" in line for line in without_copies), without_copies
+    with_copies = _taken_over(tmp_path, "bench-static-standby-*")
+    assert with_copies, "the survivor with copies took nothing over"
+    assert all(
+        "the tail after this instance's copy" in line or "copy is at the changelog's end" in line
+        for line in with_copies
+    ), with_copies
+
+
+def _taken_over(out: Path, pipeline: str) -> list[str]:
+    """The restore lines a pipeline's instances logged from the case's stop to the rejoin."""
+    lines = [
+        line
+        for log in out.glob(f"state/{pipeline}/logs/*.log")
+        for line in log.read_text(encoding="utf-8").splitlines()
+    ]
+    stopped = min(line[:23] for line in lines if "SIGTERM received" in line)
+    rejoined = max(line[:23] for line in lines if "joining group" in line)
+    return [
+        line
+        for line in lines
+        if stopped < line[:23] < rejoined
+        and ("state restored from" in line or "nothing to restore" in line)
+    ]
 
 
 @pytest.mark.apache_kafka(reason="a leaving member's partitions handed to the others (handoff)")

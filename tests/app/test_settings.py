@@ -49,7 +49,7 @@ CONTRACT_DEFAULTS = {
     "state.dir": "/var/lib/processor",
     "health.port": "8080",
     "trigger.interval.ms": "1000",
-    "max.records.per.batch": "50000",
+    "max.records.per.batch": "1000000",
     "shutdown.timeout.ms": "45000",
     "consumer.group.protocol": "classic",
     "consumer.partition.assignment.strategy": "cooperative-sticky",
@@ -350,7 +350,7 @@ def test_typed_fields_and_client_configs(tmp_path: Path) -> None:
     assert settings.health_port == 8080
     assert settings.trigger_interval_ms == 1000
     assert settings.trigger_processing_time == "1000 milliseconds"
-    assert settings.max_records_per_batch == 50000
+    assert settings.max_records_per_batch == 1_000_000
     assert settings.checkpoint_dir == Path("/var/lib/processor/checkpoint")
     assert settings.source == tmp_path / "processor.properties"
 
