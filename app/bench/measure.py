@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from app.local.instances import InstanceStatus
 from app.local.observe import CountRecord, PartitionLag
@@ -31,19 +32,15 @@ class TimelineSample:
     instances: tuple[InstanceStatus, ...]
 
 
-class Timeline:
-    """Samples lag and instance status every `interval_s` on a daemon thread."""
+class PeriodicSampler:
+    """Calls `take()` every `interval_s` on a daemon thread, from `start()` until `stop()`."""
 
-    def __init__(self, pipeline: LocalPipeline, interval_s: float = SAMPLE_INTERVAL_S) -> None:
-        self.pipeline = pipeline
+    def __init__(self, name: str, interval_s: float) -> None:
         self.interval_s = interval_s
-        self.samples: list[TimelineSample] = []
         self._stop = threading.Event()
-        # One sample at a time: the sampler thread and `take()` callers share the clients.
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="timeline", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> Timeline:
+    def start(self) -> Self:
         """Start sampling."""
         self._thread.start()
         return self
@@ -52,6 +49,25 @@ class Timeline:
         """Stop sampling."""
         self._stop.set()
         self._thread.join()
+
+    def take(self) -> object:
+        """One sample now, kept by the subclass."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.take()
+
+
+class Timeline(PeriodicSampler):
+    """Samples lag and instance status every `interval_s` on a daemon thread."""
+
+    def __init__(self, pipeline: LocalPipeline, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        super().__init__("timeline", interval_s)
+        self.pipeline = pipeline
+        self.samples: list[TimelineSample] = []
+        # One sample at a time: the sampler thread and `take()` callers share the clients.
+        self._lock = threading.Lock()
 
     def take(self) -> TimelineSample:
         """One sample now (also appended to `samples`)."""
@@ -64,10 +80,6 @@ class Timeline:
             )
             self.samples.append(sample)
         return sample
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.take()
 
 
 @dataclass(frozen=True)

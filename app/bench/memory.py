@@ -10,8 +10,9 @@ per process.
 from __future__ import annotations
 
 import statistics
-import threading
 from pathlib import Path
+
+from app.bench.measure import PeriodicSampler
 
 PROC = Path("/proc")
 SAMPLE_INTERVAL_S = 1.0
@@ -52,25 +53,20 @@ def tree_pss_bytes(pid: int) -> int:
     return sum(pss_bytes(p) for p in process_tree(pid))
 
 
-class MemorySampler:
+class MemorySampler(PeriodicSampler):
     """Samples a process tree's PSS every `interval_s` on a daemon thread."""
 
     def __init__(self, pid: int, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        super().__init__("memory", interval_s)
         self.pid = pid
-        self.interval_s = interval_s
         self.samples: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memory", daemon=True)
 
-    def start(self) -> MemorySampler:
-        """Start sampling."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop sampling."""
-        self._stop.set()
-        self._thread.join()
+    def take(self) -> int:
+        """The tree's PSS now, kept as a sample unless the tree is gone (0)."""
+        total = tree_pss_bytes(self.pid)
+        if total:
+            self.samples.append(total)
+        return total
 
     def median_mib(self) -> float | None:
         """The median sample in MiB (None without samples)."""
@@ -79,9 +75,3 @@ class MemorySampler:
     def peak_mib(self) -> float | None:
         """The largest sample in MiB (None without samples)."""
         return round(max(self.samples) / 2**20) if self.samples else None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            total = tree_pss_bytes(self.pid)
-            if total:
-                self.samples.append(total)
