@@ -34,7 +34,7 @@ from app.bench.measure import (
     output_latencies,
     zero_output_gaps,
 )
-from app.bench.table import write_table
+from app.bench.table import Row, write_table
 from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, InstanceStatus, PipelineNames
 from app.local.observe import CountCheck, CountRecord, PartitionLag, check_counts
@@ -162,7 +162,7 @@ class CaseResult:
     """One row of the table, and where its graph is."""
 
     case: Case
-    row: dict[str, object] = field(default_factory=dict)
+    row: Row = field(default_factory=dict)
     ok: bool = True
     plot: Path | None = None
 

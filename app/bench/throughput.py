@@ -77,11 +77,11 @@ def run_throughput(
     out_dir: Path,
     bootstrap_servers: str,
     embedded: bool,
-) -> list[dict[str, object]]:
+) -> list[dict[str, float | str | None]]:
     """Run every configuration; write the table and the graph; the rows."""
     run_id = uuid.uuid4().hex[:6]
     input_topic = f"tp-{run_id}-page-views"
-    rows = []
+    rows: list[dict[str, float | str | None]] = []
     raw: float | None = None
     produced: Counter[str] = Counter()  # views per page in the shared input topic so far
     for max_records, trigger_ms in configs:
@@ -121,7 +121,7 @@ def run_throughput(
     plots.throughput_bars(
         out_dir / "throughput.png",
         [f"{r['max.records.per.batch']}/{r['trigger.interval.ms']}ms" for r in rows],
-        [float(r["events/s"] or 0) for r in rows],  # type: ignore[arg-type]
+        [float(r["events/s"] or 0) for r in rows],
         raw or 0.0,
     )
     print(f"table: {out_dir / 'throughput.md'} and .csv; graph: {out_dir / 'throughput.png'}")
@@ -172,7 +172,7 @@ def raw_consume_rate(bootstrap_servers: str, topic: str, expected: int) -> float
 
 def measure_instance(
     pipeline: LocalPipeline, params: ThroughputParams, backlog: Mapping[str, int]
-) -> tuple[dict[str, object], Mapping[str, int]]:
+) -> tuple[dict[str, float | None], Mapping[str, int]]:
     """Events/s over the backlog (every view already in the input topic, `backlog` per page),
     then latency percentiles under a steady load; the row and the views that load added."""
     assert pipeline.output is not None and pipeline.lag is not None

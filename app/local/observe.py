@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -99,8 +100,11 @@ class GroupLag:
         result = {}
         for tp in committed:
             _, high = self._retrying(
-                lambda tp=tp: self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, tp.partition), timeout=CLIENT_TIMEOUT_S, cached=False
+                partial(
+                    self._consumer.get_watermark_offsets,
+                    TopicPartition(self.topic, tp.partition),
+                    timeout=CLIENT_TIMEOUT_S,
+                    cached=False,
                 )
             )
             result[tp.partition] = PartitionLag(high, tp.offset if tp.offset >= 0 else None)

@@ -61,6 +61,7 @@ def java_options(archive: Path) -> str:
 def _train(out: Path, work_dir: Path) -> int:
     """Run the training query in this process's driver JVM, which dumps to `out` at exit;
     the JVM's pid."""
+    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     from app.java_properties import format_properties
@@ -102,17 +103,23 @@ def _train(out: Path, work_dir: Path) -> int:
         )
     )
     batches: list[int] = []
+
+    def run_batch(batch: DataFrame, batch_id: int) -> None:
+        batch.toArrow()  # runs the plan, as the sink does
+        batches.append(batch_id)
+
     query = (
         count_page_views(events)
         .writeStream.outputMode("update")
-        .foreachBatch(lambda batch, batch_id: (batch.toArrow(), batches.append(batch_id)))
+        .foreachBatch(run_batch)
         .trigger(processingTime="500 milliseconds")
         .option("checkpointLocation", str(work_dir / "checkpoint"))
         .start()
     )
     deadline = time.monotonic() + TRAINING_TIMEOUT_S
     while len(batches) < TRAINING_BATCHES and query.isActive and time.monotonic() < deadline:
-        query.awaitTermination(0.5)
+        # pyspark annotates the timeout int, but takes float seconds (it waits timeout * 1000 ms).
+        query.awaitTermination(0.5)  # type: ignore[arg-type]
     if query.exception() is not None or len(batches) < TRAINING_BATCHES:
         raise RuntimeError(f"the training query ran {len(batches)} batches: {query.exception()}")
     query.stop()

@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -166,5 +166,5 @@ def _handler_for(health: HealthServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _encode(body: dict[str, object]) -> bytes:
+def _encode(body: Mapping[str, object]) -> bytes:
     return json.dumps(body).encode() + b"\n"

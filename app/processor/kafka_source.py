@@ -396,7 +396,7 @@ def _drop_reader_consumer(config: Mapping[str, str]) -> None:
         consumer.close()
 
 
-def pack_tasks(ranges: Sequence[KafkaRange], tasks: int) -> list[InputPartition]:
+def pack_tasks(ranges: Sequence[KafkaRange], tasks: int) -> list[KafkaRanges]:
     """The ranges packed into tasks of about equal size: `tasks` (the cores), or a multiple of
     it when the batch is bigger than `tasks * SPLIT_RECORDS` (whole waves: 5 tasks on 2 cores
     take as long as 6), never more than there are ranges.

@@ -192,7 +192,8 @@ class ProcessorInstance:
                         WARM_UP_TIMEOUT_S,
                     )
                     return query
-                query.awaitTermination(0.2)
+                # pyspark annotates the timeout int, but takes float seconds (timeout * 1000 ms).
+                query.awaitTermination(0.2)  # type: ignore[arg-type]
             took = time.monotonic() - began
             log.info("warm-up batch %d took %.1f s", round_, took)
             if took <= CAUGHT_UP_ROUND_S or not copies or not query.isActive:

@@ -225,8 +225,9 @@ class GroupMember:
         try:
             while not self._stop.is_set():
                 message = consumer.poll(POLL_TIMEOUT_S)
-                if message is not None and message.error() is not None:
-                    self._on_error(message.error())
+                error = message.error() if message is not None else None
+                if error is not None:
+                    self._on_error(error)
                 self._read_group_metadata(consumer)
                 if time.monotonic() >= next_lag or self._describe_now.is_set():
                     next_lag = time.monotonic() + LAG_INTERVAL_S
@@ -258,7 +259,7 @@ class GroupMember:
         else:
             log.warning("group member: %s", error.str())
 
-    def _on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._read_group_metadata(consumer)
         consumer.incremental_assign(partitions)
         # Membership only: the source reads the records.
@@ -266,20 +267,20 @@ class GroupMember:
             consumer.pause(partitions)
         self._changed(added={tp.partition for tp in partitions}, removed=set())
 
-    def _on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._read_group_metadata(consumer)  # before waiting: the running batch needs it
         revoked = {tp.partition for tp in partitions}
         if revoked & self.assignment():
             self._finish_running_batch(revoked)
         self._give_up(consumer, partitions)
 
-    def _on_lost(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: another member may own them already, no commit of ours would pass.
         log.warning("group member: partitions lost (session timed out): %s", _names(partitions))
         self._read_group_metadata(consumer)
         self._give_up(consumer, partitions)
 
-    def _give_up(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+    def _give_up(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         with self._ownership:  # after the running transaction
             consumer.incremental_unassign(partitions)
             self._changed(added=set(), removed={tp.partition for tp in partitions})

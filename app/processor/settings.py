@@ -371,7 +371,10 @@ def _check_key(key: str, item: _Value) -> list[str]:
 
 def _check_client_key(key: str, item: _Value) -> list[str]:
     """Ask librdkafka about one client key on its own, so the error names the key."""
-    roles = []
+    # (role, client class, the config it needs besides the key)
+    roles: list[
+        tuple[str, type[confluent_kafka.Consumer] | type[confluent_kafka.Producer], dict[str, str]]
+    ] = []
     if key.startswith(CONSUMER_PREFIX) or _is_client_common(key):
         roles.append(("consumer", confluent_kafka.Consumer, {"group.id": "settings-check"}))
     if key.startswith(PRODUCER_PREFIX) or _is_client_common(key):

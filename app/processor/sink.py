@@ -207,8 +207,13 @@ class TransactionalSink:
 
         def delivered(error: KafkaError | None, message: Message) -> None:
             if error is None:
-                p = message.partition()
-                changelog_ends[p] = max(changelog_ends.get(p, 0), message.offset() + 1)
+                p, offset = message.partition(), message.offset()
+                if p is None or offset is None:  # set on every delivered record
+                    raise RuntimeError(
+                        f"delivery report of a {message.topic()} record without its partition "
+                        f"or offset ({p}, {offset})"
+                    )
+                changelog_ends[p] = max(changelog_ends.get(p, 0), offset + 1)
 
         try:
             producer.begin_transaction()
@@ -318,6 +323,9 @@ def _records_by_partition(rows: pa.Table, kind: str) -> Counter[int]:
     return found
 
 
-def _dlq_headers(reason: str, topic: str, partition: int, row: dict) -> list[tuple[str, bytes]]:
+def _dlq_headers(
+    reason: str, topic: str, partition: int, row: dict
+) -> list[tuple[str, str | bytes | None]]:
+    # The pairs typed as Producer.produce takes them (a list of (str, bytes) is not: invariant).
     values = (reason, topic, str(partition), str(row["offset"]))
     return [(name, value.encode("utf-8")) for name, value in zip(DLQ_HEADERS, values, strict=True)]

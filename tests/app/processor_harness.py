@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.embedded_broker import ONE_RECORD_PER_REQUEST, free_port
@@ -173,9 +173,14 @@ def read_committed(bootstrap: str, topic: str) -> list[ReadRecord]:
         while time.monotonic() < deadline:
             for m in consumer.consume(1000, 0.5):
                 if m.error() is None:
-                    headers = {k: v for k, v in (m.headers() or [])}
+                    partition, offset = m.partition(), m.offset()
+                    if partition is None or offset is None:  # set on every consumed record
+                        raise RuntimeError(
+                            f"a record of {topic} without its partition or offset "
+                            f"({partition}, {offset})"
+                        )
                     records.append(
-                        ReadRecord(m.partition(), m.offset(), m.key(), m.value(), headers)
+                        ReadRecord(partition, offset, m.key(), m.value(), _headers(m, topic))
                     )
             positions = consumer.position([TopicPartition(topic, p) for p in ends])
             if all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions):
@@ -183,6 +188,18 @@ def read_committed(bootstrap: str, topic: str) -> list[ReadRecord]:
         raise TimeoutError(f"could not read {topic} up to {ends}")
     finally:
         consumer.close()
+
+
+def _headers(message: Message, topic: str) -> dict[str, bytes]:
+    """A consumed record's headers by name. The client hands them over as (name, value) pairs;
+    the stubs' type also allows the dict form a producer may be given."""
+    pairs = message.headers() or []
+    headers: dict[str, bytes] = {}
+    for name, value in pairs.items() if isinstance(pairs, dict) else pairs:
+        if not isinstance(value, bytes):  # a null value: nothing here writes one
+            raise TypeError(f"header {name!r} of a record of {topic} is {value!r}, not bytes")
+        headers[name] = value
+    return headers
 
 
 def latest_counts(bootstrap: str, topic: str) -> dict[str, int]:

@@ -8,6 +8,7 @@ with state kept, then one with the state wiped), as the benchmark itself does.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,7 +34,7 @@ BY_NAME = {c.name: c for c in CASES}
 
 
 @pytest.fixture(scope="module")
-def broker() -> str:
+def broker() -> Iterator[str]:
     # Its own embedded broker: the load generator must produce one record per request there
     # (Tansu's ListOffsets), which the bench only does for a broker it knows is the embedded one.
     with EmbeddedBroker() as embedded:
@@ -163,7 +164,7 @@ def test_bench_options_default_to_the_params_and_name_what_is_wrong(
 
 
 def test_every_page_view_gets_the_latency_of_the_first_count_that_covered_it() -> None:
-    views = {"/a": [1_000, 2_000, 3_000, None], "/b": [500]}
+    views: dict[str, list[int | None]] = {"/a": [1_000, 2_000, 3_000, None], "/b": [500]}
     records = [
         CountRecord(0, 0, 2_500, "/a", 2),  # views 1 and 2
         CountRecord(1, 0, 4_000, "/b", 1),

@@ -325,7 +325,9 @@ def committed_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     while time.monotonic() < min(deadline, quiet_until):
         message = reader.poll(0.2)
         if message is not None and message.error() is None:
-            values.append(message.value())
+            value = message.value()
+            assert value is not None, f"a record of {topic} without a value"  # all have one
+            values.append(value)
         if len(values) >= expected and quiet_until == float("inf"):
             quiet_until = time.monotonic() + 2
     reader.close()
@@ -372,12 +374,21 @@ def produce_input(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(30) == 0
 
 
+def position(message: Message) -> tuple[str, int, int]:
+    """A consumed message's topic, partition and offset (the client sets them on every one)."""
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    assert topic is not None and partition is not None and offset is not None, (
+        f"a consumed message without its position: {topic}-{partition}@{offset}"
+    )
+    return topic, partition, offset
+
+
 def next_offsets(messages: list[Message]) -> list[TopicPartition]:
     """What a consumer commits after `messages`: the next offset to read, per partition."""
     ends: dict[tuple[str, int], int] = {}
     for message in messages:
-        key = (message.topic(), message.partition())
-        ends[key] = max(ends.get(key, 0), message.offset() + 1)
+        topic, partition, offset = position(message)
+        ends[(topic, partition)] = max(ends.get((topic, partition), 0), offset + 1)
     return [TopicPartition(topic, partition, end) for (topic, partition), end in ends.items()]
 
 
@@ -392,7 +403,8 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it(apache_kafka: str) 
     producer = transactional_producer(apache_kafka, f"processor-0-{uuid.uuid4().hex[:6]}")
     producer.begin_transaction()
     for message in messages:
-        producer.produce(output, key=message.key(), value=b"1", partition=message.partition())
+        _, partition, _ = position(message)
+        producer.produce(output, key=message.key(), value=b"1", partition=partition)
     producer.send_offsets_to_transaction(offsets, member.consumer.consumer_group_metadata(), 30)
     producer.commit_transaction(30)
 

@@ -105,7 +105,9 @@ def test_acks_all_produce_survives_the_loss_of_one_node(kraft_cluster: KraftClus
         while len(seen) < records and time.monotonic() < deadline:
             message = consumer.poll(1.0)
             if message is not None and message.error() is None:
-                seen.add(message.value())
+                value = message.value()
+                assert value is not None, f"a record of {topic} without a value"  # all have one
+                seen.add(value)
         consumer.close()
         assert len(seen) == records
     finally:

@@ -7,6 +7,7 @@ import json
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -39,7 +40,19 @@ def read_all(bootstrap: str, topic: str, expected: int) -> list:
     return messages
 
 
-def generate(bootstrap: str, topic: str, **settings: object) -> loadgen.ProducedSummary:
+class Settings(TypedDict, total=False):
+    """The LoadSettings fields a test sets (topic and rate are generate's)."""
+
+    keys: int
+    skew: float
+    count: int | None
+    duration_s: float | None
+    malformed_ratio: float
+    seed: int | None
+    record_timestamps: bool
+
+
+def generate(bootstrap: str, topic: str, **settings: Unpack[Settings]) -> loadgen.ProducedSummary:
     # The embedded broker needs one record per request; a real Kafka takes either.
     config = producer_config(bootstrap, one_record_per_batch=True)
     return LoadGenerator(LoadSettings(topic=topic, rate=2000, **settings), config).run()

@@ -40,8 +40,16 @@ INPUT_TOPIC = "page-views"
 CHANGELOG = "page-view-counter-counts-changelog"
 
 
-def offsets(**positions: tuple[int | None, ...]) -> dict:
-    """Spark's form of the offsets; positions as p<N>=(input, changelog, epoch[, from])."""
+# (input, changelog, epoch[, restore from[, input from]]): PartitionPosition's fields in order.
+Position = (
+    tuple[int | None, int, int]
+    | tuple[int | None, int, int, int]
+    | tuple[int | None, int, int, int, int]
+)
+
+
+def offsets(**positions: Position) -> dict:
+    """Spark's form of the offsets; positions as p<N>=`Position`."""
     return SourceOffsets(
         INPUT_TOPIC,
         CHANGELOG,
@@ -183,11 +191,13 @@ def test_held_partitions_are_those_of_the_last_committed_batch(tmp_path: Path) -
     )
 
 
-def planner(tmp_path: Path, ends: dict[tuple[str, int], int], committed: int = 0):
+def planner(
+    tmp_path: Path, ends: dict[tuple[str, int], int], committed: int = 0
+) -> GroupAssignedReader:
     """A reader whose Kafka answers are `ends` (topic, partition -> last stable offset)."""
     source = reader(tmp_path)
-    source._end = lambda topic, p: ends[(topic, p)]  # type: ignore[method-assign]
-    source._committed_or_earliest = lambda p: committed  # type: ignore[method-assign]
+    source._end = lambda topic, partition: ends[(topic, partition)]  # type: ignore[method-assign]
+    source._committed_or_earliest = lambda partition: committed  # type: ignore[method-assign]
     return source
 
 
