@@ -70,6 +70,11 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def log_path(self) -> Path:
         """Where the broker's own output goes (read it when something looks wrong)."""
         return self._log_dir / "tansu.log"

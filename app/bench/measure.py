@@ -33,7 +33,11 @@ class TimelineSample:
 
 
 class PeriodicSampler:
-    """Calls `take()` every `interval_s` on a daemon thread, from `start()` until `stop()`."""
+    """Calls `take()` every `interval_s` on a daemon thread, from `start()` until `stop()`.
+
+    As a context manager it stops on the way out, also on an error or a Ctrl-C: before the
+    clients it samples with are closed, not after.
+    """
 
     def __init__(self, name: str, interval_s: float) -> None:
         self.interval_s = interval_s
@@ -46,9 +50,16 @@ class PeriodicSampler:
         return self
 
     def stop(self) -> None:
-        """Stop sampling."""
+        """Stop sampling (a no-op once stopped or before a start)."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def take(self) -> object:
         """One sample now, kept by the subclass."""

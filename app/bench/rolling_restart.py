@@ -274,21 +274,20 @@ def run_group(
         pipeline.start_instances()
         loader = pipeline.load(load)
         t0 = time.time()
-        timeline = Timeline(pipeline).start()
-        for case in cases:
-            steady = wait_settled(timeline, params)
-            if steady is None:
-                raise RuntimeError(
-                    f"{prefix}: the instances were not ready, caught up and settled within "
-                    f"{params.ready_timeout_s:g} s; see the logs in {setup.base_dir / 'logs'}"
-                )
-            log.info("%s: ready, caught up and settled %.0f s after the start", prefix,
-                     steady.at - t0)  # fmt: skip
-            run_case = rollout if case.rollout else restart
-            restarts.append(run_case(pipeline, timeline, case, params))
-        summary = loader.stop()
-        drained = wait_until(timeline, params.drain_timeout_s, lambda s: _total_lag(s) == 0)
-        timeline.stop()
+        with Timeline(pipeline) as timeline:
+            for case in cases:
+                steady = wait_settled(timeline, params)
+                if steady is None:
+                    raise RuntimeError(
+                        f"{prefix}: the instances were not ready, caught up and settled within "
+                        f"{params.ready_timeout_s:g} s; see the logs in {setup.base_dir / 'logs'}"
+                    )
+                log.info("%s: ready, caught up and settled %.0f s after the start", prefix,
+                         steady.at - t0)  # fmt: skip
+                run_case = rollout if case.rollout else restart
+                restarts.append(run_case(pipeline, timeline, case, params))
+            summary = loader.stop()
+            drained = wait_until(timeline, params.drain_timeout_s, lambda s: _total_lag(s) == 0)
         pipeline.stop_instances()
         pipeline.output.wait_until_caught_up(60.0)
         latest, _, duplicates = pipeline.output.snapshot()

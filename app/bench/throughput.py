@@ -180,38 +180,35 @@ def measure_instance(
     pipeline.start_instances()
     pid = pipeline.instances[0].pid
     assert pid is not None
-    memory = MemorySampler(pid).start()
-    timeline = Timeline(pipeline).start()
-    deadline = time.monotonic() + params.ready_timeout_s
-    first: tuple[float, int] | None = None
-    last: tuple[float, int] | None = None
-    while time.monotonic() < deadline:
-        sample = timeline.take()
-        committed = sum(p.committed or 0 for p in sample.lag.values())
-        if first is None and committed > 0:
-            first = (sample.at, committed)
-        if committed >= target:
-            last = (sample.at, committed)
-            break
-        time.sleep(0.25)
-    rate = None
-    if first is not None and last is not None and last[0] > first[0]:
-        rate = round((last[1] - first[1]) / (last[0] - first[0]))
-    loader = pipeline.load(
-        LoadSettings(
-            rate=params.latency_rate,
-            keys=params.keys,
-            duration_s=params.latency_s,
-            seed=params.seed,
-            record_timestamps=True,
+    with MemorySampler(pid) as memory, Timeline(pipeline) as timeline:
+        deadline = time.monotonic() + params.ready_timeout_s
+        first: tuple[float, int] | None = None
+        last: tuple[float, int] | None = None
+        while time.monotonic() < deadline:
+            sample = timeline.take()
+            committed = sum(p.committed or 0 for p in sample.lag.values())
+            if first is None and committed > 0:
+                first = (sample.at, committed)
+            if committed >= target:
+                last = (sample.at, committed)
+                break
+            time.sleep(0.25)
+        rate = None
+        if first is not None and last is not None and last[0] > first[0]:
+            rate = round((last[1] - first[1]) / (last[0] - first[0]))
+        loader = pipeline.load(
+            LoadSettings(
+                rate=params.latency_rate,
+                keys=params.keys,
+                duration_s=params.latency_s,
+                seed=params.seed,
+                record_timestamps=True,
+            )
         )
-    )
-    summary = loader.join()
-    wait_s = time.monotonic() + 120
-    while time.monotonic() < wait_s and pipeline.lag.total() > 0:
-        time.sleep(0.5)
-    timeline.stop()
-    memory.stop()
+        summary = loader.join()
+        wait_s = time.monotonic() + 120
+        while time.monotonic() < wait_s and pipeline.lag.total() > 0:
+            time.sleep(0.5)
     pipeline.stop_instances()
     pipeline.output.wait_until_caught_up(60.0)
     # The backlog's views come first per page and were not timed: no latency for them.

@@ -8,6 +8,7 @@ with state kept, then one with the state wiped), as the benchmark itself does.
 from __future__ import annotations
 
 import csv
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from app.bench.__main__ import parse_args
-from app.bench.measure import output_latencies
+from app.bench.measure import PeriodicSampler, output_latencies
 from app.bench.rolling_restart import CASES, BenchParams, run_matrix
 from app.embedded_broker import EmbeddedBroker
 from app.local.observe import CountRecord
@@ -178,3 +179,23 @@ def test_every_page_view_gets_the_latency_of_the_first_count_that_covered_it() -
         (1, 4_000, 3.5),
         (0, 9_000, 6.0),
     ]
+
+
+def test_a_sampler_block_stops_sampling_before_an_error_leaves_it() -> None:
+    taken: list[int] = []
+
+    class Counting(PeriodicSampler):
+        def take(self) -> int:
+            taken.append(len(taken))
+            return taken[-1]
+
+    sampler = Counting("counting", interval_s=0.01)
+    with pytest.raises(KeyboardInterrupt), sampler:
+        deadline = time.monotonic() + 30
+        while len(taken) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise KeyboardInterrupt  # as a Ctrl-C in the middle of a bench
+    stopped_at = len(taken)
+    assert stopped_at >= 2, "the sampler never sampled"
+    assert not sampler._thread.is_alive()
+    sampler.stop()  # stopping twice is harmless

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,37 @@ def test_local_run_defaults_to_the_dev_stacks_partitions() -> None:
     from app.local.__main__ import parse_args
 
     assert parse_args([]).partitions == 6
+
+
+@pytest.mark.parametrize(
+    "marker",
+    ["embedded broker (Tansu", "Ctrl-C stops."],
+    ids=["before-the-instances", "while-they-start"],
+)
+def test_a_ctrl_c_at_any_moment_of_the_start_stops_cleanly(marker: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "app.local", "--instances", "2", "--partitions", "2",
+         "--rate", "30", "--keys", "10", "--state-dir", str(tmp_path / "local")],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # the Ctrl-C goes to it alone
+    )  # fmt: skip
+    assert run.stdout is not None
+    seen: list[str] = []
+    try:
+        for line in run.stdout:  # ends when the run does: no deadline needed for the marker
+            seen.append(line)
+            if marker in line:
+                run.send_signal(signal.SIGINT)
+                break
+        rest, _ = run.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    output = "".join(seen) + rest
+    assert any(marker in line for line in seen), output[-4000:]
+    assert run.returncode == 0, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert "SIGINT: stopping" in output
+    assert "final check: OK" in output or "nothing to check" in output, output[-4000:]
