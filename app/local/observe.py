@@ -14,33 +14,21 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from app.kafka_retry import Retrying, raise_partition_error
 from app.topics import librdkafka_logger
 
 CLIENT_TIMEOUT_S = 10.0
-# How long a moving group coordinator or partition leader may keep the offsets out of reach
-# (a new cluster's offsets topic, a new topic's leaders, a broker restart); librdkafka does not
-# mark these errors retriable for `committed()` and `get_watermark_offsets()`, although they are.
+# How long a moving group coordinator or partition leader, or an open transaction, may keep the
+# offsets out of reach (a new cluster's offsets topic, a new topic's leaders, a broker restart).
 MOVING_WAIT_S = 60.0
-MOVING = frozenset(
-    {
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-    }
-)
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 def _observer_config(bootstrap_servers: str, group_id: str) -> dict[str, object]:
@@ -92,37 +80,33 @@ class GroupLag:
         self.group_id = group_id
         self.topic = topic
         self.partitions = partition_count(self._consumer, topic)
+        self._retrying = Retrying(MOVING_WAIT_S, budget_name="MOVING_WAIT_S")
 
     def read(self) -> dict[int, PartitionLag]:
         """End and committed offset of every partition now."""
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        committed = self._retrying(lambda: self._consumer.committed(tps, timeout=CLIENT_TIMEOUT_S))
+
+        def ask() -> list[TopicPartition]:
+            # A partition whose offsets a transaction still holds (UNSTABLE_OFFSET_COMMIT) has
+            # an error and no offset: ask again rather than read it as "nothing committed".
+            found = self._consumer.committed(tps, timeout=CLIENT_TIMEOUT_S)
+            raise_partition_error(found)
+            return found
+
+        committed = self._retrying(f"group {self.group_id}: committed offsets", ask)
         result = {}
         for tp in committed:
             _, high = self._retrying(
+                f"{self.topic}-{tp.partition}: end offset",
                 partial(
                     self._consumer.get_watermark_offsets,
                     TopicPartition(self.topic, tp.partition),
                     timeout=CLIENT_TIMEOUT_S,
                     cached=False,
-                )
+                ),
             )
             result[tp.partition] = PartitionLag(high, tp.offset if tp.offset >= 0 else None)
         return result
-
-    def _retrying(self, call: Callable[[], T]) -> T:
-        # A moving coordinator or leader is a moment to wait, not the end of an observation.
-        deadline = time.monotonic() + MOVING_WAIT_S
-        while True:
-            try:
-                return call()
-            except KafkaException as exc:
-                error = exc.args[0]
-                transient = error.retriable() or error.code() in MOVING
-                if not transient or time.monotonic() > deadline:
-                    raise
-                log.info("group %s: %s; retrying", self.group_id, error.str())
-                time.sleep(0.5)
 
     def total(self) -> int:
         """The lag summed over partitions."""

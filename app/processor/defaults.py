@@ -23,6 +23,10 @@ DEFAULTS: Mapping[str, str] = MappingProxyType(
         "num.standby.replicas": "0",
         "state.dir": "/var/lib/processor",
         "health.port": "8080",
+        # Kafka Streams' name and default: how long a Kafka call of the source, the restore or
+        # the group member may keep failing with errors that clear by themselves (a broker
+        # restart, a leader or coordinator move) before the instance fails (`app/kafka_retry.py`).
+        "task.timeout.ms": "300000",
         "trigger.interval.ms": "1000",
         # A cap for a backlog, not a batch size: a caught-up batch takes what arrived since the
         # last one. A batch costs about 1.5 s, plus three state-server round trips per distinct

@@ -63,6 +63,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from app.kafka_retry import Retrying, is_transient, raise_partition_error
 from app.processor import assignment_file
 from app.processor.combine import INPUT, RESTORE, RangeFold
 from app.processor.source_offsets import (
@@ -120,6 +121,14 @@ class SourceOptions:
     # librdkafka settings for the reader's clients: bootstrap, group.id (for committed offsets
     # only: these clients never subscribe), isolation level, security.
     consumer_config: Mapping[str, str]
+    # `task.timeout.ms`: how long the planning and the reads ride out transient Kafka errors.
+    task_timeout_ms: int
+
+    @property
+    def retrying(self) -> Retrying:
+        """The retry of this source's Kafka calls (in the planner and reader processes, whose
+        episodes are logged to the instance's log; the driver's metrics do not see them)."""
+        return Retrying(self.task_timeout_ms / 1000)
 
     def to_option(self) -> str:
         """The option's value."""
@@ -312,8 +321,14 @@ class GroupAssignedReader(DataSourceStreamReader):
 
     def _end(self, topic: str, partition: int) -> int:
         # read_committed: the last stable offset, so a batch never waits on an open transaction.
-        _, high = self._consumer().get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S, cached=False
+        _, high = self.options.retrying(
+            f"end offset of {topic}-{partition}",
+            partial(
+                self._consumer().get_watermark_offsets,
+                TopicPartition(topic, partition),
+                timeout=CLIENT_TIMEOUT_S,
+                cached=False,
+            ),
         )
         return int(high)
 
@@ -324,18 +339,26 @@ class GroupAssignedReader(DataSourceStreamReader):
         """The group's committed offsets (the partition's first offset where there is none)."""
         topic = self.options.input_topic
         consumer = self._consumer()
-        found = consumer.committed(
-            [TopicPartition(topic, p) for p in partitions], timeout=CLIENT_TIMEOUT_S
-        )
+
+        def ask() -> list[TopicPartition]:
+            tps = [TopicPartition(topic, p) for p in partitions]
+            found = consumer.committed(tps, timeout=CLIENT_TIMEOUT_S)
+            raise_partition_error(found)
+            return found
+
         result = {}
-        for tp in found:
-            if tp.error is not None:
-                raise KafkaException(tp.error)
+        for tp in self.options.retrying(f"committed offsets of {topic}", ask):
             if tp.offset >= 0:
                 result[tp.partition] = tp.offset
             else:
-                low, _ = consumer.get_watermark_offsets(
-                    TopicPartition(topic, tp.partition), timeout=CLIENT_TIMEOUT_S, cached=False
+                low, _ = self.options.retrying(
+                    f"first offset of {topic}-{tp.partition}",
+                    partial(
+                        consumer.get_watermark_offsets,
+                        TopicPartition(topic, tp.partition),
+                        timeout=CLIENT_TIMEOUT_S,
+                        cached=False,
+                    ),
                 )
                 result[tp.partition] = int(low)
         return result
@@ -370,7 +393,7 @@ class GroupAssignedReader(DataSourceStreamReader):
         consumer = _reader_consumer(self.options.consumer_config)
         try:
             for one in partition.ranges:
-                yield from read_range(consumer, one)
+                yield from read_range(consumer, one, self.options.retrying)
         except BaseException:
             # A failed or abandoned read leaves the client in an unknown state: never reuse it.
             _drop_reader_consumer(self.options.consumer_config)
@@ -422,14 +445,19 @@ def pack_tasks(ranges: Sequence[KafkaRange], tasks: int) -> list[KafkaRanges]:
     ]
 
 
-def read_range(consumer: Consumer, work: KafkaRange) -> Iterator[pa.RecordBatch]:
+def read_range(
+    consumer: Consumer, work: KafkaRange, retrying: Retrying
+) -> Iterator[pa.RecordBatch]:
     """Read offsets [work.begin, work.end) of one partition with `assign()`, folded per page."""
     tp = TopicPartition(work.topic, work.partition)
     fold = RangeFold(work.kind)
     try:
         begin = work.begin
         if begin == OFFSET_BEGINNING:
-            begin, _ = consumer.get_watermark_offsets(tp, timeout=CLIENT_TIMEOUT_S, cached=False)
+            begin, _ = retrying(
+                f"first offset of {work.topic}-{work.partition}",
+                partial(consumer.get_watermark_offsets, tp, timeout=CLIENT_TIMEOUT_S, cached=False),
+            )
         if begin >= work.end:
             return
         consumer.assign([TopicPartition(work.topic, work.partition, begin)])
@@ -455,8 +483,11 @@ def read_range(consumer: Consumer, work: KafkaRange) -> Iterator[pa.RecordBatch]
 
 
 def _check(error: KafkaError) -> None:
-    if error.code() != KafkaError._PARTITION_EOF:
-        raise KafkaException(error)
+    # librdkafka fetches again by itself after a transient error (a broker restart, a leader
+    # move): the read goes on, and the stall timeout ends it if no record comes any more.
+    if error.code() == KafkaError._PARTITION_EOF or is_transient(error):
+        return
+    raise KafkaException(error)
 
 
 def _to_arrow(fold: RangeFold, work: KafkaRange) -> pa.RecordBatch:

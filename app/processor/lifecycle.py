@@ -26,6 +26,7 @@ from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
 
+from app.kafka_retry import Retrying
 from app.processor import assignment_file
 from app.processor.assignment_file import Assignment, assignment_path
 from app.processor.defaults import MEMBERSHIP_HANDOFF
@@ -77,6 +78,7 @@ class ProcessorInstance:
             self.metrics,
             standby_replicas=settings.num_standby_replicas,
             running_batch=partial(running_batch, settings.checkpoint_dir),
+            retrying=Retrying(settings.task_timeout_ms / 1000, self.metrics.kafka_retry_episode),
         )
         self.health = HealthServer(settings.health_port, self.metrics, self.readiness)
         self._stop = threading.Event()
@@ -236,7 +238,7 @@ class ProcessorInstance:
                 break
             error, query = query.exception(), None
             description = str(error) if error is not None else "stopped without an error"
-            if self.member.fenced or "ProducerFencedError" in description:
+            if self.member.fenced or sink.fenced is not None:
                 log.error("this instance was fenced by another one with its identity; exiting")
                 return EXIT_FENCED
             failures += 1

@@ -33,13 +33,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from app.kafka_retry import Retrying, raise_partition_error
 from app.processor import assignment_file
 from app.processor.assignment_file import Assignment
+from app.processor.defaults import DEFAULTS
 from app.processor.metrics import ProcessorMetrics
 from app.processor.state_restore import Member, standby_partitions
 
@@ -71,6 +74,7 @@ class GroupMember:
         metrics: ProcessorMetrics,
         standby_replicas: int = 0,
         running_batch: Callable[[], int | None] = lambda: None,
+        retrying: Retrying | None = None,
     ) -> None:
         self.topic = topic
         self.channel = channel
@@ -78,6 +82,8 @@ class GroupMember:
         self.standby_replicas = standby_replicas
         # The micro-batch planned and not yet done, if any (a revocation waits for it).
         self.running_batch = running_batch
+        # Offsets asked for while a broker restarts or a coordinator moves: wait, don't fail.
+        self._retrying = retrying or Retrying(float(DEFAULTS["task.timeout.ms"]) / 1000)
         self._config = consumer_config
         # The name the ring of standbys orders members by (`state_restore.standby_partitions`).
         self.name = consumer_config.get("group.instance.id") or consumer_config.get("client.id", "")
@@ -193,16 +199,16 @@ class GroupMember:
 
     def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
         """The group's committed offsets of `partitions` (None where nothing was committed)."""
+        return self._retrying(
+            f"committed offsets of {self.topic}", partial(self._committed_once, partitions)
+        )
+
+    def _committed_once(self, partitions: Iterable[int]) -> dict[int, int | None]:
+        tps = [TopicPartition(self.topic, p) for p in partitions]
         with self._offsets_lock:
-            found = self._offsets_client.committed(
-                [TopicPartition(self.topic, p) for p in partitions], timeout=CLIENT_TIMEOUT_S
-            )
-        result: dict[int, int | None] = {}
-        for tp in found:
-            if tp.error is not None:
-                raise KafkaException(tp.error)
-            result[tp.partition] = tp.offset if tp.offset >= 0 else None
-        return result
+            found = self._offsets_client.committed(tps, timeout=CLIENT_TIMEOUT_S)
+        raise_partition_error(found)
+        return {tp.partition: tp.offset if tp.offset >= 0 else None for tp in found}
 
     @property
     def fenced(self) -> bool:
@@ -393,7 +399,8 @@ class GroupMember:
         if not owned:
             return
         try:
-            committed = self.committed(owned)
+            # Once: this is the polling thread, and the lag can wait for the next round.
+            committed = self._committed_once(owned)
             for p in sorted(owned):
                 _, high = consumer.get_watermark_offsets(
                     TopicPartition(self.topic, p), timeout=CLIENT_TIMEOUT_S, cached=False

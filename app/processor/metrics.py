@@ -66,6 +66,13 @@ class ProcessorMetrics:
             ["partition"],
             registry=r,
         )
+        self.kafka_retry_episodes = Counter(
+            "processor_kafka_retry_episodes",
+            "Episodes of a Kafka call retried through transient errors (broker restart, leader "
+            "or coordinator move), per call.",
+            ["call"],
+            registry=r,
+        )
         self.rebalances = Counter(
             "processor_rebalances", "Rebalances this instance took part in.", registry=r
         )
@@ -123,6 +130,10 @@ class ProcessorMetrics:
     def lag(self, topic: str, partition: int, value: int) -> None:
         """The consumer lag of one owned partition."""
         self.consumer_lag.labels(topic, str(partition)).set(value)
+
+    def kafka_retry_episode(self, call: str) -> None:
+        """A Kafka call started failing with transient errors and is being retried."""
+        self.kafka_retry_episodes.labels(call=call).inc()
 
     def rebalance(
         self, assigned: Iterable[TopicPartition], revoked: Iterable[TopicPartition]

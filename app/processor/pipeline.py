@@ -77,6 +77,7 @@ def source_options(settings: ProcessorSettings) -> SourceOptions:
         max_records_per_batch=settings.max_records_per_batch,
         read_tasks=settings.executor_cores,
         consumer_config=config,
+        task_timeout_ms=settings.task_timeout_ms,
     )
 
 

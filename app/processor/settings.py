@@ -79,6 +79,7 @@ INT_KEYS: Mapping[str, int] = MappingProxyType(
         "trigger.interval.ms": 1,
         "max.records.per.batch": 1,
         "shutdown.timeout.ms": 0,
+        "task.timeout.ms": 0,  # 0: no retry, the first error fails the instance
         "consumer.session.timeout.ms": 1,
         "consumer.heartbeat.interval.ms": 1,
         "consumer.max.poll.interval.ms": 1,
@@ -171,6 +172,7 @@ class ProcessorSettings:
     trigger_interval_ms: int
     max_records_per_batch: int
     shutdown_timeout_ms: int
+    task_timeout_ms: int
     group_protocol: str
     membership_mode: str
     num_standby_replicas: int
@@ -573,6 +575,7 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         trigger_interval_ms=int(get("trigger.interval.ms")),
         max_records_per_batch=int(get("max.records.per.batch")),
         shutdown_timeout_ms=int(get("shutdown.timeout.ms")),
+        task_timeout_ms=int(get("task.timeout.ms")),
         group_protocol=get("consumer.group.protocol"),
         membership_mode=get("membership.mode"),
         num_standby_replicas=int(get("num.standby.replicas")),

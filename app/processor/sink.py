@@ -46,6 +46,18 @@ log = logging.getLogger(__name__)
 TRANSACTION_TIMEOUT_S = 60.0
 TRANSACTION_ATTEMPTS = 3
 RETRY_AFTER_S = 0.5
+# The errors that say a newer producer with this transactional.id exists (another process has
+# this instance's identity): nothing this one does can commit any more, and it must not retry.
+# _FATAL is what a call returns after some fatal error whose code this binding does not pass
+# on: it may be the fencing, and a new producer would then fence the newer instance back.
+FENCED_CODES = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError._FATAL,
+    }
+)
 DLQ_HEADERS = ("dlq.reason", "dlq.source.topic", "dlq.source.partition", "dlq.source.offset")
 
 
@@ -83,7 +95,16 @@ class TransactionalSink:
         self.member = member
         self.metrics = metrics
         self._config = producer_config
-        self.producer = self._new_producer()
+        # The fencing error, once a newer producer with this transactional.id fenced this one.
+        self.fenced: KafkaError | None = None
+        self._producer: Producer | None = self._new_producer()
+
+    @property
+    def producer(self) -> Producer:
+        """The transactional producer; a new one after the last became unusable."""
+        if self._producer is None:
+            self._producer = self._new_producer()
+        return self._producer
 
     def _new_producer(self) -> Producer:
         producer = Producer(self._config)
@@ -215,8 +236,10 @@ class TransactionalSink:
                     )
                 changelog_ends[p] = max(changelog_ends.get(p, 0), offset + 1)
 
+        begun = False
         try:
             producer.begin_transaction()
+            begun = True
             for row in rows.to_pylist():
                 partition = row["partition"]
                 if partition not in offsets:
@@ -250,29 +273,59 @@ class TransactionalSink:
                 TRANSACTION_TIMEOUT_S,
             )
             producer.commit_transaction(TRANSACTION_TIMEOUT_S)
-        except KafkaException as exc:
-            self._abort(batch_id, exc)
+        except BaseException as exc:
+            self._end_failed_transaction(batch_id, exc, begun)
+            raise
         producer.poll(0)  # delivery reports not served by the commit's flush
         self.metrics.transaction(committed=True)
         return written, changelog_ends
 
-    def _abort(self, batch_id: int, exc: KafkaException) -> None:
-        error: KafkaError = exc.args[0]
+    def _end_failed_transaction(self, batch_id: int, exc: BaseException, begun: bool) -> None:
+        """Leave no transaction open after `exc`, and raise what the batch's failure means.
+
+        Fenced (a newer producer has this transactional.id): `ProducerFencedError`, and the
+        instance exits. Any other fatal error leaves the producer unusable: the next batch gets a
+        new one (its `init_transactions` aborts what the old one left open). Anything else (an
+        abortable or retriable Kafka error, a failure outside Kafka) is aborted, or, if the abort
+        fails or no transaction began, the producer is replaced as well. A Kafka error becomes
+        `TransactionAbortedError` (the batch is replayed); anything else propagates as it is.
+        """
         self.metrics.transaction(committed=False)
-        if error.fatal():
-            # Fenced: a newer producer with this transactional.id exists. Nothing this producer
-            # does can commit any more.
+        error = exc.args[0] if isinstance(exc, KafkaException) else None
+        if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
+            self.fenced = error
             log.error("batch %d: producer fenced (%s); batch not done", batch_id, error.str())
             raise ProducerFencedError(error.str()) from exc
-        if error.txn_requires_abort():
-            self.producer.abort_transaction(TRANSACTION_TIMEOUT_S)
-            log.warning(
-                "batch %d: transaction aborted (%s); batch not done, it will be replayed",
+        if isinstance(error, KafkaError) and error.fatal():
+            log.error(
+                "batch %d: fatal producer error (%s): a new producer for the next batch; this "
+                "one will be replayed",
                 batch_id,
                 error.str(),
             )
+            self._producer = None
             raise TransactionAbortedError(error.str()) from exc
-        raise exc
+        if not (begun and self._aborted(batch_id)):
+            # Its state is unknown (no transaction began, or the abort failed): the next batch
+            # gets a new producer, whose init_transactions aborts what this one left open.
+            self._producer = None
+        reason = error.str() if isinstance(error, KafkaError) else f"{type(exc).__name__}: {exc}"
+        log.warning(
+            "batch %d: transaction aborted (%s); batch not done, it will be replayed",
+            batch_id,
+            reason,
+        )
+        if isinstance(error, KafkaError):
+            raise TransactionAbortedError(reason) from exc
+
+    def _aborted(self, batch_id: int) -> bool:
+        """Whether the open transaction could be aborted."""
+        try:
+            self.producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+        except KafkaException as exc:
+            log.warning("batch %d: abort failed (%s)", batch_id, exc.args[0].str())
+            return False
+        return True
 
     def _report_restores(self, rows: pa.Table, end: SourceOffsets, batch_id: int) -> None:
         restoring = end.restoring()

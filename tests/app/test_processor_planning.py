@@ -67,6 +67,7 @@ def reader(tmp_path: Path) -> GroupAssignedReader:
             max_records_per_batch=1000,
             read_tasks=2,
             consumer_config={"bootstrap.servers": "127.0.0.1:9", "group.id": "g"},
+            task_timeout_ms=1000,
         )
     )
 

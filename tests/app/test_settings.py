@@ -48,6 +48,7 @@ CONTRACT_DEFAULTS = {
     "num.standby.replicas": "0",
     "state.dir": "/var/lib/processor",
     "health.port": "8080",
+    "task.timeout.ms": "300000",
     "trigger.interval.ms": "1000",
     "max.records.per.batch": "1000000",
     "shutdown.timeout.ms": "45000",
@@ -239,6 +240,7 @@ def test_other_config_providers_are_refused(tmp_path: Path) -> None:
         ("max.records.per.batch=0", ["max.records.per.batch='0'", ">= 1"]),
         ("num.standby.replicas=-1", ["num.standby.replicas='-1'", "out of range", ">= 0"]),
         ("num.standby.replicas=one", ["num.standby.replicas='one'", "must be an integer"]),
+        ("task.timeout.ms=-1", ["task.timeout.ms='-1'", "out of range", ">= 0"]),
         ("stateful=yes", ["stateful='yes'", "allowed: true, false"]),
         ("processing.guarantee=at_least_once", ["at_least_once", "allowed: exactly_once_v2"]),
         (

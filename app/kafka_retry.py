@@ -1,0 +1,119 @@
+"""Kafka client calls that ride out a broker restart, a leader move or a coordinator move.
+
+A broker restart reaches a client call as a timeout or a transport error, a leader move as
+NOT_LEADER_FOR_PARTITION, a coordinator move as NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS,
+an open transaction's offsets as UNSTABLE_OFFSET_COMMIT. librdkafka retries these inside produce,
+consume and the group protocol, but the calls that ask once (`committed()`,
+`get_watermark_offsets()`, `list_topics()`) return them, and it marks several of them not
+retriable although waiting is all they need.
+
+`Retrying` calls such a call again with exponential backoff within a time budget (the processor's
+`task.timeout.ms`, Kafka Streams' name and meaning: how long a task may stall on errors like these
+before it fails), logs one line when an episode starts and one when it ends (never one per
+attempt), reports each episode to a counter, and re-raises once the budget is spent. Errors that
+waiting cannot fix (fatal, authorisation, invalid arguments) are raised at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Transient whatever librdkafka's retriable flag says: each clears once a broker is back, a
+# leader or coordinator is elected, or a transaction ends.
+TRANSIENT_CODES = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        # A topic a moment after its creation, before every broker (or this client) has its
+        # metadata.
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+        # read_committed offsets while the transaction that commits them is still open.
+        KafkaError.UNSTABLE_OFFSET_COMMIT,
+    }
+)
+INITIAL_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 2.0
+
+
+def is_transient(error: KafkaError) -> bool:
+    """Whether waiting and asking again can clear `error`."""
+    return not error.fatal() and (error.retriable() or error.code() in TRANSIENT_CODES)
+
+
+def raise_partition_error(partitions: Iterable[TopicPartition]) -> None:
+    """Raise the first per-partition error of a result (e.g. `committed()`'s) as the call's."""
+    for tp in partitions:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+
+
+@dataclass
+class Retrying:
+    """Calls a Kafka client call until it succeeds, a non-transient error, or `budget_s`."""
+
+    budget_s: float
+    # Called with the call's name once per episode (a metric's counter), if given.
+    on_episode: Callable[[str], None] | None = None
+    budget_name: str = "task.timeout.ms"  # where the budget comes from, for the messages
+
+    def __call__(self, what: str, call: Callable[[], T]) -> T:
+        """`call()`'s result; `what` names the call in the log ("committed offsets of t-3")."""
+        started: float | None = None
+        attempts = 0
+        backoff = INITIAL_BACKOFF_S
+        while True:
+            try:
+                result = call()
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not isinstance(error, KafkaError) or not is_transient(error):
+                    raise
+                now = time.monotonic()
+                if started is None:
+                    started = now
+                    log.warning(
+                        "%s: %s; retrying for up to %g s (%s)",
+                        what, error.str(), self.budget_s, self.budget_name,
+                    )  # fmt: skip
+                    if self.on_episode is not None:
+                        self.on_episode(what)
+                elapsed = now - started
+                if elapsed >= self.budget_s:
+                    log.error(
+                        "%s: still failing after %.1f s and %d attempts: %s; giving up (%s)",
+                        what, elapsed, attempts + 1, error.str(), self.budget_name,
+                    )  # fmt: skip
+                    raise
+                attempts += 1
+                time.sleep(min(backoff, self.budget_s - elapsed))
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            if started is not None:
+                log.info(
+                    "%s: succeeded again after %d retries in %.1f s",
+                    what, attempts, time.monotonic() - started,
+                )  # fmt: skip
+            return result

@@ -1,0 +1,142 @@
+"""Kafka calls ride out a broker restart within their budget, once per episode in the log.
+
+A real broker (the embedded one, on a fixed port so that it can come back where it was) goes
+away under a client and returns; the calls are the client's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.embedded_broker import EmbeddedBroker, free_port
+from app.kafka_retry import Retrying
+
+TOPIC = "retried"
+CALL_TIMEOUT_S = 2.0
+DEADLINE_S = 120.0
+
+
+def create_topic(bootstrap_servers: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
+
+
+def wait_for(what: str, condition: Callable[[], bool]) -> None:
+    """Poll `condition` until it holds; fail naming `what` after the deadline."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {DEADLINE_S:g} s"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def consumer(port: int) -> Iterator[Consumer]:
+    client = Consumer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{port}",
+            "group.id": "retry-test",
+            "reconnect.backoff.max.ms": "200",  # back soon after the broker is
+            "log_level": "0",  # the disconnects are the point here, not news
+        }
+    )
+    yield client
+    client.close()
+
+
+def end_offset(consumer: Consumer) -> Callable[[], tuple[int, int]]:
+    return partial(
+        consumer.get_watermark_offsets,
+        TopicPartition(TOPIC, 0),
+        timeout=CALL_TIMEOUT_S,
+        cached=False,
+    )
+
+
+def test_a_call_waits_out_a_broker_restart_and_logs_the_episode_once(
+    port: int, consumer: Consumer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="app.kafka_retry")
+    episodes: list[str] = []
+    retrying = Retrying(DEADLINE_S, on_episode=episodes.append)
+    with EmbeddedBroker(port=port) as broker:
+        create_topic(broker.bootstrap_servers)
+        assert retrying("end offset", end_offset(consumer)) == (0, 0)
+    results: list[tuple[int, int]] = []
+    call = threading.Thread(
+        target=lambda: results.append(retrying("end offset", end_offset(consumer)))
+    )
+    call.start()  # the broker is gone: the call fails and retries
+    try:
+        wait_for("retry episode", lambda: episodes == ["end offset"])
+        with EmbeddedBroker(port=port) as broker:  # back (in memory: its topic is new again)
+            create_topic(broker.bootstrap_servers)
+            call.join(DEADLINE_S)
+            assert not call.is_alive(), "the call did not return after the broker came back"
+    finally:
+        call.join(DEADLINE_S)
+    assert results == [(0, 0)]
+    assert episodes == ["end offset"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.kafka_retry"]
+    assert len(lines) == 2, lines  # one when the episode starts, one when it ends
+    assert "end offset: " in lines[0] and "retrying for up to 120 s (task.timeout.ms)" in lines[0]
+    assert lines[1].startswith("end offset: succeeded again after ")
+
+
+def test_a_call_fails_once_its_budget_is_spent(
+    consumer: Consumer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="app.kafka_retry")
+    episodes: list[str] = []
+    started = time.monotonic()
+    with pytest.raises(KafkaException):  # no broker at all
+        Retrying(3.0, on_episode=episodes.append)("end offset", end_offset(consumer))
+    assert time.monotonic() - started >= 3.0
+    assert episodes == ["end offset"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.kafka_retry"]
+    assert len(lines) == 2, lines
+    assert "giving up (task.timeout.ms)" in lines[1]
+
+
+def test_an_error_that_waiting_cannot_fix_is_raised_at_once() -> None:
+    calls = 0
+
+    def refused() -> None:
+        nonlocal calls
+        calls += 1
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    with pytest.raises(KafkaException) as raised:
+        Retrying(60.0)("end offset", refused)
+    assert raised.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert calls == 1
+
+
+@pytest.mark.parametrize(
+    "code",
+    [KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.NOT_COORDINATOR, KafkaError._TIMED_OUT],
+    ids=["unstable-offsets", "coordinator-moved", "timed-out"],
+)
+def test_transient_errors_are_retried_whatever_librdkafka_flags(code: int) -> None:
+    answers: list[int | None] = [code, code, None]
+
+    def flaky() -> str:
+        error = answers.pop(0)
+        if error is not None:
+            raise KafkaException(KafkaError(error))
+        return "answer"
+
+    assert Retrying(60.0)("committed offsets", flaky) == "answer"
+    assert answers == []

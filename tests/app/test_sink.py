@@ -1,0 +1,128 @@
+"""The sink's transactions: a failure inside one leaves none open, so the next batch commits.
+
+Real clients on the embedded broker: the processor's `GroupMember` joins a group, its
+`TransactionalSink` writes batches; no Spark (the rows are what a batch's plan would produce).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.embedded_broker import EmbeddedBroker
+from app.processor.counting import COUNT
+from app.processor.membership import GroupMember
+from app.processor.metrics import ProcessorMetrics
+from app.processor.sink import SinkTopics, TransactionAbortedError, TransactionalSink
+from tests.app.processor_harness import read_committed
+
+PARTITIONS = 2
+DEADLINE_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> Iterator[str]:
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap_servers
+
+
+@pytest.fixture
+def sink(bootstrap: str, tmp_path: Path) -> Iterator[TransactionalSink]:
+    prefix = f"sink-{uuid.uuid4().hex[:6]}"
+    topics = SinkTopics(f"{prefix}-in", f"{prefix}-out", f"{prefix}-changelog", f"{prefix}-dlq")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = admin.create_topics(
+        [NewTopic(name, PARTITIONS, 1) for name in (topics.input, topics.output, topics.changelog)]
+        + [NewTopic(topics.dlq, 1, 1)]
+    )
+    for future in created.values():
+        future.result(timeout=30)
+    consumer = {
+        "bootstrap.servers": bootstrap,
+        "group.id": prefix,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": "false",
+        "partition.assignment.strategy": "cooperative-sticky",
+    }
+    metrics = ProcessorMetrics()
+    member = GroupMember(consumer, topics.input, tmp_path / "assignment.json", metrics).start()
+    deadline = time.monotonic() + DEADLINE_S
+    while member.assignment() != set(range(PARTITIONS)):
+        assert time.monotonic() < deadline, f"no assignment of {topics.input} within {DEADLINE_S}"
+        time.sleep(0.1)
+    while True:  # the metadata the transactions commit offsets with
+        try:
+            member.group_metadata()
+            break
+        except RuntimeError:
+            assert time.monotonic() < deadline, "no group metadata"
+            time.sleep(0.1)
+    producer = {
+        "bootstrap.servers": bootstrap,
+        "transactional.id": prefix,
+        "enable.idempotence": "true",
+        "acks": "all",
+        # The embedded broker's ListOffsets is wrong after multi-record batches (DESIGN.md).
+        "batch.num.messages": "1",
+    }
+    yield TransactionalSink(producer, topics, tmp_path / "checkpoint", member, metrics)
+    member.close()
+
+
+def counts(pages: dict[str, int]) -> pa.Table:
+    """A batch's result rows: one count per page, all in partition 0."""
+    return pa.Table.from_pylist(
+        [{"partition": 0, "kind": COUNT, "page": page, "count": n} for page, n in pages.items()]
+    )
+
+
+def transactions(sink: TransactionalSink, result: str) -> float:
+    return sink.metrics.transactions.labels(result=result)._value.get()
+
+
+def test_a_failure_inside_a_transaction_leaves_none_open(
+    sink: TransactionalSink, bootstrap: str
+) -> None:
+    broken = pa.Table.from_pylist(
+        [
+            {"partition": 0, "kind": COUNT, "page": "/a", "count": 1},
+            {"partition": 0, "kind": COUNT, "page": None, "count": 2},  # fails mid-transaction
+        ]
+    )
+    with pytest.raises(AttributeError):  # not a Kafka error: it propagates as it is
+        sink._transaction(1, broken, {0: 1})
+    assert transactions(sink, "aborted") == 1
+
+    written, _ = sink._transaction(2, counts({"/b": 5}), {0: 2})  # begins: nothing left open
+    assert written[sink.topics.output] == 1
+    output = read_committed(bootstrap, sink.topics.output)
+    assert [(r.key, r.value) for r in output] == [(b"/b", b"5")]  # "/a" was aborted
+    assert sink.member.committed([0]) == {0: 2}
+
+
+def test_a_kafka_error_inside_a_transaction_aborts_it_and_the_batch_can_be_replayed(
+    sink: TransactionalSink, bootstrap: str
+) -> None:
+    # A count for a partition the output topic does not have (its partitions were changed
+    # under the processor): librdkafka refuses the record, a Kafka error inside the transaction.
+    missing = PARTITIONS + 5
+    mismatched = pa.Table.from_pylist(
+        [
+            {"partition": 0, "kind": COUNT, "page": "/a", "count": 1},
+            {"partition": missing, "kind": COUNT, "page": "/z", "count": 1},
+        ]
+    )
+    with pytest.raises(TransactionAbortedError):
+        sink._transaction(1, mismatched, {0: 1, missing: 1})
+    assert transactions(sink, "aborted") == 1
+
+    written, _ = sink._transaction(1, counts({"/a": 1}), {0: 1})  # the replay commits
+    assert written[sink.topics.output] == 1
+    output = read_committed(bootstrap, sink.topics.output)
+    assert [(r.key, r.value) for r in output] == [(b"/a", b"1")]
