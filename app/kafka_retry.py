@@ -16,6 +16,7 @@ waiting cannot fix (fatal, authorisation, invalid arguments) are raised at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -34,6 +35,8 @@ TRANSIENT_CODES = frozenset(
         KafkaError._TIMED_OUT,
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
+        # A request to a broker that left the cluster's metadata (a lost node, fenced).
+        KafkaError._DESTROY_BROKER,
         KafkaError._WAIT_COORD,
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError.NETWORK_EXCEPTION,
@@ -79,8 +82,16 @@ class Retrying:
     on_episode: Callable[[str], None] | None = None
     budget_name: str = "task.timeout.ms"  # where the budget comes from, for the messages
 
-    def __call__(self, what: str, call: Callable[[], T]) -> T:
-        """`call()`'s result; `what` names the call in the log ("committed offsets of t-3")."""
+    def __call__(
+        self, what: str, call: Callable[[], T], refresh: Callable[[], object] | None = None
+    ) -> T:
+        """`call()`'s result; `what` names the call in the log ("committed offsets of t-3").
+
+        `refresh`, if given, runs before each retry: a metadata request for the call's topic,
+        so that the retry asks the new leader. A client that only assigns or queries (no
+        subscription) learns of a leader move only from its periodic refresh, every
+        `topic.metadata.refresh.interval.ms` (5 minutes), and meanwhile asks the lost broker.
+        """
         started: float | None = None
         attempts = 0
         backoff = INITIAL_BACKOFF_S
@@ -109,6 +120,10 @@ class Retrying:
                     raise
                 attempts += 1
                 time.sleep(min(backoff, self.budget_s - elapsed))
+                if refresh is not None:
+                    # No broker may answer yet: the next attempt fails and refreshes again.
+                    with contextlib.suppress(KafkaException):
+                        refresh()
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
             if started is not None:

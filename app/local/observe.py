@@ -93,7 +93,8 @@ class GroupLag:
             raise_partition_error(found)
             return found
 
-        committed = self._retrying(f"group {self.group_id}: committed offsets", ask)
+        refresh = partial(self._consumer.list_topics, self.topic, timeout=CLIENT_TIMEOUT_S)
+        committed = self._retrying(f"group {self.group_id}: committed offsets", ask, refresh)
         result = {}
         for tp in committed:
             _, high = self._retrying(
@@ -104,6 +105,7 @@ class GroupLag:
                     timeout=CLIENT_TIMEOUT_S,
                     cached=False,
                 ),
+                refresh,
             )
             result[tp.partition] = PartitionLag(high, tp.offset if tp.offset >= 0 else None)
         return result

@@ -75,6 +75,19 @@ from app.processor.source_offsets import (
 from app.processor.state_restore import next_position, read_copies
 
 log = logging.getLogger(__name__)
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the instance's own (__main__)
+
+
+def _log_to_stderr() -> None:
+    """Send this package's log lines to stderr, which Spark copies into the instance's log: the
+    planner and reader processes are Spark's, where nobody configured logging."""
+    package = logging.getLogger("app")
+    if not package.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        package.addHandler(handler)
+        package.setLevel(logging.INFO)
+
 
 SOURCE_NAME = "kafka-group"
 
@@ -101,7 +114,9 @@ READ_CHUNK = 5_000
 # for at most what is left of its range (no wait once it has all of it); the timeout only runs
 # out where the range has gaps (transaction markers, aborted or compacted records).
 CONSUME_TIMEOUT_S = 1.0
-CLIENT_TIMEOUT_S = 30.0
+# One attempt of a planning call: a live broker answers in milliseconds, and a request to a lost
+# leader waits out this timeout before the retry asks the new one (app/kafka_retry.py).
+CLIENT_TIMEOUT_S = 10.0
 # A planned range that yields nothing for this long was truncated under us (retention): fail
 # the batch loudly rather than wait forever.
 READ_STALL_TIMEOUT_S = 60.0
@@ -178,6 +193,7 @@ class KafkaGroupSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The reader; the JVM creates it in a reader process, not in the main process."""
+        _log_to_stderr()
         return GroupAssignedReader(SourceOptions.from_option(self.options["source"]))
 
 
@@ -321,14 +337,16 @@ class GroupAssignedReader(DataSourceStreamReader):
 
     def _end(self, topic: str, partition: int) -> int:
         # read_committed: the last stable offset, so a batch never waits on an open transaction.
+        consumer = self._consumer()
         _, high = self.options.retrying(
             f"end offset of {topic}-{partition}",
             partial(
-                self._consumer().get_watermark_offsets,
+                consumer.get_watermark_offsets,
                 TopicPartition(topic, partition),
                 timeout=CLIENT_TIMEOUT_S,
                 cached=False,
             ),
+            refresh=partial(consumer.list_topics, topic, timeout=CLIENT_TIMEOUT_S),
         )
         return int(high)
 
@@ -346,8 +364,9 @@ class GroupAssignedReader(DataSourceStreamReader):
             raise_partition_error(found)
             return found
 
+        refresh = partial(consumer.list_topics, topic, timeout=CLIENT_TIMEOUT_S)
         result = {}
-        for tp in self.options.retrying(f"committed offsets of {topic}", ask):
+        for tp in self.options.retrying(f"committed offsets of {topic}", ask, refresh):
             if tp.offset >= 0:
                 result[tp.partition] = tp.offset
             else:
@@ -359,6 +378,7 @@ class GroupAssignedReader(DataSourceStreamReader):
                         timeout=CLIENT_TIMEOUT_S,
                         cached=False,
                     ),
+                    refresh,
                 )
                 result[tp.partition] = int(low)
         return result
@@ -390,6 +410,7 @@ class GroupAssignedReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Exactly the records of the planned ranges, as Arrow batches (no group: `assign()`)."""
         assert isinstance(partition, KafkaRanges)
+        _log_to_stderr()
         consumer = _reader_consumer(self.options.consumer_config)
         try:
             for one in partition.ranges:
@@ -457,6 +478,7 @@ def read_range(
             begin, _ = retrying(
                 f"first offset of {work.topic}-{work.partition}",
                 partial(consumer.get_watermark_offsets, tp, timeout=CLIENT_TIMEOUT_S, cached=False),
+                partial(consumer.list_topics, work.topic, timeout=CLIENT_TIMEOUT_S),
             )
         if begin >= work.end:
             return

@@ -200,8 +200,14 @@ class GroupMember:
     def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
         """The group's committed offsets of `partitions` (None where nothing was committed)."""
         return self._retrying(
-            f"committed offsets of {self.topic}", partial(self._committed_once, partitions)
+            f"committed offsets of {self.topic}",
+            partial(self._committed_once, partitions),
+            refresh=self._refresh_metadata,
         )
+
+    def _refresh_metadata(self) -> None:
+        with self._offsets_lock:
+            self._offsets_client.list_topics(self.topic, timeout=CLIENT_TIMEOUT_S)
 
     def _committed_once(self, partitions: Iterable[int]) -> dict[int, int | None]:
         tps = [TopicPartition(self.topic, p) for p in partitions]

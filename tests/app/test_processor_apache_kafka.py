@@ -16,7 +16,9 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
+from tests.app.kraft_cluster import KraftCluster
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,
@@ -218,5 +220,37 @@ def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, starte
     repeated = {k: v for k, v in written.items() if any(a >= b for a, b in pairwise(v))}
     assert not repeated, f"counts written twice: {repeated}"
     for processor in (first, second):
+        code, _ = processor.terminate()
+        assert code == 0, processor.log()[-3000:]
+
+
+@pytest.mark.apache_kafka(reason="a broker lost and back under running instances")
+def test_a_broker_lost_and_back_keeps_the_instances_up_and_counts_exact(
+    kraft_cluster: KraftCluster, tmp_path: Path, started: Started
+) -> None:
+    group = _make_group(kraft_cluster.bootstrap_servers, tmp_path)
+    first = group.start("page-view-counter-0")
+    second = group.start("page-view-counter-1")
+    started.processors += [first, second]
+    group.produce(2000)
+    group.wait_exact(first)
+
+    # The leader of the input's partition 0 dies (a node lost): the instances' planning,
+    # reads and offsets meet timeouts, then not-leader as leadership moves, and ride them out.
+    admin = AdminClient({"bootstrap.servers": kraft_cluster.bootstrap_servers})
+    topic = group.pipeline.topics["input.topic"]
+    victim = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+    kraft_cluster.kill_node(victim)
+    try:
+        group.produce(2000)
+        group.wait_exact(first)
+    finally:
+        # Back; when leadership moves back to it (preferred leaders), not-leader once more.
+        kraft_cluster.start_node(victim)
+        kraft_cluster.wait_until_fully_replicated(RUN_TIMEOUT_S)
+    group.produce(2000)
+    group.wait_exact(first)
+    for processor in (first, second):
+        processor.assert_running()
         code, _ = processor.terminate()
         assert code == 0, processor.log()[-3000:]
