@@ -211,13 +211,21 @@ def latest_counts(bootstrap: str, topic: str) -> dict[str, int]:
     }
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll `predicate` until true; the seconds it took. Fails naming `what` on timeout."""
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    seen: Callable[[], object] | None = None,
+    interval_s: float = 0.5,
+) -> float:
+    """Poll `predicate` until true; the seconds it took. On timeout, fails naming `what` and,
+    if given, what `seen()` says was there instead."""
     start = time.monotonic()
     while not predicate():
         if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.5)
+            instead = f"; saw {seen()}" if seen is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{instead}")
+        time.sleep(interval_s)
     return time.monotonic() - start
 
 
@@ -293,9 +301,21 @@ def wait_for_counts(
     timeout_s: float,
 ) -> float:
     """Wait until the committed output equals `truth`; the seconds it took."""
+    last: dict[str, int] = {}
 
     def matches() -> bool:
         processor.assert_running()
-        return latest_counts(bootstrap, topic) == dict(truth)
+        last.clear()
+        last.update(latest_counts(bootstrap, topic))
+        return last == dict(truth)
 
-    return wait_until(matches, timeout_s, f"{topic} to hold the true counts")
+    def differences() -> str:
+        wrong = {page: (last.get(page), n) for page, n in truth.items() if last.get(page) != n}
+        extra = sorted(set(last) - set(truth))
+        sample = ", ".join(f"{p}: {got} (true {n})" for p, (got, n) in sorted(wrong.items())[:5])
+        return (
+            f"{sum(last.values())} of {sum(truth.values())} views counted; {len(wrong)} of "
+            f"{len(truth)} pages wrong ({sample}){f'; unknown pages {extra[:5]}' if extra else ''}"
+        )
+
+    return wait_until(matches, timeout_s, f"{topic} to hold the true counts", differences)

@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.app.processor_harness import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120.0
@@ -49,14 +49,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s:g} s"
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_run_prints_its_summary_and_stops_the_processes_it_started(
     signum: signal.Signals, tmp_path: Path
@@ -74,8 +66,13 @@ def test_an_interrupted_run_prints_its_summary_and_stops_the_processes_it_starte
         start_new_session=True,  # the signal goes to it alone, as a terminal's goes to make's
     )  # fmt: skip
     try:
-        wait_for("broker started by the interrupted run", pid_file.exists)
-        wait_for("broker pid written", lambda: pid_file.read_text().strip() != "")
+        wait_until(
+            lambda: pid_file.exists() and pid_file.read_text().strip() != "",
+            DEADLINE_S,
+            "the interrupted run's broker to start",
+            seen=lambda: f"no broker pid yet; the run's exit code: {run.poll()}",
+            interval_s=0.1,
+        )
         broker_pid = int(pid_file.read_text())
         run.send_signal(signum)
         output, _ = run.communicate(timeout=DEADLINE_S)
@@ -87,8 +84,7 @@ def test_an_interrupted_run_prints_its_summary_and_stops_the_processes_it_starte
     try:
         assert "KeyboardInterrupt" in text, text
         assert "no tests ran" in text or "interrupted" in text, text  # the summary line
-        wait_for(f"end of the broker (pid {broker_pid}) after the run stopped",
-                 lambda: not alive(broker_pid), timeout_s=30)  # fmt: skip
+        wait_until(lambda: not alive(broker_pid), 30, f"the end of its broker (pid {broker_pid})")
     finally:
         if alive(broker_pid):  # left behind: this test's failure, not the next one's
             os.kill(broker_pid, signal.SIGKILL)

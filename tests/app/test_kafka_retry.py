@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.embedded_broker import EmbeddedBroker, free_port
 from app.kafka_retry import Retrying
+from tests.app.processor_harness import wait_until
 
 TOPIC = "retried"
 CALL_TIMEOUT_S = 2.0
@@ -27,14 +28,6 @@ DEADLINE_S = 120.0
 def create_topic(bootstrap_servers: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
-
-
-def wait_for(what: str, condition: Callable[[], bool]) -> None:
-    """Poll `condition` until it holds; fail naming `what` after the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {DEADLINE_S:g} s"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -80,7 +73,8 @@ def test_a_call_waits_out_a_broker_restart_and_logs_the_episode_once(
     )
     call.start()  # the broker is gone: the call fails and retries
     try:
-        wait_for("retry episode", lambda: episodes == ["end offset"])
+        wait_until(lambda: episodes == ["end offset"], DEADLINE_S, "a retry episode",
+                   seen=lambda: episodes, interval_s=0.05)  # fmt: skip
         with EmbeddedBroker(port=port) as broker:  # back (in memory: its topic is new again)
             create_topic(broker.bootstrap_servers)
             call.join(DEADLINE_S)
