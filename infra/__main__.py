@@ -45,6 +45,8 @@ kafka = KafkaCluster(
         config=config.kafka,
         broker_configs=config.broker_configs,
         protect_cluster_id=config.profile == "prod",
+        readiness_image=config.processor.image,
+        readiness_image_pull_policy=config.processor.image_pull_policy,
     ),
     opts=in_namespace,
 )

@@ -14,6 +14,11 @@ from infra.config import KafkaConfig, quantity
 
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
+# The broker-readiness sidecar's HTTP port (`app.broker_readiness`).
+READINESS_PORT = 8090
+# A restarted broker is ready once back in every ISR: the roll's budget per broker allows this
+# long for its replicas to catch up with what was written while it was down.
+CATCH_UP_SECONDS = 300
 DATA_DIR = "/var/lib/kafka/data"
 # The image runs as uid 1000 (appuser); its files are world-readable, so any non-root uid works.
 KAFKA_UID = 10001
@@ -26,6 +31,18 @@ def broker_env_name(config: str) -> str:
     as the image's `configure` script reads them back into `server.properties`.
     """
     return "KAFKA_" + config.replace("_", "__").replace("-", "___").replace(".", "_").upper()
+
+
+# The pod's ordinal, set by the StatefulSet controller (beta 1.28, GA 1.32): node N is always
+# pod kafka-N, so the voters list needs no script to derive it.
+NODE_ID_ENV = k8s.core.v1.EnvVarArgs(
+    name="KAFKA_NODE_ID",
+    value_from=k8s.core.v1.EnvVarSourceArgs(
+        field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
+            field_path="metadata.labels['apps.kubernetes.io/pod-index']"
+        )
+    ),
+)
 
 
 def heap_megabytes(memory: str) -> int:
@@ -42,6 +59,9 @@ class KafkaClusterArgs:
     broker_configs: dict[str, str]
     # Keep the cluster id resource from being deleted by accident (`pulumi destroy` asks first).
     protect_cluster_id: bool
+    # The processor's image, which also holds the brokers' readiness sidecar.
+    readiness_image: str
+    readiness_image_pull_policy: str
 
 
 class KafkaCluster(pulumi.ComponentResource):
@@ -112,16 +132,7 @@ class KafkaCluster(pulumi.ComponentResource):
         heap = heap_megabytes(cfg.memory)
         env = workload.downward_env(
             k8s.core.v1.EnvVarArgs(name="CLUSTER_ID", value=self.cluster_id),
-            # The pod's ordinal, set by the StatefulSet controller (beta 1.28, GA 1.32): node N
-            # is always pod kafka-N, so the voters list above needs no script to derive it.
-            k8s.core.v1.EnvVarArgs(
-                name="KAFKA_NODE_ID",
-                value_from=k8s.core.v1.EnvVarSourceArgs(
-                    field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
-                        field_path="metadata.labels['apps.kubernetes.io/pod-index']"
-                    )
-                ),
-            ),
+            NODE_ID_ENV,
             *(
                 k8s.core.v1.EnvVarArgs(name=broker_env_name(key), value=value)
                 for key, value in {**node, **args.broker_configs}.items()
@@ -129,7 +140,10 @@ class KafkaCluster(pulumi.ComponentResource):
             k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value=f"-Xms{heap}m -Xmx{heap}m"),
         )
         restart_budget = (
-            cfg.termination_grace_period_seconds + cfg.startup_probe.budget_seconds + 60
+            cfg.termination_grace_period_seconds
+            + cfg.startup_probe.budget_seconds
+            + CATCH_UP_SECONDS
+            + 60
         )
         self.stateful_set = k8s.apps.v1.StatefulSet(
             name,
@@ -138,7 +152,11 @@ class KafkaCluster(pulumi.ComponentResource):
                 namespace=ns,
                 labels=component_labels,
                 annotations=workload.checkov_skips(
-                    {"CKV_K8S_43": "the fork pins apache/kafka by digest for its registry"}
+                    {
+                        **workload.processor_image_skips(args.readiness_image_pull_policy),
+                        "CKV_K8S_43": "the fork pins apache/kafka and the processor image by "
+                        "digest for its registry",
+                    }
                 ),
             ),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
@@ -149,7 +167,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 update_strategy=k8s.apps.v1.StatefulSetUpdateStrategyArgs(type="RollingUpdate"),
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(name)),
-                template=self._pod_template(cfg, name, component_labels, env),
+                template=self._pod_template(cfg, args, name, component_labels, env),
                 volume_claim_templates=[
                     workload.state_claim("data", cfg.storage_class_name, cfg.storage)
                 ],
@@ -166,6 +184,7 @@ class KafkaCluster(pulumi.ComponentResource):
     @staticmethod
     def _pod_template(
         cfg: KafkaConfig,
+        args: KafkaClusterArgs,
         name: str,
         component_labels: dict[str, str],
         env: list[k8s.core.v1.EnvVarArgs],
@@ -226,21 +245,15 @@ class KafkaCluster(pulumi.ComponentResource):
                             period_seconds=cfg.startup_probe.period_seconds,
                             failure_threshold=cfg.startup_probe.failure_threshold,
                         ),
-                        # A KRaft broker accepts requests on its client listener only once it is
-                        # caught up with the metadata log and unfenced (state RUNNING); an open
-                        # port alone means nothing. So: a real ApiVersions/Metadata round trip.
-                        readiness_probe=k8s.core.v1.ProbeArgs(
-                            exec_=k8s.core.v1.ExecActionArgs(
-                                command=[
-                                    "sh",
-                                    "-c",
-                                    "KAFKA_HEAP_OPTS=-Xmx128m exec "
-                                    "/opt/kafka/bin/kafka-broker-api-versions.sh "
-                                    f"--bootstrap-server localhost:{CLIENT_PORT} >/dev/null",
-                                ]
-                            ),
-                            period_seconds=15,
-                            timeout_seconds=10,
+                        # Ready: an unfenced member of the cluster, in the ISR of every partition
+                        # it hosts, as the sidecar beside it judges (`app.broker_readiness`). The
+                        # StatefulSet controller rolls the next broker only then, so a roll never
+                        # takes a second replica away while the first is behind.
+                        readiness_probe=workload.http_probe(
+                            "/ready",
+                            READINESS_PORT,
+                            period_seconds=10,
+                            timeout_seconds=8,
                             failure_threshold=3,
                         ),
                         liveness_probe=k8s.core.v1.ProbeArgs(
@@ -252,7 +265,8 @@ class KafkaCluster(pulumi.ComponentResource):
                             k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
                             *mounts,
                         ],
-                    )
+                    ),
+                    KafkaCluster._readiness_sidecar(args, security),
                 ],
                 volumes=[
                     k8s.core.v1.VolumeArgs(
@@ -260,6 +274,43 @@ class KafkaCluster(pulumi.ComponentResource):
                     )
                     for volume in writable
                 ],
+            ),
+        )
+
+    @staticmethod
+    def _readiness_sidecar(
+        args: KafkaClusterArgs, security: k8s.core.v1.SecurityContextArgs
+    ) -> k8s.core.v1.ContainerArgs:
+        """`app.broker_readiness` beside the broker: one admin client, no JVM per probe."""
+        return k8s.core.v1.ContainerArgs(
+            name="broker-readiness",
+            image=args.readiness_image,
+            image_pull_policy=args.readiness_image_pull_policy,
+            # `args`: the image's ENTRYPOINT (tini) stays PID 1.
+            args=[
+                "python",
+                "-m",
+                "app.broker_readiness",
+                "--node-id",
+                "$(KAFKA_NODE_ID)",
+                "--bootstrap-server",
+                f"localhost:{CLIENT_PORT}",
+                "--port",
+                str(READINESS_PORT),
+            ],
+            env=[NODE_ID_ENV],
+            ports=[k8s.core.v1.ContainerPortArgs(name="readiness", container_port=READINESS_PORT)],
+            # Python and one admin client: about 40 MiB resident, a few ms of CPU per probe.
+            resources=workload.guaranteed_resources("100m", "128Mi"),
+            security_context=security,
+            startup_probe=workload.http_probe(
+                "/live", READINESS_PORT, period_seconds=2, failure_threshold=30
+            ),
+            readiness_probe=workload.http_probe(
+                "/live", READINESS_PORT, period_seconds=10, failure_threshold=3
+            ),
+            liveness_probe=workload.http_probe(
+                "/live", READINESS_PORT, period_seconds=10, failure_threshold=3
             ),
         )
 

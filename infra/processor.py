@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -173,20 +174,7 @@ class Processor(pulumi.ComponentResource):
             app, anti_affinity=cfg.anti_affinity, zone_spread=cfg.zone_spread
         )
 
-        def http_probe(
-            path: str,
-            *,
-            period_seconds: int,
-            failure_threshold: int,
-            initial_delay_seconds: int | None = None,
-        ) -> k8s.core.v1.ProbeArgs:
-            return k8s.core.v1.ProbeArgs(
-                http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port=HEALTH_PORT),
-                initial_delay_seconds=initial_delay_seconds,
-                period_seconds=period_seconds,
-                failure_threshold=failure_threshold,
-            )
-
+        http_probe = partial(workload.http_probe, port=HEALTH_PORT)
         files = workload.config_and_tmp("config", config_map.metadata.name, PROPERTIES_DIR)
         # The convention a Prometheus `kubernetes-pods` scrape job reads (the community Helm
         # chart's relabels the pod name to `pod`, as the dashboard needs).

@@ -81,6 +81,25 @@ def container_security_context() -> k8s.core.v1.SecurityContextArgs:
     )
 
 
+def http_probe(
+    path: str,
+    port: int,
+    *,
+    period_seconds: int,
+    failure_threshold: int,
+    initial_delay_seconds: int | None = None,
+    timeout_seconds: int | None = None,
+) -> k8s.core.v1.ProbeArgs:
+    """A probe that GETs `path` on `port` (2xx/3xx: success)."""
+    return k8s.core.v1.ProbeArgs(
+        http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port=port),
+        initial_delay_seconds=initial_delay_seconds,
+        period_seconds=period_seconds,
+        timeout_seconds=timeout_seconds,
+        failure_threshold=failure_threshold,
+    )
+
+
 def guaranteed_resources(cpu: str, memory: str) -> k8s.core.v1.ResourceRequirementsArgs:
     """Requests equal to limits: Guaranteed QoS, the last class evicted under node pressure."""
     amounts = {"cpu": cpu, "memory": memory}

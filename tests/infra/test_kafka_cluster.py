@@ -99,14 +99,36 @@ def test_anti_affinity_is_only_preferred_on_a_one_node_dev_cluster(dev: Recorded
     assert "topologySpreadConstraints" not in pod
 
 
-def test_readiness_needs_a_kafka_request_answered_not_an_open_port(stack: RecordedStack) -> None:
-    container = k8s_object(stack, "StatefulSet", "kafka")["spec"]["template"]["spec"]["containers"][
-        0
-    ]
-    readiness = " ".join(container["readinessProbe"]["exec"]["command"])
-    assert "kafka-broker-api-versions.sh --bootstrap-server localhost:9092" in readiness
-    assert "tcpSocket" in container["startupProbe"]
-    assert "tcpSocket" in container["livenessProbe"]
+def test_a_broker_is_ready_when_in_sync_as_its_sidecar_judges_no_jvm_per_probe(
+    stack: RecordedStack,
+) -> None:
+    sts = k8s_object(stack, "StatefulSet", "kafka")
+    kafka, sidecar = sts["spec"]["template"]["spec"]["containers"]
+    assert kafka["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 8090}
+    assert "exec" not in kafka["readinessProbe"]
+    assert "tcpSocket" in kafka["startupProbe"]
+    assert "tcpSocket" in kafka["livenessProbe"]
+
+    assert sidecar["name"] == "broker-readiness"
+    assert (
+        sidecar["image"]
+        == k8s_object(stack, "StatefulSet", "page-view-counter")["spec"]["template"]["spec"][
+            "containers"
+        ][0]["image"]
+    )
+    assert "command" not in sidecar  # the image's tini stays PID 1
+    assert sidecar["args"][:3] == ["python", "-m", "app.broker_readiness"]
+    assert sidecar["args"][3:5] == ["--node-id", "$(KAFKA_NODE_ID)"]
+    assert "--bootstrap-server" in sidecar["args"] and "localhost:9092" in sidecar["args"]
+    node_id = next(e for e in sidecar["env"] if e["name"] == "KAFKA_NODE_ID")
+    assert node_id["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['apps.kubernetes.io/pod-index']"
+    )
+    assert sidecar["ports"] == [{"containerPort": 8090, "name": "readiness"}]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert sidecar[probe]["httpGet"] == {"path": "/live", "port": 8090}
+    assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
+    assert sidecar["resources"]["requests"] == sidecar["resources"]["limits"]
 
 
 def test_heap_and_resources_give_guaranteed_qos(stack: RecordedStack) -> None:
@@ -130,7 +152,8 @@ def test_brokers_run_non_root_with_a_read_only_root(stack: RecordedStack) -> Non
         assert security["readOnlyRootFilesystem"] is True
         assert security["allowPrivilegeEscalation"] is False
         assert security["capabilities"] == {"drop": ["ALL"]}
-        assert container["image"] == "apache/kafka:4.1.0"
+        if container["name"] != "broker-readiness":  # the processor's image, tested above
+            assert container["image"] == "apache/kafka:4.1.0"
 
 
 def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> None:
@@ -154,9 +177,10 @@ def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> 
 
 def test_pulumi_waits_long_enough_for_a_full_roll(stack: RecordedStack) -> None:
     kafka = stack.find("kubernetes:apps/v1:StatefulSet", "kafka")
-    # 3 brokers x (60 s grace + 310 s startup budget + 60 s to become ready), plus 5 minutes.
+    # 3 brokers x (60 s grace + 310 s startup budget + 300 s for its replicas to catch up +
+    # 60 s to become ready), plus 5 minutes.
     grace = 60 if stack.stack == "dev" else 120
-    minutes = -(-3 * (grace + 310 + 60) // 60) + 5
+    minutes = -(-3 * (grace + 310 + 300 + 60) // 60) + 5
     assert kafka.custom_timeouts == {"create": f"{minutes}m", "update": f"{minutes}m"}
 
 

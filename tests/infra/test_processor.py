@@ -250,7 +250,7 @@ def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -
         for container in obj["spec"]["template"]["spec"]["containers"]
         if container["image"] == image
     ]
-    assert sorted(c["name"] for c in containers) == ["processor", "reconcile"]
+    assert sorted(c["name"] for c in containers) == ["broker-readiness", "processor", "reconcile"]
     for container in containers:
         assert "command" not in container, container["name"]
         assert container["args"][:2] == ["python", "-m"], container["name"]

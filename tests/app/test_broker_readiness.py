@@ -1,0 +1,128 @@
+"""A broker is ready when it is an unfenced member of the cluster and in sync on what it hosts.
+
+The embedded broker shows the answers and the HTTP endpoint; a 3-node Apache Kafka shows the
+point of it: a restarted broker is not ready until it is back in every ISR, and the others stay
+ready meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.broker_readiness import ReadinessCache, judge, serve
+from app.embedded_broker import EmbeddedBroker, free_port
+from tests.app.kraft_cluster import HOST, KraftCluster
+from tests.app.processor_harness import wait_until
+
+TANSU_NODE_ID = 111  # the embedded broker's node.id
+DEADLINE_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def admin() -> Iterator[AdminClient]:
+    with EmbeddedBroker() as broker:
+        client = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        client.create_topics([NewTopic("hosted", 2, 1)])["hosted"].result(timeout=30)
+        yield client
+
+
+def test_a_broker_in_sync_on_what_it_hosts_is_ready(admin: AdminClient) -> None:
+    readiness = judge(admin, TANSU_NODE_ID)
+    assert readiness.ready, readiness.reason
+    assert readiness.hosted >= 2 and readiness.lagging == ()
+    assert (
+        f"in sync on all {readiness.hosted} partitions on node {TANSU_NODE_ID}" in readiness.reason
+    )
+
+
+def test_a_node_the_cluster_does_not_list_is_not_ready_and_says_so(admin: AdminClient) -> None:
+    readiness = judge(admin, 7)
+    assert not readiness.ready
+    assert f"node 7 is not an unfenced broker of the cluster (brokers [{TANSU_NODE_ID}])" in (
+        readiness.reason
+    )
+
+
+def test_a_broker_that_does_not_answer_is_not_ready() -> None:
+    silent = AdminClient({"bootstrap.servers": f"127.0.0.1:{free_port()}", "log_level": 0})
+    readiness = judge(silent, 1, timeout_s=1.0)
+    assert not readiness.ready
+    assert readiness.reason.startswith("no metadata from the broker")
+
+
+def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) -> None:
+    server = serve(ReadinessCache(admin, TANSU_NODE_ID), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with urllib.request.urlopen(f"{base}/ready", timeout=30) as response:
+            assert response.status == 200
+            assert json.loads(response.read())["ready"] is True
+        with urllib.request.urlopen(f"{base}/live", timeout=30) as response:
+            assert response.status == 200
+        unready = serve(ReadinessCache(admin, 7), "127.0.0.1", 0)
+        threading.Thread(target=unready.serve_forever, daemon=True).start()
+        port = unready.server_address[1]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=30)
+        assert refused.value.code == 503  # the kubelet's "not ready"
+        assert "node 7" in json.loads(refused.value.read())["reason"]
+        unready.shutdown()
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.apache_kafka(reason="replicas, ISRs and a broker restarted in a cluster of three")
+def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(
+    kraft_cluster: KraftCluster,
+) -> None:
+    cluster = AdminClient({"bootstrap.servers": kraft_cluster.bootstrap_servers})
+    topic = "readiness-roll"
+    cluster.create_topics([NewTopic(topic, 6, 3)])[topic].result(timeout=60)
+    first, rolled = kraft_cluster.nodes[0], kraft_cluster.nodes[-1]
+    # Each judge asks the broker it runs beside, as the sidecar does.
+    beside_first = AdminClient({"bootstrap.servers": f"{HOST}:{first.broker_port}"})
+    beside_rolled = AdminClient(
+        {"bootstrap.servers": f"{HOST}:{rolled.broker_port}", "log_level": 0}
+    )
+    wait_until(lambda: judge(beside_rolled, rolled.node_id).ready, DEADLINE_S, "all in sync",
+               seen=lambda: judge(beside_rolled, rolled.node_id).reason)  # fmt: skip
+
+    kraft_cluster.stop_node(rolled.node_id)
+    try:
+        # Writes go on without it (min.insync.replicas=2): its replicas fall behind.
+        producer = Producer({"bootstrap.servers": kraft_cluster.bootstrap_servers, "acks": "all"})
+        for i in range(600):
+            producer.produce(topic, value=b"%d" % i, partition=i % 6)
+        assert producer.flush(60) == 0
+        assert not judge(beside_rolled, rolled.node_id, timeout_s=2.0).ready
+        wait_until(
+            lambda: judge(beside_first, rolled.node_id).reason.startswith(
+                f"node {rolled.node_id} is not an unfenced broker"
+            ),
+            DEADLINE_S,
+            "the cluster to fence the stopped node",
+            seen=lambda: judge(beside_first, rolled.node_id).reason,
+        )
+        assert judge(beside_first, first.node_id).ready  # the others stay ready
+    finally:
+        kraft_cluster.start_node(rolled.node_id)
+    wait_until(lambda: judge(beside_rolled, rolled.node_id).ready, DEADLINE_S,
+               "the restarted node to be ready",
+               seen=lambda: judge(beside_rolled, rolled.node_id).reason)  # fmt: skip
+    # Ready means what it says: the node is in the ISR of every partition it hosts.
+    metadata = cluster.list_topics(timeout=30)
+    hosted = [
+        p for t in metadata.topics.values() for p in t.partitions.values()
+        if rolled.node_id in p.replicas
+    ]  # fmt: skip
+    assert hosted and all(rolled.node_id in p.isrs for p in hosted)
+    kraft_cluster.wait_until_fully_replicated(DEADLINE_S)
