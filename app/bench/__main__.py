@@ -1,13 +1,15 @@
 """`python -m app.bench rolling-restart|throughput`: the benchmarks (tables and graphs).
 
-    python -m app.bench rolling-restart [--bootstrap-servers HOST:PORT] [--cases a,b]
-        [--session-timeout-ms 20000] [--rate 100] [--out build/bench]
+    python -m app.bench rolling-restart [--bootstrap-servers HOST:PORT | --kafka-home DIR]
+        [--cases a,b] [--session-timeout-ms 20000] [--rate 100] [--out build/bench]
     python -m app.bench throughput [--bootstrap-servers HOST:PORT]
         [--configs 5000:1000,20000:250] [--backlog 100000] [--partitions 6] [--keys 10000]
         [--out build/bench]
 
 Without --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) one embedded broker serves every case;
-the cases it cannot run honestly say so in the table. Speeds are reported, never asserted.
+the cases it cannot run honestly say so in the table. --kafka-home starts 3 local KRaft nodes from
+an Apache Kafka distribution and runs on them; the broker-roll case restarts them under load.
+Speeds are reported, never asserted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from app.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
 from app.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
 from app.embedded_broker import EmbeddedBroker
+from app.kraft_cluster import KraftCluster
 from app.processor.defaults import DEFAULTS
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -80,6 +83,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=Path("build/bench"),
         help="where the tables (Markdown, CSV) and graphs go (default build/bench)",
     )
+    common.add_argument(
+        "--kafka-home",
+        type=Path,
+        metavar="DIR",
+        help="an Apache Kafka 4.x distribution: the bench starts it as 3 local KRaft nodes and "
+        "runs on them (instead of --bootstrap-servers); the broker-roll case needs it",
+    )
     restart = sub.add_parser("rolling-restart", parents=[common], help="the restart matrix")
     restart.add_argument(
         "--cases", type=_cases, default=list(CASE_NAMES), help=f"of {', '.join(CASE_NAMES)}"
@@ -133,6 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out.resolve()
     with ExitStack() as stack:
         bootstrap = args.bootstrap_servers
+        brokers = None
+        if args.kafka_home is not None:
+            if bootstrap:
+                raise SystemExit("--kafka-home and --bootstrap-servers: choose one")
+            brokers = stack.enter_context(KraftCluster(args.kafka_home))
+            bootstrap = brokers.bootstrap_servers
         embedded = not bootstrap
         if embedded:
             bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
@@ -157,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ready_timeout_s=args.ready_timeout_s,
             )
             chosen = [c for c in CASES if c.name in args.cases]
-            results = run_matrix(chosen, params, out, bootstrap, embedded)
+            results = run_matrix(chosen, params, out, bootstrap, embedded, brokers)
             return 0 if all(r.ok for r in results) else 1
         params_tp = replace(
             ThroughputParams(),

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 from app.bench import plots
 from app.bench.measure import (
     Latency,
@@ -35,6 +37,8 @@ from app.bench.measure import (
     zero_output_gaps,
 )
 from app.bench.table import Row, write_table
+from app.broker_readiness import judge
+from app.kraft_cluster import HOST, KraftCluster
 from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, InstanceStatus, PipelineNames
 from app.local.observe import CountCheck, CountRecord, PartitionLag, check_counts
@@ -46,6 +50,10 @@ log = logging.getLogger("app.bench")
 NEEDS_HANDOVER = (
     "needs Apache Kafka's group coordinator: the embedded broker does not hand a leaving "
     "member's partitions to the others (DESIGN.md); run with --bootstrap-servers"
+)
+NEEDS_BROKERS = (
+    "needs brokers the bench can restart: run with --kafka-home (an Apache Kafka 4.x "
+    "distribution it starts as 3 KRaft nodes)"
 )
 NEEDS_COORDINATOR = (
     "needs Apache Kafka's group coordinator: the embedded broker does not hand revoked "
@@ -69,6 +77,8 @@ class Case:
     rollout: bool = False
     # Keeps `num.standby.replicas` warm copies (hand-off mode always does: it hands to them).
     standbys: bool = False
+    # The brokers restarted in turn, as the Kafka StatefulSet rolls them; no instance restarts.
+    broker_roll: bool = False
     needs_apache: str | None = None
 
     def standby_replicas(self, params: BenchParams) -> int:
@@ -121,6 +131,13 @@ CASES: tuple[Case, ...] = (
         membership_mode=MEMBERSHIP_HANDOFF,
         rollout=True,
         needs_apache=NEEDS_HANDOVER,
+    ),
+    Case(
+        "broker-roll",
+        "rolling restart of the 3 brokers under load (highest node first, each once back in "
+        "every ISR); the instances keep running",
+        broker_roll=True,
+        needs_apache=NEEDS_BROKERS,
     ),
     Case(
         "stateless-leave",
@@ -189,6 +206,7 @@ COLUMNS = (
     "assigned (others)",
     "revoked (others)",
     "restored records",
+    "instance exits",
     "down s",
     "processed again s",
     "note",
@@ -201,14 +219,20 @@ def run_matrix(
     out_dir: Path,
     bootstrap_servers: str,
     embedded: bool,
+    brokers: KraftCluster | None = None,
 ) -> list[CaseResult]:
     """Run the cases, one pipeline per kind (membership, standbys) with one restart per case in
-    it; write the table (Markdown, CSV) and a graph per case; the results."""
+    it; write the table (Markdown, CSV) and a graph per case; the results. `brokers`: the local
+    cluster behind `bootstrap_servers`, which the broker-roll case restarts."""
     results: dict[str, CaseResult] = {}
     runnable = []
     for case in cases:
+        missing = NEEDS_BROKERS if case.broker_roll and brokers is None else None
         if embedded and case.needs_apache:
-            row = {"case": case.name, "broker": "embedded", "note": f"not run: {case.needs_apache}"}
+            missing = case.needs_apache
+        if missing:
+            broker = "embedded" if embedded else "apache"
+            row = {"case": case.name, "broker": broker, "note": f"not run: {missing}"}
             results[case.name] = CaseResult(case, row)
         else:
             runnable.append(case)
@@ -218,7 +242,7 @@ def run_matrix(
 
     for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
         group = [c for c in runnable if kind(c) == pipeline_kind]
-        for result in run_group(group, params, out_dir, bootstrap_servers, embedded):
+        for result in run_group(group, params, out_dir, bootstrap_servers, embedded, brokers):
             results[result.case.name] = result
     ordered = [results[c.name] for c in cases]
     text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
@@ -239,13 +263,15 @@ class Restart:
     started_at: float
     recovered_at: float | None = None
     after: dict[str, InstanceStatus] = field(default_factory=dict)
+    # Instances that exited during the case by themselves (a broker roll restarts none).
+    exited: tuple[str, ...] = ()
 
 
 def run_group(
     cases: Sequence[Case], params: BenchParams, out_dir: Path, bootstrap_servers: str,
-    embedded: bool,
+    embedded: bool, brokers: KraftCluster | None = None,
 ) -> list[CaseResult]:  # fmt: skip
-    """One pipeline (own topics and group), one restart of the last instance per case."""
+    """One pipeline (own topics and group), one restart (or roll) per case."""
     stateful, mode = cases[0].stateful, cases[0].membership_mode
     kind = (mode if stateful else "dynamic") + ("-standby" if cases[0].standbys else "")
     prefix = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
@@ -284,8 +310,12 @@ def run_group(
                     )
                 log.info("%s: ready, caught up and settled %.0f s after the start", prefix,
                          steady.at - t0)  # fmt: skip
-                run_case = rollout if case.rollout else restart
-                restarts.append(run_case(pipeline, timeline, case, params))
+                if case.broker_roll:
+                    assert brokers is not None
+                    restarts.append(broker_roll(pipeline, timeline, case, params, brokers))
+                else:
+                    run_case = rollout if case.rollout else restart
+                    restarts.append(run_case(pipeline, timeline, case, params))
             summary = loader.stop()
             drained = wait_until(timeline, params.drain_timeout_s, lambda s: _total_lag(s) == 0)
         pipeline.stop_instances()
@@ -399,6 +429,50 @@ def rollout(
     return event
 
 
+def broker_roll(
+    pipeline: LocalPipeline,
+    timeline: Timeline,
+    case: Case,
+    params: BenchParams,
+    brokers: KraftCluster,
+) -> Restart:
+    """Restart every broker in turn as the Kafka StatefulSet rolls them: highest node first
+    (SIGTERM, a controlled shutdown), the next one once this one is ready as its pod's
+    readiness sidecar judges it (back in every ISR) and has been for `min_ready_s`."""
+    sample = timeline.take()
+    before = {s.name: s for s in sample.instances}
+    every = tuple(sorted(p for s in sample.instances for p in (s.partitions or ())))
+    log.info("case %s: %s", case.name, case.description)
+    stopped_at = started_at = time.time()
+    for node in reversed(brokers.nodes):
+        log.info("case %s: restarting broker node %d", case.name, node.node_id)
+        brokers.stop_node(node.node_id)
+        started_at = time.time()
+        brokers.start_node(node.node_id)
+        beside = AdminClient({"bootstrap.servers": f"{HOST}:{node.broker_port}", "log_level": 0})
+        deadline = time.monotonic() + params.recovery_timeout_s
+        while not (readiness := judge(beside, node.node_id)).ready:
+            if time.monotonic() > deadline:
+                log.warning("case %s: node %d not ready within %g s: %s", case.name,
+                            node.node_id, params.recovery_timeout_s, readiness.reason)  # fmt: skip
+                break
+            time.sleep(1.0)
+        log.info("case %s: node %d ready %.0f s after its stop", case.name, node.node_id,
+                 time.time() - started_at)  # fmt: skip
+        time.sleep(params.min_ready_s)
+    at_end = timeline.take()
+    event = Restart(case, "every broker", every, before, stopped_at, started_at)
+    recovered = wait_until(
+        timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_end.lag, every)
+    )
+    if recovered is not None:
+        event.recovered_at = recovered.at
+    time.sleep(params.tail_s)
+    event.after = {s.name: s for s in timeline.take().instances}
+    event.exited = tuple(i.name for i in pipeline.instances if not i.running)
+    return event
+
+
 def _row(
     event: Restart,
     check: CountCheck,
@@ -417,6 +491,8 @@ def _row(
         metric_delta(event.before.get(n), event.after.get(n), RESTORED) for n in others
     )
     notes = []
+    if event.case.broker_roll:
+        notes.append(f"instances that exited: {', '.join(event.exited) or 'none'}")
     if event.recovered_at is None:
         notes.append(f"not processed again within {params.recovery_timeout_s:g} s")
     handed_over = _grown(event, others, "processor_partitions_assigned_total")
@@ -454,6 +530,7 @@ def _row(
         "revoked (others)": _grown(event, others, "processor_partitions_revoked_total"),
         # A rollout restarts every instance, whose counters begin again at 0: no sum is right.
         "restored records": None if event.case.rollout else int(restored_records),
+        "instance exits": len(event.exited) if event.case.broker_roll else None,
         "down s": event.started_at - event.stopped_at,
         "processed again s": (
             event.recovered_at - event.stopped_at if event.recovered_at is not None else None

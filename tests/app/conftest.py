@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.embedded_broker import EmbeddedBroker
-from tests.app.kraft_cluster import KAFKA_HOME_ENV, KraftCluster
+from app.kraft_cluster import KAFKA_HOME_ENV, KraftCluster
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 

@@ -19,6 +19,7 @@ from app.bench.__main__ import parse_args
 from app.bench.measure import PeriodicSampler, output_latencies
 from app.bench.rolling_restart import CASES, BenchParams, run_matrix
 from app.embedded_broker import EmbeddedBroker
+from app.kraft_cluster import KraftCluster
 from app.local.observe import CountRecord
 
 SHORT = BenchParams(
@@ -149,6 +150,31 @@ def test_handoff_on_apache_kafka_moves_the_partitions_and_keeps_counts_exact(
     restores = [line for line in lines if "state restored from" in line and line[:23] > rejoined]
     assert restores, "nothing was restored after the restarted instance joined"
     assert all("the tail after this instance's copy" in line for line in restores), restores
+
+
+@pytest.mark.apache_kafka(reason="brokers restarted in turn: a local Apache Kafka the bench owns")
+def test_a_broker_roll_under_load_keeps_every_instance_up_and_counts_exact(
+    kraft_cluster: KraftCluster, tmp_path: Path
+) -> None:
+    run_matrix(
+        [BY_NAME["broker-roll"]],
+        replace(SHORT, min_ready_s=2.0),
+        tmp_path,
+        kraft_cluster.bootstrap_servers,
+        embedded=False,
+        brokers=kraft_cluster,
+    )
+    rows = read_table(tmp_path)
+    assert_exact(rows, ("broker-roll",))
+    assert rows["broker-roll"]["instance exits"] == "0", rows["broker-roll"]
+    kraft_cluster.wait_until_fully_replicated()  # the session's cluster, as the next test needs it
+
+
+def test_a_broker_roll_needs_brokers_the_bench_can_restart(broker: str, tmp_path: Path) -> None:
+    run_matrix([BY_NAME["broker-roll"]], SHORT, tmp_path, broker, embedded=True)
+    row = read_table(tmp_path)["broker-roll"]
+    assert row["note"].startswith("not run: needs brokers the bench can restart"), row
+    assert row["broker"] == "embedded"
 
 
 def test_bench_options_default_to_the_params_and_name_what_is_wrong(

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.broker_readiness import ReadinessCache, judge, serve
 from app.embedded_broker import EmbeddedBroker, free_port
-from tests.app.kraft_cluster import HOST, KraftCluster
+from app.kraft_cluster import HOST, KraftCluster
 from tests.app.processor_harness import wait_until
 
 TANSU_NODE_ID = 111  # the embedded broker's node.id

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from tests.app.kraft_cluster import KraftCluster
+from app.kraft_cluster import KraftCluster
 
 pytestmark = pytest.mark.apache_kafka
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.app.kraft_cluster import KraftCluster
+from app.kraft_cluster import KraftCluster
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,
