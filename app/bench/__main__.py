@@ -109,6 +109,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "ready before the next one is stopped",
             "--ready-timeout-s": "how long the instances may take to be ready and caught up "
             "before a case (a busy machine needs more)",
+            "--broker-down-s": "how long the broker-kill case keeps its broker down",
         },
     )
     throughput = sub.add_parser("throughput", parents=[common], help="one instance's rate")
@@ -171,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 steady_s=args.steady_s,
                 min_ready_s=args.min_ready_s,
                 ready_timeout_s=args.ready_timeout_s,
+                broker_down_s=args.broker_down_s,
             )
             chosen = [c for c in CASES if c.name in args.cases]
             results = run_matrix(chosen, params, out, bootstrap, embedded, brokers)

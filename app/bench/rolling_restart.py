@@ -79,6 +79,8 @@ class Case:
     standbys: bool = False
     # The brokers restarted in turn, as the Kafka StatefulSet rolls them; no instance restarts.
     broker_roll: bool = False
+    # Instead, one broker killed (SIGKILL, a lost node) and started `broker_down_s` later.
+    broker_kill: bool = False
     needs_apache: str | None = None
 
     def standby_replicas(self, params: BenchParams) -> int:
@@ -140,6 +142,14 @@ CASES: tuple[Case, ...] = (
         needs_apache=NEEDS_BROKERS,
     ),
     Case(
+        "broker-kill",
+        "one broker killed (SIGKILL, a lost node) under load and started again after "
+        "--broker-down-s; the instances keep running",
+        broker_roll=True,
+        broker_kill=True,
+        needs_apache=NEEDS_BROKERS,
+    ),
+    Case(
         "stateless-leave",
         "stateless variant: leaves the group on close, no state dir (an emptyDir)",
         stateful=False,
@@ -169,6 +179,7 @@ class BenchParams:
     caught_up_s: float = 20.0
     tail_s: float = 10.0  # after recovery, before the load stops
     ready_timeout_s: float = 240.0
+    broker_down_s: float = 120.0  # how long the broker-kill case keeps its broker down
     recovery_timeout_s: float = 240.0
     drain_timeout_s: float = 300.0
     seed: int = 42
@@ -438,15 +449,20 @@ def broker_roll(
 ) -> Restart:
     """Restart every broker in turn as the Kafka StatefulSet rolls them: highest node first
     (SIGTERM, a controlled shutdown), the next one once this one is ready as its pod's
-    readiness sidecar judges it (back in every ISR) and has been for `min_ready_s`."""
+    readiness sidecar judges it (back in every ISR) and has been for `min_ready_s`. With
+    `case.broker_kill`: only the highest node, killed, and started `broker_down_s` later."""
     sample = timeline.take()
     before = {s.name: s for s in sample.instances}
     every = tuple(sorted(p for s in sample.instances for p in (s.partitions or ())))
     log.info("case %s: %s", case.name, case.description)
     stopped_at = started_at = time.time()
-    for node in reversed(brokers.nodes):
+    for node in brokers.nodes[-1:] if case.broker_kill else reversed(brokers.nodes):
         log.info("case %s: restarting broker node %d", case.name, node.node_id)
-        brokers.stop_node(node.node_id)
+        if case.broker_kill:
+            brokers.kill_node(node.node_id)
+            time.sleep(params.broker_down_s)
+        else:
+            brokers.stop_node(node.node_id)
         started_at = time.time()
         brokers.start_node(node.node_id)
         beside = AdminClient({"bootstrap.servers": f"{HOST}:{node.broker_port}", "log_level": 0})
@@ -461,7 +477,8 @@ def broker_roll(
                  time.time() - started_at)  # fmt: skip
         time.sleep(params.min_ready_s)
     at_end = timeline.take()
-    event = Restart(case, "every broker", every, before, stopped_at, started_at)
+    target = "one broker" if case.broker_kill else "every broker"
+    event = Restart(case, target, every, before, stopped_at, started_at)
     recovered = wait_until(
         timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_end.lag, every)
     )

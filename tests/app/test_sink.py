@@ -9,17 +9,25 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.embedded_broker import EmbeddedBroker
 from app.processor.counting import COUNT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
-from app.processor.sink import SinkTopics, TransactionAbortedError, TransactionalSink
+from app.processor.sink import (
+    FENCED_CODES,
+    ProducerFencedError,
+    SinkTopics,
+    TransactionAbortedError,
+    TransactionalSink,
+)
 from tests.app.processor_harness import read_committed
 
 PARTITIONS = 2
@@ -32,14 +40,20 @@ def bootstrap() -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
-@pytest.fixture
-def sink(bootstrap: str, tmp_path: Path) -> Iterator[TransactionalSink]:
+@contextmanager
+def joined_sink(
+    bootstrap: str, tmp_path: Path, replication: int = 1
+) -> Iterator[TransactionalSink]:
+    """A `TransactionalSink` whose `GroupMember` owns every partition of new topics."""
     prefix = f"sink-{uuid.uuid4().hex[:6]}"
     topics = SinkTopics(f"{prefix}-in", f"{prefix}-out", f"{prefix}-changelog", f"{prefix}-dlq")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     created = admin.create_topics(
-        [NewTopic(name, PARTITIONS, 1) for name in (topics.input, topics.output, topics.changelog)]
-        + [NewTopic(topics.dlq, 1, 1)]
+        [
+            NewTopic(name, PARTITIONS, replication)
+            for name in (topics.input, topics.output, topics.changelog)
+        ]
+        + [NewTopic(topics.dlq, 1, replication)]
     )
     for future in created.values():
         future.result(timeout=30)
@@ -71,8 +85,16 @@ def sink(bootstrap: str, tmp_path: Path) -> Iterator[TransactionalSink]:
         # The embedded broker's ListOffsets is wrong after multi-record batches (DESIGN.md).
         "batch.num.messages": "1",
     }
-    yield TransactionalSink(producer, topics, tmp_path / "checkpoint", member, metrics)
-    member.close()
+    try:
+        yield TransactionalSink(producer, topics, tmp_path / "checkpoint", member, metrics)
+    finally:
+        member.close()
+
+
+@pytest.fixture
+def sink(bootstrap: str, tmp_path: Path) -> Iterator[TransactionalSink]:
+    with joined_sink(bootstrap, tmp_path) as joined:
+        yield joined
 
 
 def counts(pages: dict[str, int]) -> pa.Table:
@@ -126,3 +148,18 @@ def test_a_kafka_error_inside_a_transaction_aborts_it_and_the_batch_can_be_repla
     assert written[sink.topics.output] == 1
     output = read_committed(bootstrap, sink.topics.output)
     assert [(r.key, r.value) for r in output] == [(b"/a", b"1")]
+
+
+@pytest.mark.apache_kafka(reason="transaction fencing of a producer by its successor")
+def test_a_fenced_producer_is_known_by_its_error_code_and_never_replaced(
+    apache_kafka: str, tmp_path: Path
+) -> None:
+    with joined_sink(apache_kafka, tmp_path, replication=3) as sink:
+        sink._transaction(1, counts({"/a": 1}), {0: 1})
+        # A successor with the same transactional.id (the pod's replacement) fences this one.
+        successor = Producer(sink._config)
+        successor.init_transactions(60)
+        with pytest.raises(ProducerFencedError):
+            sink._transaction(2, counts({"/a": 2}), {0: 2})
+        assert sink.fenced is not None and sink.fenced.code() in FENCED_CODES, sink.fenced
+        assert sink._producer is not None  # kept: a new one would fence the successor back
