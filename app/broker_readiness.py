@@ -30,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from app.processor import LOG_FORMAT
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8090
@@ -145,9 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="0.0.0.0", help="the address to listen on")
     parser.add_argument("--cache-s", type=float, default=CACHE_S, help="seconds between asks")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     # Quiet client: a broker that is down or restarting is this process's normal subject.
     admin = AdminClient({"bootstrap.servers": args.bootstrap_server, "log_level": 3})
     server = serve(ReadinessCache(admin, args.node_id, args.cache_s), args.host, args.port)

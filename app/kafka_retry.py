@@ -21,9 +21,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -132,3 +133,32 @@ class Retrying:
                     what, attempts, time.monotonic() - started,
                 )  # fmt: skip
             return result
+
+    def watermark_offsets(
+        self, what: str, consumer: Consumer, topic: str, partition: int, timeout_s: float
+    ) -> tuple[int, int]:
+        """A partition's low and high watermark, asked of its leader (never the cache)."""
+        return self(
+            what,
+            partial(
+                consumer.get_watermark_offsets,
+                TopicPartition(topic, partition),
+                timeout=timeout_s,
+                cached=False,
+            ),
+            partial(consumer.list_topics, topic, timeout=timeout_s),
+        )
+
+    def committed_offsets(
+        self, what: str, consumer: Consumer, topic: str, partitions: Iterable[int], timeout_s: float
+    ) -> list[TopicPartition]:
+        """The group's committed offsets of `partitions`; a partition's own error (a
+        transaction still holding its offsets) is retried like the call's."""
+        tps = [TopicPartition(topic, p) for p in partitions]
+
+        def ask() -> list[TopicPartition]:
+            found = consumer.committed(tps, timeout=timeout_s)
+            raise_partition_error(found)
+            return found
+
+        return self(what, ask, partial(consumer.list_topics, topic, timeout=timeout_s))

@@ -16,11 +16,10 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from app.kafka_retry import Retrying, raise_partition_error
+from app.kafka_retry import Retrying
 from app.topics import librdkafka_logger
 
 CLIENT_TIMEOUT_S = 10.0
@@ -84,28 +83,21 @@ class GroupLag:
 
     def read(self) -> dict[int, PartitionLag]:
         """End and committed offset of every partition now."""
-        tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
-
-        def ask() -> list[TopicPartition]:
-            # A partition whose offsets a transaction still holds (UNSTABLE_OFFSET_COMMIT) has
-            # an error and no offset: ask again rather than read it as "nothing committed".
-            found = self._consumer.committed(tps, timeout=CLIENT_TIMEOUT_S)
-            raise_partition_error(found)
-            return found
-
-        refresh = partial(self._consumer.list_topics, self.topic, timeout=CLIENT_TIMEOUT_S)
-        committed = self._retrying(f"group {self.group_id}: committed offsets", ask, refresh)
+        committed = self._retrying.committed_offsets(
+            f"group {self.group_id}: committed offsets",
+            self._consumer,
+            self.topic,
+            range(self.partitions),
+            CLIENT_TIMEOUT_S,
+        )
         result = {}
         for tp in committed:
-            _, high = self._retrying(
+            _, high = self._retrying.watermark_offsets(
                 f"{self.topic}-{tp.partition}: end offset",
-                partial(
-                    self._consumer.get_watermark_offsets,
-                    TopicPartition(self.topic, tp.partition),
-                    timeout=CLIENT_TIMEOUT_S,
-                    cached=False,
-                ),
-                refresh,
+                self._consumer,
+                self.topic,
+                tp.partition,
+                CLIENT_TIMEOUT_S,
             )
             result[tp.partition] = PartitionLag(high, tp.offset if tp.offset >= 0 else None)
         return result

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from app.processor import LOG_FORMAT
 from app.processor.lifecycle import ProcessorInstance
 from app.processor.settings import SettingsError, load_settings
 
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
         stream=sys.stderr,
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -63,8 +63,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.kafka_retry import Retrying, is_transient, raise_partition_error
-from app.processor import assignment_file
+from app.kafka_retry import Retrying, is_transient
+from app.processor import LOG_FORMAT, assignment_file
 from app.processor.combine import INPUT, RESTORE, RangeFold
 from app.processor.source_offsets import (
     FROM_BEGINNING,
@@ -75,7 +75,6 @@ from app.processor.source_offsets import (
 from app.processor.state_restore import next_position, read_copies
 
 log = logging.getLogger(__name__)
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the instance's own (__main__)
 
 
 def _log_to_stderr() -> None:
@@ -337,16 +336,12 @@ class GroupAssignedReader(DataSourceStreamReader):
 
     def _end(self, topic: str, partition: int) -> int:
         # read_committed: the last stable offset, so a batch never waits on an open transaction.
-        consumer = self._consumer()
-        _, high = self.options.retrying(
+        _, high = self.options.retrying.watermark_offsets(
             f"end offset of {topic}-{partition}",
-            partial(
-                consumer.get_watermark_offsets,
-                TopicPartition(topic, partition),
-                timeout=CLIENT_TIMEOUT_S,
-                cached=False,
-            ),
-            refresh=partial(consumer.list_topics, topic, timeout=CLIENT_TIMEOUT_S),
+            self._consumer(),
+            topic,
+            partition,
+            CLIENT_TIMEOUT_S,
         )
         return int(high)
 
@@ -357,28 +352,21 @@ class GroupAssignedReader(DataSourceStreamReader):
         """The group's committed offsets (the partition's first offset where there is none)."""
         topic = self.options.input_topic
         consumer = self._consumer()
-
-        def ask() -> list[TopicPartition]:
-            tps = [TopicPartition(topic, p) for p in partitions]
-            found = consumer.committed(tps, timeout=CLIENT_TIMEOUT_S)
-            raise_partition_error(found)
-            return found
-
-        refresh = partial(consumer.list_topics, topic, timeout=CLIENT_TIMEOUT_S)
+        retrying = self.options.retrying
+        found = retrying.committed_offsets(
+            f"committed offsets of {topic}", consumer, topic, partitions, CLIENT_TIMEOUT_S
+        )
         result = {}
-        for tp in self.options.retrying(f"committed offsets of {topic}", ask, refresh):
+        for tp in found:
             if tp.offset >= 0:
                 result[tp.partition] = tp.offset
             else:
-                low, _ = self.options.retrying(
+                low, _ = retrying.watermark_offsets(
                     f"first offset of {topic}-{tp.partition}",
-                    partial(
-                        consumer.get_watermark_offsets,
-                        TopicPartition(topic, tp.partition),
-                        timeout=CLIENT_TIMEOUT_S,
-                        cached=False,
-                    ),
-                    refresh,
+                    consumer,
+                    topic,
+                    tp.partition,
+                    CLIENT_TIMEOUT_S,
                 )
                 result[tp.partition] = int(low)
         return result
@@ -475,10 +463,12 @@ def read_range(
     try:
         begin = work.begin
         if begin == OFFSET_BEGINNING:
-            begin, _ = retrying(
+            begin, _ = retrying.watermark_offsets(
                 f"first offset of {work.topic}-{work.partition}",
-                partial(consumer.get_watermark_offsets, tp, timeout=CLIENT_TIMEOUT_S, cached=False),
-                partial(consumer.list_topics, work.topic, timeout=CLIENT_TIMEOUT_S),
+                consumer,
+                work.topic,
+                work.partition,
+                CLIENT_TIMEOUT_S,
             )
         if begin >= work.end:
             return
