@@ -52,6 +52,7 @@ test: setup
 
 ## The tests that need Apache Kafka's group coordinator and fencing: a 3-node KRaft cluster from
 ## KAFKA_HOME (an Apache Kafka 4.x distribution), or a running one in KAFKA_APACHE_BOOTSTRAP_SERVERS.
+## With root and KAFKA_DOCKER_DIR (Apache Kafka's docker/ folder), also the rendered deployment.
 test-apache: $(VENV)/app/.synced $(CLASS_ARCHIVE)
 	$(APP_PY) -m pytest -m apache_kafka -s tests/app
 

@@ -206,6 +206,10 @@ class KafkaCluster(pulumi.ComponentResource):
             spec=k8s.core.v1.PodSpecArgs(
                 service_account_name=name,
                 automount_service_account_token=False,
+                # The image turns every KAFKA_* variable into a broker setting, and the kubelet's
+                # links for the Service named `kafka` are KAFKA_PORT, KAFKA_SERVICE_HOST, ...:
+                # they became `port=tcp://...` and `service.host=...` in server.properties.
+                enable_service_links=False,
                 termination_grace_period_seconds=cfg.termination_grace_period_seconds,
                 security_context=workload.pod_security_context(KAFKA_UID),
                 affinity=affinity,

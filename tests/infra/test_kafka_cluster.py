@@ -42,6 +42,13 @@ def test_three_combined_nodes_start_in_parallel_with_a_quorum_from_pod_dns(
     assert names.index("POD_NAME") < names.index("KAFKA_ADVERTISED_LISTENERS")
 
 
+def test_no_service_links_reach_the_brokers_settings(stack: RecordedStack) -> None:
+    # The image maps every KAFKA_* variable to a broker setting; the Service `kafka` would add
+    # KAFKA_PORT and KAFKA_SERVICE_HOST (seen as `port=tcp://...` in the executed deployment).
+    pod = k8s_object(stack, "StatefulSet", "kafka")["spec"]["template"]["spec"]
+    assert pod["enableServiceLinks"] is False
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [

@@ -1,0 +1,85 @@
+"""What a user runs against the deployment from a pod of their own: the cluster's state and the
+output's exactness, as JSON on stdout (the rendered-deployment test runs it in a toolbox pod).
+
+    python -m tests.app.deployment_client describe --bootstrap-servers B --topics T1,T2
+    python -m tests.app.deployment_client counts --bootstrap-servers B --topic T --summary F
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from app.local.observe import OutputTail, check_counts
+
+TIMEOUT_S = 60.0
+
+
+def describe(bootstrap_servers: str, topics: list[str]) -> dict[str, Any]:
+    """Brokers, each broker's configuration and the topics' layout and configs."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    cluster = admin.describe_cluster(request_timeout=TIMEOUT_S).result(TIMEOUT_S)
+    brokers = sorted(node.id for node in cluster.nodes)
+    # One broker per DescribeConfigs request (the protocol's rule); the topics in one.
+    requests = [[ConfigResource(ResourceType.BROKER, str(b))] for b in brokers]
+    requests.append([ConfigResource(ResourceType.TOPIC, t) for t in topics])
+    configs = {
+        f"{resource.restype.name.lower()}:{resource.name}": {
+            key: entry.value for key, entry in future.result(TIMEOUT_S).items()
+        }
+        for request in requests
+        for resource, future in admin.describe_configs(request).items()
+    }
+    metadata = admin.list_topics(timeout=TIMEOUT_S).topics
+    layout = {
+        name: {
+            "partitions": len(metadata[name].partitions),
+            "replicas": sorted({len(p.replicas) for p in metadata[name].partitions.values()}),
+        }
+        for name in topics
+        if name in metadata
+    }
+    return {"brokers": brokers, "configs": configs, "topics": layout}
+
+
+def counts(bootstrap_servers: str, topic: str, summary: Path, timeout_s: float) -> dict[str, Any]:
+    """The output's newest count per page against the load generator's summary."""
+    expected = json.loads(summary.read_text(encoding="utf-8"))["per_key"]
+    tail = OutputTail(bootstrap_servers, topic).start()
+    try:
+        caught_up = tail.wait_until_caught_up(timeout_s)
+        latest, _, duplicates = tail.snapshot()
+        check = check_counts(expected, latest, duplicates)
+        return {"ok": check.ok and caught_up, "caught_up": caught_up, "describe": check.describe()}
+    finally:
+        tail.stop()
+
+
+def main(argv: list[str]) -> int:
+    """Run one command; print its JSON."""
+    parser = argparse.ArgumentParser(prog="python -m tests.app.deployment_client")
+    sub = parser.add_subparsers(dest="command", required=True)
+    described = sub.add_parser("describe")
+    described.add_argument("--bootstrap-servers", required=True)
+    described.add_argument("--topics", default="")
+    counted = sub.add_parser("counts")
+    counted.add_argument("--bootstrap-servers", required=True)
+    counted.add_argument("--topic", required=True)
+    counted.add_argument("--summary", type=Path, required=True)
+    counted.add_argument("--timeout-s", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    if args.command == "describe":
+        result = describe(args.bootstrap_servers, [t for t in args.topics.split(",") if t])
+    else:
+        result = counts(args.bootstrap_servers, args.topic, args.summary, args.timeout_s)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
