@@ -55,6 +55,11 @@ DEFAULTS: Mapping[str, str] = MappingProxyType(
         # "auto" maps the one built into this Python environment (the image builds it) if it is
         # there, a path maps that one, "" none. It saves 3-6 s of every start.
         "class.data.archive": "auto",
+        # Spark's Python processes (the data source's planners, the source runner, the task
+        # daemons) fork from one process that imported pyspark, pandas and pyarrow once, instead
+        # of each importing them, one after another, on a start's critical path
+        # (`app/processor/python_forkserver.py`). "false": Spark starts them itself.
+        "python.forkserver": "true",
         "spark.master": "local[2]",
         # The JVM's C1 compiler only: C2 spends the first minutes of a start compiling on the
         # same cores as everything else, and its faster code pays off only after that. On 2

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import logging
 import signal
+import tempfile
 import threading
 import time
 from functools import partial
+from pathlib import Path
 from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
 
 from app.kafka_retry import Retrying
-from app.processor import assignment_file
+from app.processor import assignment_file, python_forkserver
 from app.processor.assignment_file import Assignment, assignment_path
 from app.processor.defaults import MEMBERSHIP_HANDOFF
 from app.processor.health import HealthServer, ReadinessStatus
@@ -119,8 +121,17 @@ class ProcessorInstance:
         if not handoff:
             self.member.start()
         spark = None
+        forkserver = None
         try:
-            spark = spark_session(self.settings)  # 7-10 s, while a static member joins
+            if self.settings.python_forkserver:
+                # First: it imports for 2-3 s while the JVM starts, before Spark's first
+                # Python process.
+                forkserver = python_forkserver.start(
+                    Path(tempfile.gettempdir()) / "processor-forkserver"
+                )
+            spark = spark_session(  # 7-10 s, while a static member joins
+                self.settings, forkserver.python_exec if forkserver else None
+            )
             self.clock.mark("SparkSession")
             sink = TransactionalSink(
                 self.settings.producer_config(),
@@ -150,6 +161,8 @@ class ProcessorInstance:
             self.member.close()
             if spark is not None:
                 spark.stop()
+            if forkserver is not None:
+                forkserver.close()
             self.health.stop()
             log.info("processor stopped")
 

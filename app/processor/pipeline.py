@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -27,10 +28,13 @@ _STATE_SERVER_LOGGER = (
 _MEMBER_ONLY = (INSTANCE_ID_KEY.removeprefix("consumer."),)
 
 
-def spark_session(settings: ProcessorSettings) -> SparkSession:
-    """The local Spark application of this instance, with every `spark.*` setting."""
+def spark_session(settings: ProcessorSettings, python_exec: Path | None = None) -> SparkSession:
+    """The local Spark application of this instance, with every `spark.*` setting; its Python
+    processes start with `python_exec` (the fork server's launcher) if given."""
     # Spark's Python workers (the source's reader, the stateful processor) must run in this
     # environment, not whatever `python3` is first on the PATH.
+    if python_exec is not None:
+        os.environ["PYSPARK_PYTHON"] = str(python_exec)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(settings.application_id)
     for key, value in _with_class_archive(settings).items():

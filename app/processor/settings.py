@@ -91,6 +91,7 @@ MAX_PORT = 65535
 BOOL_KEYS = frozenset(
     {
         "stateful",
+        "python.forkserver",
         "consumer.enable.auto.commit",
         "producer.enable.idempotence",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
@@ -178,6 +179,8 @@ class ProcessorSettings:
     num_standby_replicas: int
     # the Spark driver's class-data-sharing archive to map (`class.data.archive`), if any
     class_data_archive: Path | None
+    # Spark's Python processes fork from a preloaded server (`python.forkserver`)
+    python_forkserver: bool
     # consumer.group.instance.id resolved (the pod name) for a static member, else None.
     instance_id: str | None
     transactional_id: str
@@ -580,6 +583,7 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         membership_mode=get("membership.mode"),
         num_standby_replicas=int(get("num.standby.replicas")),
         class_data_archive=class_archive.resolve(get("class.data.archive")),
+        python_forkserver=get("python.forkserver").lower() == "true",
         instance_id=instance.value if (stateful and instance is not None) else None,
         transactional_id=values[TRANSACTIONAL_ID_KEY].value,
         properties=MappingProxyType(dict(sorted(properties.items()))),
