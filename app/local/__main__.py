@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         print(
-            "Each instance starts Spark and its query (30-40 s with two on 2 cores) and joins "
-            "the group (1-23 s on the embedded broker): counts appear after 45-60 s. "
+            "Each instance starts Spark, joins the group and runs its first batch (25-30 s "
+            "with two on 2 cores): counts appear after 30-45 s. "
             "Ctrl-C stops.",
             flush=True,
         )

@@ -57,10 +57,12 @@ _PR_SET_PDEATHSIG = 1
 _LENGTH_BYTES = 8
 
 
-def _end_with_parent() -> None:
+def _end_with_parent(parent: int) -> None:
     """SIGTERM when the process that started this one ends (Linux; elsewhere nothing)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it ended before the request above
+        sys.exit(0)
 
 
 def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
@@ -115,9 +117,9 @@ def _run_child(request: dict[str, object], fds: list[int]) -> None:
         os._exit(code)
 
 
-def serve(path: Path) -> int:
-    """Preload, then fork a child per launcher request until the parent ends."""
-    _end_with_parent()
+def serve(path: Path, parent: int) -> int:
+    """Preload, then fork a child per launcher request until `parent` ends."""
+    _end_with_parent(parent)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     single_threaded = python_daemon.preload()
     for module in PRELOADED:
@@ -218,7 +220,13 @@ def start(folder: Path) -> ForkServer:
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.processor.python_forkserver", str(socket_path)],
+        [
+            sys.executable,
+            "-m",
+            "app.processor.python_forkserver",
+            str(socket_path),
+            str(os.getpid()),
+        ],
         stdin=subprocess.DEVNULL,
     )
     python_exec = folder / f"python-{os.getpid()}"
@@ -232,4 +240,4 @@ def start(folder: Path) -> ForkServer:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(Path(sys.argv[1])))
+    sys.exit(serve(Path(sys.argv[1]), int(sys.argv[2])))

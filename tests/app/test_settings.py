@@ -72,6 +72,7 @@ CONTRACT_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.python.daemon.module": "app.processor.python_daemon",
     "class.data.archive": "auto",
+    "python.forkserver": "true",
 }
 CONTRACT_KEYS = {
     *CONTRACT_DEFAULTS,
