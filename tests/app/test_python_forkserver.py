@@ -100,11 +100,16 @@ def test_a_launched_module_sees_the_launchers_arguments_environment_streams_and_
     assert (pid != process.pid) is through_server
 
 
-def _child_pid(process: subprocess.Popen[str]) -> int:
-    assert process.stdout is not None
+def _sleeping_child(
+    forkserver: python_forkserver.ForkServer, modules: Path, cwd: Path
+) -> tuple[subprocess.Popen[str], int]:
+    """A launcher whose forked probe sleeps, and the forked process's pid."""
+    process = _launch(forkserver.python_exec, modules, cwd, "sleep", server=forkserver.socket_path)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.close()
     for line in process.stdout:
         if line.startswith("pid "):
-            return int(line.split()[1])
+            return process, int(line.split()[1])
     raise AssertionError("the probe printed no pid")
 
 
@@ -124,12 +129,7 @@ def _alive(pid: int) -> bool:
 def test_sigterm_to_the_launcher_ends_the_forked_process_the_same_way(
     forkserver: python_forkserver.ForkServer, probe_module: Path, tmp_path: Path
 ) -> None:
-    process = _launch(
-        forkserver.python_exec, probe_module, tmp_path, "sleep", server=forkserver.socket_path
-    )
-    assert process.stdin is not None
-    process.stdin.close()
-    child = _child_pid(process)
+    process, child = _sleeping_child(forkserver, probe_module, tmp_path)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == -signal.SIGTERM
     wait_until(lambda: not _alive(child), 30, f"forked process {child} to end")
@@ -138,12 +138,7 @@ def test_sigterm_to_the_launcher_ends_the_forked_process_the_same_way(
 def test_a_killed_launcher_takes_its_forked_process_with_it(
     forkserver: python_forkserver.ForkServer, probe_module: Path, tmp_path: Path
 ) -> None:
-    process = _launch(
-        forkserver.python_exec, probe_module, tmp_path, "sleep", server=forkserver.socket_path
-    )
-    assert process.stdin is not None
-    process.stdin.close()
-    child = _child_pid(process)
+    process, child = _sleeping_child(forkserver, probe_module, tmp_path)
     process.kill()  # what Spark's destroyForcibly does
     process.wait(timeout=30)
     wait_until(lambda: not _alive(child), 30, f"forked process {child} to end")
