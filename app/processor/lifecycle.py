@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import logging
 import signal
-import tempfile
 import threading
 import time
 from functools import partial
-from pathlib import Path
 from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
@@ -69,8 +67,12 @@ EXIT_FENCED = 3
 class ProcessorInstance:
     """Run with `run()`; SIGTERM/SIGINT stop it cleanly (see `_shutdown`)."""
 
-    def __init__(self, settings: ProcessorSettings) -> None:
+    def __init__(
+        self, settings: ProcessorSettings, forkserver: python_forkserver.ForkServer | None = None
+    ) -> None:
         self.settings = settings
+        # Started by the caller before its own imports, or here at the start of `run`.
+        self._forkserver = forkserver
         self.metrics = ProcessorMetrics()
         self.member = GroupMember(
             # The member's name orders the ring of standbys when it has no group.instance.id.
@@ -121,14 +123,12 @@ class ProcessorInstance:
         if not handoff:
             self.member.start()
         spark = None
-        forkserver = None
+        forkserver = self._forkserver
         try:
-            if self.settings.python_forkserver:
+            if forkserver is None and self.settings.python_forkserver:
                 # First: it imports for 2-3 s while the JVM starts, before Spark's first
                 # Python process.
-                forkserver = python_forkserver.start(
-                    Path(tempfile.gettempdir()) / "processor-forkserver"
-                )
+                forkserver = python_forkserver.start()
             spark = spark_session(  # 7-10 s, while a static member joins
                 self.settings, forkserver.python_exec if forkserver else None
             )

@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -212,9 +213,10 @@ class ForkServer:
             self.socket_path.unlink()
 
 
-def start(folder: Path) -> ForkServer:
-    """Start the server in `folder` (it imports for 2-3 s while the JVM starts) and set the
-    environment Spark's Python processes inherit to reach it."""
+def start(folder: Path | None = None) -> ForkServer:
+    """Start the server in `folder` (default: <temp dir>/processor-forkserver; it imports for
+    2-3 s) and set the environment Spark's Python processes inherit to reach it."""
+    folder = folder or Path(tempfile.gettempdir()) / "processor-forkserver"
     folder.mkdir(parents=True, exist_ok=True)
     socket_path = folder / f"forkserver-{os.getpid()}.sock"
     with contextlib.suppress(FileNotFoundError):
