@@ -122,7 +122,7 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
             return stat.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
+    except OSError:  # gone between the two looks (ENOENT, or ESRCH while it exits)
         return False
 
 
