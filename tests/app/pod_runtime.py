@@ -451,7 +451,7 @@ class Node:
 
     def _add_network(self, pod: PodSpec) -> str:
         ip, netns = self.address(pod.name), f"ss-{pod.name}"
-        veth = f"ssv{ip.rsplit('.', 1)[1]}"
+        veth = self._veth(pod.name)
         _run("ip", "netns", "add", netns)
         self._netns.append(netns)
         _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
@@ -630,9 +630,19 @@ class Node:
         self._remove_netns(f"ss-{pod_name}")
         return codes
 
+    def _veth(self, pod_name: str) -> str:
+        """The node's end of the pod's link (15 characters at most, a Linux limit)."""
+        return f"ssv{self.address(pod_name).rsplit('.', 1)[1]}"
+
     def _remove_netns(self, netns: str) -> None:
         if netns in self._netns:
             self._netns.remove(netns)
+            # The link first, and synchronously: a deleted namespace takes its end of the link
+            # with it only later, and a pod started again at once (a Job's retry, the toolbox)
+            # reuses the name.
+            subprocess.run(
+                ["ip", "link", "del", self._veth(netns.removeprefix("ss-"))], capture_output=True
+            )
             subprocess.run(["ip", "netns", "del", netns], capture_output=True)
             shutil.rmtree(Path("/etc/netns") / netns, ignore_errors=True)
 
