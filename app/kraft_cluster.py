@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.embedded_broker import free_port
@@ -383,6 +383,10 @@ class KraftCluster:
                 future[probe].result()
                 break
             except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    # An earlier attempt created it and its answer was lost (seen after a
+                    # broker roll: UNKNOWN_TOPIC_OR_PART, then "already exists" until the end).
+                    break
                 self._check_deadline(
                     deadline,
                     f"a topic with replication factor "
