@@ -71,7 +71,8 @@ class ProcessorInstance:
         self, settings: ProcessorSettings, forkserver: python_forkserver.ForkServer | None = None
     ) -> None:
         self.settings = settings
-        # Started by the caller before its own imports, or here at the start of `run`.
+        # Started by `__main__` before its heavy imports (`python.forkserver`); None: Spark
+        # starts its Python processes itself.
         self._forkserver = forkserver
         self.metrics = ProcessorMetrics()
         self.member = GroupMember(
@@ -125,10 +126,6 @@ class ProcessorInstance:
         spark = None
         forkserver = self._forkserver
         try:
-            if forkserver is None and self.settings.python_forkserver:
-                # First: it imports for 2-3 s while the JVM starts, before Spark's first
-                # Python process.
-                forkserver = python_forkserver.start()
             spark = spark_session(  # 7-10 s, while a static member joins
                 self.settings, forkserver.python_exec if forkserver else None
             )

@@ -122,10 +122,10 @@ def serve(path: Path, parent: int) -> int:
     """Preload, then fork a child per launcher request until `parent` ends."""
     _end_with_parent(parent)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    single_threaded = python_daemon.preload()
+    python_daemon.preload()
     for module in PRELOADED:
         importlib.import_module(module)
-    if not single_threaded or python_daemon.threads() != 1:
+    if python_daemon.threads() != 1:
         print(
             f"app.processor.python_forkserver: {python_daemon.threads()} threads after the "
             "imports; a fork could hang, so Spark starts its Python processes itself "
@@ -141,9 +141,11 @@ def serve(path: Path, parent: int) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(64)
-    children: dict[int, socket.socket] = {}
+    # pid -> its launcher's connection; None once the launcher is gone and the child killed.
+    children: dict[int, socket.socket | None] = {}
     while True:
-        readable, _, _ = select.select([listener, wakeup, *children.values()], [], [], 5.0)
+        launchers = [c for c in children.values() if c is not None]
+        readable, _, _ = select.select([listener, wakeup, *launchers], [], [], 5.0)
         for conn in readable:
             if conn is wakeup:
                 conn.recv(4096)
@@ -153,12 +155,15 @@ def serve(path: Path, parent: int) -> int:
                 pid = next(p for p, c in children.items() if c is conn)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+                # Not watched any more: until the child is reaped its EOF reads ready forever.
+                conn.close()
+                children[pid] = None
         _reap(children)
 
 
 def _fork_for(
     listener: socket.socket,
-    children: dict[int, socket.socket],
+    children: dict[int, socket.socket | None],
     wakeup: tuple[socket.socket, socket.socket],
 ) -> None:
     conn, _ = listener.accept()
@@ -172,7 +177,8 @@ def _fork_for(
     if pid == 0:
         signal.set_wakeup_fd(-1)
         for own in (listener, conn, *wakeup, *children.values()):
-            own.close()
+            if own is not None:
+                own.close()
         _run_child(request, fds)
     for fd in fds:
         os.close(fd)
@@ -180,7 +186,7 @@ def _fork_for(
     conn.sendall(f"{pid}\n".encode())
 
 
-def _reap(children: dict[int, socket.socket]) -> None:
+def _reap(children: dict[int, socket.socket | None]) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

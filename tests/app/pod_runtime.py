@@ -34,10 +34,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.app.processor_harness import wait_until
 
 ENTRY = Path(__file__).with_name("container_entry.py")
 SUBNET = "10.244.77"
@@ -270,6 +272,14 @@ def probe_once(spec: Mapping[str, Any], ip: str, container: Mapping[str, Any]) -
     raise ValueError(f"container {container['name']}: a probe kind the harness lacks: {spec}")
 
 
+def _container_command(pod_name: str, spec_path: Path) -> list[str]:
+    """A container process: the pod's network namespace, a mount and UTS namespace of its own,
+    then `container_entry.py` with its spec."""
+    netns = f"ss-{pod_name}"
+    return ["ip", "netns", "exec", netns, "unshare", "--uts", "--", sys.executable, str(ENTRY),
+            str(spec_path)]  # fmt: skip
+
+
 # -- Containers and pods -----------------------------------------------------------------------
 
 
@@ -336,13 +346,9 @@ class Container:
                         next_at[other] = max(next_at[other], now)
                 elif kind == "readiness":
                     success_threshold = record.spec.get("successThreshold", 1)
-                    self.ready = (
-                        ok
-                        and record.consecutive_failures == 0
-                        and (self.ready or record.successes >= success_threshold)
-                    )
-                    if record.consecutive_failures >= threshold:
-                        self.ready = False
+                    # Unready at the first failure, where the kubelet waits for
+                    # failureThreshold of them: stricter, so what is Ready here is on a cluster.
+                    self.ready = ok and (self.ready or record.successes >= success_threshold)
                 if kind in ("startup", "liveness") and record.consecutive_failures >= threshold:
                     # The kubelet would kill and restart the container: a failed run here.
                     self.restart_reasons.append(
@@ -572,18 +578,7 @@ class Node:
         log_path = running.folder / f"{kind}-{container['name']}.log"
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    f"ss-{pod.name}",
-                    "unshare",
-                    "--uts",
-                    "--",
-                    sys.executable,
-                    str(ENTRY),
-                    str(spec_path),
-                ],
+                _container_command(pod.name, spec_path),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -599,18 +594,7 @@ class Node:
         path = running.folder / f"exec-{container}-{time.monotonic_ns()}.json"
         path.write_text(json.dumps(spec), encoding="utf-8")
         result = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                f"ss-{pod_name}",
-                "unshare",
-                "--uts",
-                "--",
-                sys.executable,
-                str(ENTRY),
-                str(path),
-            ],
+            _container_command(pod_name, path),
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -662,17 +646,16 @@ class Node:
                 directory.rmdir()
         self._created_mount_points.clear()
 
-    def wait(self, predicate: Any, timeout_s: float, what: str) -> None:
+    def wait(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Wait for `predicate()`, failing early when a pod fails."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def holds() -> bool:
             failures = [f for pod in self.pods.values() for f in pod.failures()]
             if failures:
                 raise RuntimeError(f"waiting for {what}: {failures}\n{self.log_tails()}")
-            if predicate():
-                return
-            time.sleep(0.5)
-        raise TimeoutError(f"{what} not within {timeout_s:.0f} s\n{self.log_tails()}")
+            return predicate()
+
+        wait_until(holds, timeout_s, what, seen=self.log_tails)
 
     def log_tails(self, lines: int = 20) -> str:
         """Every container's last lines, for failure messages."""

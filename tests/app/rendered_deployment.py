@@ -43,14 +43,17 @@ PROCESSOR_IMAGE_FOLDERS = {"/app": REPO, "/opt/venv": Path(sys.prefix)}
 
 def render(stack: str, out: Path) -> None:
     """`python -m infra.render --stack <stack> --out <out>`, in the infra environment."""
-    python = INFRA_PYTHON if INFRA_PYTHON.exists() else Path(sys.executable)
-    subprocess.run(
-        [str(python), "-m", "infra.render", "--stack", stack, "--out", str(out)],
+    result = subprocess.run(
+        [str(INFRA_PYTHON), "-m", "infra.render", "--stack", stack, "--out", str(out)],
         cwd=REPO,
-        check=True,
         capture_output=True,
         text=True,
     )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"rendering the {stack} stack with {INFRA_PYTHON} (made by `make setup`) "
+            f"exited {result.returncode}:\n{result.stderr[-3000:]}"
+        )
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,19 @@ def publish_dns(node: Node, manifests: Manifests, pods: list[PodSpec]) -> None:
             node.publish(f"{meta['name']}.{meta['namespace']}.svc.cluster.local", selected)
 
 
+def _wait_available(node: Node, pod: RunningPod, min_ready_s: float, timeout_s: float) -> None:
+    """Wait until the pod is available: Ready, then Ready for minReadySeconds without a break."""
+    node.wait(lambda: pod.ready, timeout_s, f"pod {pod.spec.name} Ready")
+    since = time.monotonic()
+    node.wait(
+        lambda: not pod.ready or time.monotonic() - since >= min_ready_s,
+        timeout_s,
+        f"pod {pod.spec.name} available",
+    )
+    if not pod.ready:
+        raise RuntimeError(f"pod {pod.spec.name} lost readiness within minReadySeconds")
+
+
 def start_stateful_set(
     node: Node, sts: Mapping[str, Any], pods: list[PodSpec], timeout_s: float
 ) -> list[RunningPod]:
@@ -282,16 +298,7 @@ def start_stateful_set(
         started = node.run_pod(pod)
         running.append(started)
         if ordered:
-            node.wait(lambda p=started: p.ready, timeout_s, f"pod {pod.name} Ready")
-            # Available: Ready for minReadySeconds without a break.
-            since = time.monotonic()
-            node.wait(
-                lambda p=started, t=since: not p.ready or time.monotonic() - t >= min_ready_s,
-                timeout_s,
-                f"pod {pod.name} available",
-            )
-            if not started.ready:
-                raise RuntimeError(f"pod {pod.name} lost readiness within minReadySeconds")
+            _wait_available(node, started, min_ready_s, timeout_s)
     if not ordered:
         node.wait(
             lambda: all(p.ready for p in running), timeout_s, f"{sts['metadata']['name']} Ready"
