@@ -1,0 +1,142 @@
+"""The brokers' and the clients' security settings, in one place for every cluster this runs on.
+
+The Pulumi program's brokers, the local `KraftCluster` that the Apache Kafka tests start and
+every client (processor, reconciler, load generator, benchmarks) take their settings from
+here, so a test of the secured cluster tests what prod renders. Keys are Kafka's own broker
+settings and librdkafka's client settings.
+
+A secured cluster has three listeners:
+
+- CLIENT (SASL_SSL, SCRAM-SHA-512): every workload, one SCRAM user each (`app.acl_specs`);
+- INTERNAL (SSL, client certificate required): replication between brokers, and the brokers'
+  readiness sidecars;
+- CONTROLLER (SSL, client certificate required): the KRaft quorum.
+
+The brokers authenticate to each other with their certificate; its subject is the one super
+user. `StandardAuthorizer` denies whatever no ACL allows.
+
+Standard library only: the Pulumi program imports this module from its own environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from app.acl_specs import SCRAM_MECHANISM
+
+PLAINTEXT = "PLAINTEXT"
+SASL_SSL = "SASL_SSL"
+# The security protocols the client listener may use (the stack setting's allowed values).
+CLIENT_LISTENER_PROTOCOLS = (PLAINTEXT, SASL_SSL)
+
+CLIENT_LISTENER = "CLIENT"
+INTERNAL_LISTENER = "INTERNAL"
+CONTROLLER_LISTENER = "CONTROLLER"
+
+# The broker certificate's subject: the principal Kafka's SSL principal builder derives from
+# it (`DEFAULT` mapping: the whole distinguished name) is the cluster's only super user.
+BROKER_CERTIFICATE_SUBJECT = "CN=kafka-broker"
+BROKER_PRINCIPAL = f"User:{BROKER_CERTIFICATE_SUBJECT}"
+
+# File names inside a TLS Secret as cert-manager writes them (`CombinedPEM` output on): the
+# generated certificates use the same, so the pods read either.
+TLS_CERT_FILE = "tls.crt"
+TLS_KEY_FILE = "tls.key"
+TLS_CA_FILE = "ca.crt"
+# The private key (PKCS#8, unencrypted) followed by the certificate chain: Kafka's PEM
+# key store reads both from one file.
+TLS_COMBINED_FILE = "tls-combined.pem"
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+
+
+def listener_protocols(client_protocol: str) -> dict[str, str]:
+    """Listener name -> security protocol (`listener.security.protocol.map`'s entries)."""
+    if client_protocol not in CLIENT_LISTENER_PROTOCOLS:
+        raise ValueError(
+            f"client listener protocol {client_protocol!r}: must be one of "
+            f"{', '.join(CLIENT_LISTENER_PROTOCOLS)}"
+        )
+    if client_protocol == PLAINTEXT:
+        return {
+            CLIENT_LISTENER: PLAINTEXT,
+            INTERNAL_LISTENER: PLAINTEXT,
+            CONTROLLER_LISTENER: PLAINTEXT,
+        }
+    return {CLIENT_LISTENER: SASL_SSL, INTERNAL_LISTENER: "SSL", CONTROLLER_LISTENER: "SSL"}
+
+
+def broker_security_configs(client_protocol: str, tls_dir: str) -> dict[str, str]:
+    """The broker settings of the listeners' security, for certificates in `tls_dir`.
+
+    Without TLS (`PLAINTEXT`) only the protocol map and the listener roles: no authentication
+    and no authorizer, for a dev cluster that says so in its stack file.
+    """
+    protocols = listener_protocols(client_protocol)
+    configs = {
+        "listener.security.protocol.map": ",".join(f"{k}:{v}" for k, v in protocols.items()),
+        "inter.broker.listener.name": INTERNAL_LISTENER,
+        "controller.listener.names": CONTROLLER_LISTENER,
+    }
+    if client_protocol == PLAINTEXT:
+        return configs
+    client = CLIENT_LISTENER.lower()
+    return {
+        **configs,
+        f"listener.name.{client}.sasl.enabled.mechanisms": SCRAM_MECHANISM,
+        f"listener.name.{client}.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": SCRAM_LOGIN_MODULE,
+        # Brokers and controllers prove who they are with their certificate.
+        f"listener.name.{INTERNAL_LISTENER.lower()}.ssl.client.auth": "required",
+        f"listener.name.{CONTROLLER_LISTENER.lower()}.ssl.client.auth": "required",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": f"{tls_dir}/{TLS_COMBINED_FILE}",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": f"{tls_dir}/{TLS_CA_FILE}",
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        # Kafka's default, made explicit: what no ACL allows is denied.
+        "allow.everyone.if.no.acl.found": "false",
+        "super.users": BROKER_PRINCIPAL,
+    }
+
+
+def listeners(client_port: int, internal_port: int, controller_port: int, host: str = "") -> str:
+    """`listeners` (or `advertised.listeners` with a host) for the three listeners."""
+    return ",".join(
+        f"{name}://{host}:{port}"
+        for name, port in (
+            (CLIENT_LISTENER, client_port),
+            (INTERNAL_LISTENER, internal_port),
+            (CONTROLLER_LISTENER, controller_port),
+        )
+    )
+
+
+def scram_client_configs(username: str, password: str, ca_file: str) -> dict[str, str]:
+    """librdkafka settings of a workload on the CLIENT listener (SCRAM over TLS).
+
+    `password` is usually a reference (`${env:SASL_PASSWORD}`) that the client resolves from
+    its environment, so the properties file holds no secret.
+    """
+    return {
+        "security.protocol": SASL_SSL,
+        "sasl.mechanism": SCRAM_MECHANISM,
+        "sasl.username": username,
+        "sasl.password": password,
+        "ssl.ca.location": ca_file,
+    }
+
+
+def broker_client_configs(tls_dir: str) -> dict[str, str]:
+    """librdkafka settings of a client that is the broker (INTERNAL listener, its certificate)."""
+    return {
+        "security.protocol": "SSL",
+        "ssl.ca.location": f"{tls_dir}/{TLS_CA_FILE}",
+        "ssl.certificate.location": f"{tls_dir}/{TLS_CERT_FILE}",
+        "ssl.key.location": f"{tls_dir}/{TLS_KEY_FILE}",
+    }
+
+
+def is_secured(client_configs: Mapping[str, str]) -> bool:
+    """Whether a client's settings use TLS (and so need the cluster's CA)."""
+    return client_configs.get("security.protocol", PLAINTEXT).upper() in ("SSL", SASL_SSL)
