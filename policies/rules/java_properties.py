@@ -188,10 +188,31 @@ def env_reference(value: str | None) -> str | None:
 # librdkafka's names (`sasl.password`, `ssl.key.password`, `ssl.keystore.key`,
 # `sasl.jaas.config`, `sasl.oauthbearer.client.secret`, ...), with or without a
 # `consumer.`/`producer.` prefix.
-_CREDENTIAL_WORDS = ("password", "secret", "token", "jaas.config", "keystore.key", "key.pem")
+_CREDENTIAL_WORDS = (
+    "password",
+    "secret",
+    "token",
+    "jaas.config",
+    "keystore.key",
+    "key.pem",
+    "private.key",
+)
+# A whole value that names where the credential is instead of holding it: an environment
+# variable (set from a Secret) or a file (a mounted Secret), in Kafka's config provider syntax
+# (`resolve_env` resolves the `env` ones for the Python clients).
+_SECRET_REFERENCE = re.compile(r"\$\{env:[A-Za-z_][A-Za-z0-9_]*\}|\$\{file:[^}]+\}")
 
 
 def is_credential_key(key: str) -> bool:
-    """Whether a setting's value is a credential, which only a Secret may hold."""
-    lowered = key.lower()
+    """Whether a setting's value is a credential, which only a Secret may hold.
+
+    Also for an environment variable's name (`KAFKA_SSL_KEY_PASSWORD`, `TLS_PRIVATE_KEY`):
+    `_` reads as `.`, as the official Kafka image maps its variables to settings.
+    """
+    lowered = key.lower().replace("_", ".")
     return any(word in lowered for word in _CREDENTIAL_WORDS)
+
+
+def is_secret_reference(value: str) -> bool:
+    """Whether the whole value is one `${env:NAME}` or `${file:PATH:KEY}` reference."""
+    return _SECRET_REFERENCE.fullmatch(value.strip()) is not None

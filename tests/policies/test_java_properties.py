@@ -14,6 +14,8 @@ import pytest
 from policies.rules.java_properties import (
     env_reference,
     format_properties,
+    is_credential_key,
+    is_secret_reference,
     load_properties,
     parse_properties,
 )
@@ -107,6 +109,45 @@ def test_env_reference_is_the_whole_value_only() -> None:
     assert env_reference("prefix-${env:POD_NAME}") is None
     assert env_reference("${env:POD_NAME} ") is None  # the processor would keep the blank
     assert env_reference(None) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [
+        ("sasl.password", True),
+        ("consumer.sasl.password", True),
+        ("ssl.keystore.key", True),
+        ("sasl.jaas.config", True),
+        ("KAFKA_SSL_KEY_PASSWORD", True),
+        ("KAFKA_SSL_KEYSTORE_KEY", True),
+        ("KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG", True),
+        ("TLS_PRIVATE_KEY", True),
+        ("sasl.username", False),
+        ("ssl.key.location", False),
+        ("KAFKA_SSL_KEYSTORE_LOCATION", False),
+        ("POD_NAME", False),
+    ],
+)
+def test_credential_keys_are_recognised_as_settings_and_as_env_var_names(
+    name: str, credential: bool
+) -> None:
+    assert is_credential_key(name) is credential
+
+
+@pytest.mark.parametrize(
+    ("value", "reference"),
+    [
+        ("${env:SASL_PASSWORD}", True),
+        (" ${file:/etc/kafka/users/observer:password} ", True),
+        ("hunter2", False),
+        ("pw-${env:SUFFIX}", False),
+        ("${env:A}${env:B}", False),
+        ("${env:1BAD}", False),
+        ("${vault:kafka/password}", False),
+    ],
+)
+def test_a_secret_reference_is_one_whole_env_or_file_reference(value: str, reference: bool) -> None:
+    assert is_secret_reference(value) is reference
 
 
 def test_the_codec_imports_without_pulumi_policy() -> None:
