@@ -8,37 +8,16 @@ from typing import Any
 
 import pytest
 
-from tests.policies.handmade_stack import Resource, changed, handmade_stack
+from tests.policies.handmade_stack import (
+    Resource,
+    changed,
+    first_container,
+    handmade_stack,
+    with_env,
+    with_properties,
+)
 
 STS = "StatefulSet"
-
-
-def _kafka_env(name: str, value: str | None) -> Callable[[Resource], None]:
-    def edit(r: Resource) -> None:
-        env = r.props["spec"]["template"]["spec"]["containers"][0]["env"]
-        env[:] = [e for e in env if e["name"] != name]
-        if value is not None:
-            env.append({"name": name, "value": value})
-
-    return edit
-
-
-def _pod(r: Resource) -> dict[str, Any]:
-    return r.props["spec"]["template"]["spec"]
-
-
-def _container(r: Resource) -> dict[str, Any]:
-    return _pod(r)["containers"][0]
-
-
-def _properties(replace: dict[str, str | None]) -> Callable[[Resource], None]:
-    def edit(r: Resource) -> None:
-        lines = r.props["data"]["processor.properties"].replace("\\\n", "").splitlines()
-        kept = [line for line in lines if line.split("=", 1)[0] not in replace]
-        kept += [f"{k}={v}" for k, v in replace.items() if v is not None]
-        r.props["data"]["processor.properties"] = "\n".join(kept) + "\n"
-
-    return edit
 
 
 def _topics(edit_topics: Callable[[list[dict[str, Any]]], None]) -> Callable[[Resource], None]:
@@ -93,37 +72,37 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "kafka-durability-configs",
         "kafka",
-        _kafka_env("KAFKA_MIN_INSYNC_REPLICAS", "1"),
+        with_env("KAFKA_MIN_INSYNC_REPLICAS", "1"),
         "min.insync.replicas (env KAFKA_MIN_INSYNC_REPLICAS) is 1; required: >= 2",
     ),
     (
         "kafka-durability-configs",
         "kafka",
-        _kafka_env("KAFKA_DEFAULT_REPLICATION_FACTOR", None),
+        with_env("KAFKA_DEFAULT_REPLICATION_FACTOR", None),
         "default.replication.factor (env KAFKA_DEFAULT_REPLICATION_FACTOR) is 1",
     ),
     (
         "kafka-durability-configs",
         "kafka",
-        _kafka_env("KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE", "true"),
+        with_env("KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE", "true"),
         "unclean.leader.election.enable (env KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE) is true",
     ),
     (
         "kafka-auto-create-topics-disabled",
         "kafka",
-        _kafka_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", None),
+        with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", None),
         "auto.create.topics.enable (env KAFKA_AUTO_CREATE_TOPICS_ENABLE) is true",
     ),
     (
         "kafka-initial-rebalance-delay",
         "kafka",
-        _kafka_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"),
+        with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"),
         "is 0; required: >= 3000 ms",
     ),
     (
         "kafka-heap-size",
         "kafka",
-        _kafka_env("KAFKA_HEAP_OPTS", "-Xmx2g"),
+        with_env("KAFKA_HEAP_OPTS", "-Xmx2g"),
         "KAFKA_HEAP_OPTS is -Xmx2g; required: between 0.25 and 0.75 of limits.memory (2Gi)",
     ),
     (
@@ -183,7 +162,7 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "processor-state-volume",
         "processor",
-        lambda r: _container(r)["volumeMounts"].pop(0),
+        lambda r: first_container(r)["volumeMounts"].pop(0),
         "volumeMounts of a volumeClaimTemplate at state.dir (/var/lib/processor)",
     ),
     (
@@ -204,7 +183,7 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "pinned-images",
         "processor",
-        lambda r: _container(r).update(image="ghcr.io/example/processor"),
+        lambda r: first_container(r).update(image="ghcr.io/example/processor"),
         "container processor image is ghcr.io/example/processor; required: a version tag",
     ),
     (
@@ -216,25 +195,25 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "processor-state-store",
         "processor-config",
-        _properties({"spark.sql.streaming.stateStore.providerClass": None}),
+        with_properties({"spark.sql.streaming.stateStore.providerClass": None}),
         "spark.sql.streaming.stateStore.providerClass is absent",
     ),
     (
         "group-static-membership",
         "processor-config",
-        _properties({"consumer.group.instance.id": None}),
+        with_properties({"consumer.group.instance.id": None}),
         "consumer.group.instance.id is absent",
     ),
     (
         "group-static-membership",
         "processor-config",
-        _properties({"stateful": "false"}),
+        with_properties({"stateful": "false"}),
         "required: absent for a stateless processor",
     ),
     (
         "group-session-timeout",
         "processor-config",
-        _properties({"consumer.session.timeout.ms": "45000"}),
+        with_properties({"consumer.session.timeout.ms": "45000"}),
         "consumer.session.timeout.ms is 45000; required: >= the restart budget of "
         "StatefulSet streaming/page-view-counter (terminationGracePeriodSeconds 90 + "
         "startupProbe budget 60 + minReadySeconds 30 = 180 s",
@@ -242,20 +221,20 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "group-heartbeat-interval",
         "processor-config",
-        _properties({"consumer.heartbeat.interval.ms": "90000"}),
+        with_properties({"consumer.heartbeat.interval.ms": "90000"}),
         "consumer.heartbeat.interval.ms is 90000; required: <= consumer.session.timeout.ms "
         "(200000) / 3 = 66667",
     ),
     (
         "group-cooperative-assignor",
         "processor-config",
-        _properties({"consumer.partition.assignment.strategy": "range"}),
+        with_properties({"consumer.partition.assignment.strategy": "range"}),
         "consumer.partition.assignment.strategy is range; required: cooperative-sticky",
     ),
     (
         "group-read-committed",
         "processor-config",
-        _properties({"consumer.isolation.level": "read_uncommitted"}),
+        with_properties({"consumer.isolation.level": "read_uncommitted"}),
         "consumer.isolation.level is read_uncommitted",
     ),
     (
@@ -288,19 +267,19 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "statefulset-probes",
         "processor",
-        lambda r: _container(r).pop("startupProbe"),
+        lambda r: first_container(r).pop("startupProbe"),
         "container processor startupProbe is absent",
     ),
     (
         "statefulset-probes",
         "kafka",
-        lambda r: _container(r).update(readinessProbe={"tcpSocket": {"port": 9092}}),
+        lambda r: first_container(r).update(readinessProbe={"tcpSocket": {"port": 9092}}),
         "container kafka readinessProbe is a tcpSocket check",
     ),
     (
         "statefulset-resources",
         "kafka",
-        lambda r: _container(r)["resources"]["requests"].update(memory="1Gi"),
+        lambda r: first_container(r)["resources"]["requests"].update(memory="1Gi"),
         "resources.requests.memory is 1Gi; required: equal to limits.memory (2Gi)",
     ),
     (
@@ -312,13 +291,13 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "pod-security",
         "processor",
-        lambda r: _container(r)["securityContext"].update(allowPrivilegeEscalation=True),
+        lambda r: first_container(r)["securityContext"].update(allowPrivilegeEscalation=True),
         "container processor securityContext.allowPrivilegeEscalation is true; required: false",
     ),
     (
         "pinned-images",
         "kafka",
-        lambda r: _container(r).update(image="apache/kafka:latest"),
+        lambda r: first_container(r).update(image="apache/kafka:latest"),
         "container kafka image is apache/kafka:latest; required: a version tag or a digest",
     ),
     (
@@ -336,7 +315,7 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "standby-state",
         "processor-config",
-        _properties({"num.standby.replicas": None}),
+        with_properties({"num.standby.replicas": None}),
         "num.standby.replicas in its properties is absent",
     ),
 ]
@@ -395,14 +374,14 @@ def test_rule_reports_the_violation_with_what_was_found_and_required(
 def _kip_848(broker_env: dict[str, str], properties: dict[str, str | None]) -> list[Resource]:
     stack = handmade_stack()
     for name, value in broker_env.items():
-        stack = changed(stack, "kafka", _kafka_env(name, value), ":StatefulSet")
+        stack = changed(stack, "kafka", with_env(name, value), ":StatefulSet")
     client_side = {
         "consumer.session.timeout.ms": None,
         "consumer.heartbeat.interval.ms": None,
         "consumer.partition.assignment.strategy": None,
         "consumer.group.protocol": "consumer",
     }
-    return changed(stack, "processor-config", _properties({**client_side, **properties}))
+    return changed(stack, "processor-config", with_properties({**client_side, **properties}))
 
 
 BROKER_SESSION = {
@@ -444,7 +423,7 @@ def test_session_timeout_above_the_broker_maximum_is_a_violation(run, compliant)
     stack = changed(
         compliant,
         "kafka",
-        _kafka_env("KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS", "150000"),
+        with_env("KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS", "150000"),
         ":StatefulSet",
     )
     violations = run(stack)
@@ -464,7 +443,7 @@ def test_stateless_processor_without_instance_id_passes(run, compliant) -> None:
     stack = changed(
         compliant,
         "processor-config",
-        _properties({"stateful": "false", "consumer.group.instance.id": None}),
+        with_properties({"stateful": "false", "consumer.group.instance.id": None}),
     )
     assert run(stack) == []
 
@@ -474,7 +453,7 @@ def _handoff(stack):
     return changed(
         stack,
         "processor-config",
-        _properties({"membership.mode": "handoff", "consumer.group.instance.id": None}),
+        with_properties({"membership.mode": "handoff", "consumer.group.instance.id": None}),
     )
 
 
@@ -483,7 +462,7 @@ def test_handoff_processor_without_instance_id_passes(run, compliant) -> None:
 
 
 def test_handoff_processor_with_a_static_member_id_is_refused(run, compliant) -> None:
-    stack = changed(compliant, "processor-config", _properties({"membership.mode": "handoff"}))
+    stack = changed(compliant, "processor-config", with_properties({"membership.mode": "handoff"}))
     (violation,) = run(stack)
     assert violation.policy == "group-static-membership"
     assert "or with membership.mode=handoff" in violation.message
@@ -503,7 +482,7 @@ def test_handoff_processor_needs_a_standby_replica(run, compliant, standby) -> N
     from tests.policies.conftest import stack_config
 
     stack = changed(
-        _handoff(compliant), "processor-config", _properties({"num.standby.replicas": standby})
+        _handoff(compliant), "processor-config", with_properties({"num.standby.replicas": standby})
     )
     (violation,) = run(stack, stack_config("dev"))  # dev does not require standby state itself
     assert (violation.policy, violation.level) == ("group-static-membership", "mandatory")
@@ -521,7 +500,7 @@ def test_handoff_processor_needs_a_standby_replica(run, compliant, standby) -> N
 def test_standby_state_blocks_prod_and_is_not_required_in_dev(run, compliant) -> None:
     from tests.policies.conftest import stack_config
 
-    stack = changed(compliant, "processor-config", _properties({"num.standby.replicas": "0"}))
+    stack = changed(compliant, "processor-config", with_properties({"num.standby.replicas": "0"}))
     assert run(stack, stack_config("dev")) == []
     (violation,) = run(stack, stack_config("prod"))
     assert (violation.policy, violation.level) == ("standby-state", "mandatory")
@@ -571,11 +550,11 @@ def test_an_unknown_env_value_during_preview_leaves_the_other_kafka_rules_runnin
     from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
     def unknown_cluster_id(r: Resource) -> None:
-        _container(r)["env"].append({"name": "CLUSTER_ID", "value": UNKNOWN_STRING_VALUE})
+        first_container(r)["env"].append({"name": "CLUSTER_ID", "value": UNKNOWN_STRING_VALUE})
 
     stack = changed(compliant, "kafka", unknown_cluster_id, ":StatefulSet")
     assert run(stack) == []
-    stack = changed(stack, "kafka", _kafka_env("KAFKA_MIN_INSYNC_REPLICAS", "1"), ":StatefulSet")
+    stack = changed(stack, "kafka", with_env("KAFKA_MIN_INSYNC_REPLICAS", "1"), ":StatefulSet")
     assert {v.policy for v in run(stack)} == {"kafka-durability-configs"}
 
 
@@ -606,8 +585,11 @@ def test_processor_replicas_are_not_compared_with_an_input_topic_the_stack_does_
     ("rule", "edit"),
     [
         ("processor-grace-period", _set("spec.template.spec.terminationGracePeriodSeconds", 30)),
-        ("pinned-images", lambda r: _container(r).update(image="ghcr.io/example/processor:latest")),
-        ("pinned-images", lambda r: _container(r).update(image="ghcr.io/example/processor")),
+        (
+            "pinned-images",
+            lambda r: first_container(r).update(image="ghcr.io/example/processor:latest"),
+        ),
+        ("pinned-images", lambda r: first_container(r).update(image="ghcr.io/example/processor")),
     ],
     ids=["grace-period-30s", "image-latest", "image-untagged"],
 )
