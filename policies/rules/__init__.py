@@ -21,10 +21,19 @@ PACK_NAME = "stateful-streaming"
 
 def all_policies() -> list[Policy]:
     """Every policy of the pack, in report order."""
-    from . import group_membership, kafka_cluster, processor, stack, topics, workloads
+    from . import (
+        broker_security,
+        group_membership,
+        kafka_cluster,
+        processor,
+        stack,
+        topics,
+        workloads,
+    )
 
     return [
         *kafka_cluster.POLICIES,
+        *broker_security.POLICIES,
         *topics.POLICIES,
         *processor.POLICIES,
         *group_membership.POLICIES,

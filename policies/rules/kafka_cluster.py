@@ -42,6 +42,15 @@ KAFKA_DEFAULTS = {
     "group.consumer.min.session.timeout.ms": "45000",
     "group.consumer.max.session.timeout.ms": "60000",
     "group.consumer.heartbeat.interval.ms": "5000",
+    "listeners": "PLAINTEXT://:9092",
+    "listener.security.protocol.map": (
+        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
+    ),
+    "security.inter.broker.protocol": "PLAINTEXT",
+    "ssl.client.auth": "none",
+    "authorizer.class.name": "",
+    "allow.everyone.if.no.acl.found": "false",
+    "super.users": "",
 }
 
 
@@ -56,13 +65,14 @@ def broker_configs(resource_type: str, props: Mapping[str, Any]) -> dict[str, st
     return configs
 
 
-def _kafka(args: ResourceValidationArgs) -> bool:
+def is_kafka_statefulset(args: ResourceValidationArgs) -> bool:
+    """Whether a resource rule is looking at the Kafka StatefulSet."""
     return args.resource_type == STATEFUL_SET and is_kafka_broker(args.resource_type, args.props)
 
 
 def check_quorum_size(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
     """An odd number of combined broker+controller nodes, at least the minimum."""
-    if not _kafka(args):
+    if not is_kafka_statefulset(args):
         return
     replicas = number(get(args.props, "spec", "replicas"))
     replicas = 1.0 if replicas is None else replicas
@@ -79,7 +89,7 @@ def check_quorum_size(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> I
 
 def check_pod_management(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
     """Parallel pod management: the quorum needs all nodes up before any becomes ready."""
-    if not _kafka(args):
+    if not is_kafka_statefulset(args):
         return
     value = get(args.props, "spec", "podManagementPolicy", default="OrderedReady")
     if value != "Parallel":
@@ -95,7 +105,7 @@ def check_pod_management(args: ResourceValidationArgs, _: Mapping[str, Any]) -> 
 
 def check_durability(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
     """Replication and ISR defaults that survive one broker down, no unclean elections."""
-    if not _kafka(args):
+    if not is_kafka_statefulset(args):
         return
     subject = label(args.resource_type, args.props)
     configs = broker_configs(args.resource_type, args.props)
@@ -147,7 +157,7 @@ def env_name(key: str) -> str:
 
 def check_auto_create(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
     """Topics come from the reconciler only."""
-    if not _kafka(args):
+    if not is_kafka_statefulset(args):
         return
     value = broker_configs(args.resource_type, args.props)["auto.create.topics.enable"]
     if value.strip().lower() != "false":
@@ -163,7 +173,7 @@ def check_auto_create(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Ite
 
 def check_rebalance_delay(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
     """A cold start waits for more members before the first assignment."""
-    if not _kafka(args):
+    if not is_kafka_statefulset(args):
         return
     key = "group.initial.rebalance.delay.ms"
     value = broker_configs(args.resource_type, args.props)[key]
@@ -180,7 +190,7 @@ def check_rebalance_delay(args: ResourceValidationArgs, cfg: Mapping[str, Any]) 
 
 def check_heap(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
     """-Xmx about half the memory limit: the rest is page cache, which Kafka's reads live on."""
-    if not _kafka(args):
+    if not is_kafka_statefulset(args):
         return
     subject = label(args.resource_type, args.props)
     for container in containers(pod_spec(args.resource_type, args.props)):
@@ -206,7 +216,7 @@ def check_heap(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator
 
 def check_grace_period(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
     """Time for a controlled shutdown (leadership moves away before the process exits)."""
-    if not _kafka(args):
+    if not is_kafka_statefulset(args):
         return
     grace = number(get(pod_spec(args.resource_type, args.props), "terminationGracePeriodSeconds"))
     grace = 30.0 if grace is None else grace

@@ -318,6 +318,23 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         with_properties({"num.standby.replicas": None}),
         "num.standby.replicas in its properties is absent",
     ),
+    (
+        "kafka-listener-encryption",
+        "kafka",
+        with_env(
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "CLIENT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:SSL"
+        ),
+        "client listener CLIENT on port 9092 (env KAFKA_LISTENERS, "
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is PLAINTEXT; required: SASL_SSL, or SSL with "
+        "listener.name.client.ssl.client.auth=required",
+    ),
+    (
+        "kafka-authorizer",
+        "kafka",
+        with_env("KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "true"),
+        "broker config allow.everyone.if.no.acl.found (env KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND) "
+        "is true; required: false (deny by default)",
+    ),
 ]
 
 # Mutations that also (rightly) trip a second rule.
@@ -337,7 +354,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 34
+    assert len(policies) == 36
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:

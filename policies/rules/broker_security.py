@@ -1,0 +1,217 @@
+"""Rules for the brokers' security: encrypted listeners, and an authorizer that denies by default.
+
+Both read the broker configs the official image builds from the Kafka StatefulSet's KAFKA_*
+variables: `listeners`, `listener.security.protocol.map`, `inter.broker.listener.name`,
+`controller.listener.names`, `authorizer.class.name`, `allow.everyone.if.no.acl.found`,
+`super.users`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pulumi_policy import ResourceValidationArgs
+
+from .config import ADVISORY, Threshold, resource_rule
+from .kafka_cluster import broker_configs, env_name, is_kafka_statefulset
+from .manifests import fmt, label
+from .messages import violation
+
+# TLS on the wire: the only protocols a listener between brokers or controllers may use.
+ENCRYPTED_PROTOCOLS = ("SSL", "SASL_SSL")
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ANONYMOUS = "User:ANONYMOUS"
+
+_MAP_ENV = env_name("listener.security.protocol.map")
+_CLIENT_FIX = (
+    "map it to SASL_SSL (TLS and SCRAM-SHA-512; the stack setting security.clientListener: "
+    "SASL_SSL renders CLIENT:SASL_SSL), or require client certificates on an SSL listener: on "
+    "PLAINTEXT any pod that reaches the port reads and writes every topic without proving who "
+    "it is, SASL_PLAINTEXT authenticates but sends every record in clear, and SSL without "
+    "client authentication encrypts for anyone"
+)
+_BROKER_FIX = (
+    "map it to SSL with ssl.client.auth=required, or SASL_SSL (the stack setting "
+    "security.clientListener: SASL_SSL renders INTERNAL:SSL,CONTROLLER:SSL): replication carries "
+    "every record and the controller listener the cluster's metadata, readable and forgeable by "
+    "anyone on the network otherwise"
+)
+
+
+def listener_ports(listeners: str) -> dict[str, int | None]:
+    """`CLIENT://:9092,INTERNAL://:9094` -> {CLIENT: 9092, INTERNAL: 9094} (names upper-cased)."""
+    ports: dict[str, int | None] = {}
+    for entry in listeners.split(","):
+        name, separator, address = entry.strip().partition("://")
+        if separator:
+            port = address.rpartition(":")[2]
+            ports[name.upper()] = int(port) if port.isdigit() else None
+    return ports
+
+
+def protocol_map(text: str) -> dict[str, str]:
+    """`CLIENT:SASL_SSL,INTERNAL:SSL` -> {CLIENT: SASL_SSL, INTERNAL: SSL} (upper-cased)."""
+    protocols: dict[str, str] = {}
+    for entry in text.split(","):
+        name, separator, protocol = entry.partition(":")
+        if separator:
+            protocols[name.strip().upper()] = protocol.strip().upper()
+    return protocols
+
+
+def _protocol(protocols: Mapping[str, str], listener: str) -> str:
+    """A listener's protocol as a message shows it; a listener the map lacks never starts."""
+    return protocols.get(listener, f"absent from {_MAP_ENV}")
+
+
+def check_listener_encryption(
+    args: ResourceValidationArgs, cfg: Mapping[str, Any]
+) -> Iterator[str]:
+    """TLS on the client, inter-broker and controller listeners; clients authenticate."""
+    if not is_kafka_statefulset(args):
+        return
+    subject = label(args.resource_type, args.props)
+    configs = broker_configs(args.resource_type, args.props)
+    protocols = protocol_map(configs["listener.security.protocol.map"])
+    port = cfg["clientPort"]
+    on_client_port = [n for n, p in listener_ports(configs["listeners"]).items() if p == port]
+    if not on_client_port:
+        yield violation(
+            subject,
+            f"the listener on the client port {fmt(port)} (env KAFKA_LISTENERS)",
+            f"absent (listeners {configs['listeners']})",
+            f"a SASL_SSL listener on port {fmt(port)}",
+            "bind the client listener to the client port, or set this rule's clientPort in "
+            "policies/config.<stack>.json to the port the clients use, so it is checked",
+        )
+    for name in on_client_port:
+        protocol = _protocol(protocols, name)
+        auth_key = f"listener.name.{name.lower()}.ssl.client.auth"
+        client_auth = configs.get(auth_key, configs["ssl.client.auth"]).strip().lower()
+        if protocol == "SASL_SSL" or (protocol == "SSL" and client_auth == "required"):
+            continue
+        yield violation(
+            subject,
+            f"client listener {name} on port {fmt(port)} (env KAFKA_LISTENERS, {_MAP_ENV})",
+            f"SSL with ssl.client.auth={client_auth}" if protocol == "SSL" else protocol,
+            f"SASL_SSL, or SSL with {auth_key}=required (env {env_name(auth_key)})",
+            _CLIENT_FIX,
+        )
+    broker_listeners: list[tuple[str, str, str]] = []
+    inter_broker = configs.get("inter.broker.listener.name", "").strip().upper()
+    if inter_broker:
+        broker_listeners.append(("inter-broker", inter_broker, "inter.broker.listener.name"))
+    else:
+        # Without a listener name the brokers talk over the listener named after this protocol.
+        key = "security.inter.broker.protocol"
+        protocol = configs[key].strip().upper()
+        if protocol not in ENCRYPTED_PROTOCOLS:
+            yield violation(
+                subject,
+                f"broker config {key} (env {env_name(key)})",
+                protocol,
+                " or ".join(ENCRYPTED_PROTOCOLS),
+                _BROKER_FIX,
+            )
+    controllers = configs.get("controller.listener.names", "")
+    broker_listeners += [
+        ("controller", name.strip().upper(), "controller.listener.names")
+        for name in controllers.split(",")
+        if name.strip()
+    ]
+    for role, name, key in broker_listeners:
+        protocol = _protocol(protocols, name)
+        if protocol not in ENCRYPTED_PROTOCOLS:
+            yield violation(
+                subject,
+                f"{role} listener {name} (env {env_name(key)}, {_MAP_ENV})",
+                protocol,
+                " or ".join(ENCRYPTED_PROTOCOLS),
+                _BROKER_FIX,
+            )
+
+
+def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
+    """StandardAuthorizer where required, denying what no ACL allows, the brokers super users."""
+    if not is_kafka_statefulset(args):
+        return
+    subject = label(args.resource_type, args.props)
+    configs = broker_configs(args.resource_type, args.props)
+    authorizer = configs["authorizer.class.name"].strip()
+    if cfg["requireAuthorizer"] and authorizer != STANDARD_AUTHORIZER:
+        yield violation(
+            subject,
+            "broker config authorizer.class.name (env KAFKA_AUTHORIZER_CLASS_NAME)",
+            authorizer or "absent (no authorization)",
+            STANDARD_AUTHORIZER,
+            f"set KAFKA_AUTHORIZER_CLASS_NAME={STANDARD_AUTHORIZER} (the stack setting "
+            "security.clientListener: SASL_SSL renders it, and the topic Job reconciles the "
+            "ACLs of app/acl_specs.py): without an authorizer every client that connects may "
+            "read, write and delete every topic, group and transactional id",
+        )
+    if not authorizer:
+        return  # nothing is authorised, so the two settings below have no effect
+    allow_everyone = configs["allow.everyone.if.no.acl.found"]
+    if allow_everyone.strip().lower() == "true":
+        yield violation(
+            subject,
+            "broker config allow.everyone.if.no.acl.found (env "
+            "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND)",
+            allow_everyone,
+            "false (deny by default)",
+            "set KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND=false (Kafka's default): with true every "
+            "resource no ACL names (a new topic, any consumer group) is open to every client, "
+            "unauthenticated ones included",
+        )
+    super_users = [u.strip() for u in configs["super.users"].split(";") if u.strip()]
+    too_wide = [u for u in super_users if u == ANONYMOUS or "*" in u]
+    if too_wide or (cfg["requireAuthorizer"] and not super_users):
+        yield violation(
+            subject,
+            "broker config super.users (env KAFKA_SUPER_USERS)",
+            configs["super.users"] or "absent",
+            f"the brokers' own principal (e.g. User:CN=kafka-broker), never {ANONYMOUS} or a "
+            "wildcard",
+            "set KAFKA_SUPER_USERS=User:CN=kafka-broker (the subject of the broker certificate): "
+            f"a super user bypasses every ACL, so {ANONYMOUS} makes every unauthenticated "
+            "client one and a wildcard every client, and without the brokers among them "
+            "replication and the controller quorum are denied",
+        )
+
+
+POLICIES = [
+    resource_rule(
+        name="kafka-listener-encryption",
+        description=(
+            "The Kafka listener on the client port is SASL_SSL (or SSL with client certificates "
+            "required), and the inter-broker and controller listeners use TLS (SSL or SASL_SSL): "
+            "no record, credential or metadata crosses the network in clear, and no client "
+            "connects without proving who it is."
+        ),
+        level=ADVISORY,
+        check=check_listener_encryption,
+        thresholds=[
+            Threshold("clientPort", "integer", 9092, "The port the clients connect to.", 1)
+        ],
+    ),
+    resource_rule(
+        name="kafka-authorizer",
+        description=(
+            "Where required (prod), the brokers run StandardAuthorizer with the brokers' own "
+            "principal as the only super user; wherever an authorizer runs, "
+            "allow.everyone.if.no.acl.found is false (deny by default) and no super user is "
+            "User:ANONYMOUS or a wildcard."
+        ),
+        level=ADVISORY,
+        check=check_authorizer,
+        thresholds=[
+            Threshold(
+                "requireAuthorizer",
+                "boolean",
+                True,
+                "Require StandardAuthorizer and super.users on this stack.",
+            )
+        ],
+    ),
+]
