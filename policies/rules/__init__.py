@@ -23,6 +23,7 @@ def all_policies() -> list[Policy]:
     """Every policy of the pack, in report order."""
     from . import (
         broker_security,
+        credentials,
         group_membership,
         kafka_cluster,
         processor,
@@ -38,5 +39,6 @@ def all_policies() -> list[Policy]:
         *processor.POLICIES,
         *group_membership.POLICIES,
         *workloads.POLICIES,
+        *credentials.POLICIES,
         *stack.POLICIES,
     ]

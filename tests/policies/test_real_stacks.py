@@ -238,6 +238,18 @@ MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | N
         _env({"KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE": "true"}),
         "kafka-durability-configs",
     ),
+    (
+        "literal-key-password",
+        (":StatefulSet", "kafka"),
+        _env({"KAFKA_SSL_KEY_PASSWORD": "hunter2"}),
+        "credentials-in-secrets",
+    ),
+    (
+        "literal-sasl-password",
+        (":ConfigMap", "processor-config"),
+        _property("sasl.password", "hunter2"),
+        "credentials-in-secrets",
+    ),
 ]
 
 

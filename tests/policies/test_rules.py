@@ -335,6 +335,14 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "broker config allow.everyone.if.no.acl.found (env KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND) "
         "is true; required: false (deny by default)",
     ),
+    (
+        "credentials-in-secrets",
+        "processor-config",
+        with_properties({"sasl.password": "hunter2"}),
+        "ConfigMap streaming/page-view-counter-config: data[processor.properties] sasl.password "
+        "(line 24) is a literal credential (value not shown); required: a ${env:NAME} or "
+        "${file:PATH:KEY} reference",
+    ),
 ]
 
 # Mutations that also (rightly) trip a second rule.
@@ -354,7 +362,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 36
+    assert len(policies) == 37
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:

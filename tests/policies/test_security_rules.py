@@ -1,9 +1,12 @@
 """The security rules of issue 14, passing and failing, on the handmade stack (prod's secured
-shape for issue 14) and its dev counterpart, per stack config."""
+shape) and its dev counterpart, per stack config."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
 from app.kafka_security import broker_security_configs, listeners, scram_client_configs
 from policies.evaluate import Violation
@@ -11,18 +14,21 @@ from policies.rules.java_properties import load_properties
 from policies.rules.kafka_cluster import env_name
 from tests.policies.conftest import Evaluate, stack_config
 from tests.policies.handmade_stack import (
+    PEM_PRIVATE_KEY_BLOCK,
     Edit,
     Resource,
     changed,
     first_container,
     handmade_stack,
+    pod,
     with_env,
     with_properties,
 )
 
 LISTENERS = "kafka-listener-encryption"
 AUTHORIZER = "kafka-authorizer"
-SECURITY_RULES = {LISTENERS, AUTHORIZER}
+CREDENTIALS = "credentials-in-secrets"
+SECURITY_RULES = {LISTENERS, AUTHORIZER, CREDENTIALS}
 PROTOCOL_MAP = "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"
 SECURED_MAP = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
 CA_FILE = "/etc/kafka-ca/ca.crt"
@@ -329,3 +335,169 @@ def test_several_named_super_users_pass(run) -> None:
         handmade_stack(), with_env("KAFKA_SUPER_USERS", "User:CN=kafka-broker;User:CN=admin")
     )
     assert run(stack) == []
+
+
+# --- credentials-in-secrets ---------------------------------------------------------------
+
+PASSWORD = "hunter2-do-not-print"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sasl.password",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "ssl.truststore.password",
+        "ssl.keystore.key",
+        "sasl.oauthbearer.client.secret",
+        "consumer.sasl.password",
+        "producer.ssl.key.password",
+    ],
+)
+def test_a_literal_credential_in_a_properties_file_is_refused_in_every_stack(run, key: str) -> None:
+    stack = changed(handmade_stack(), "processor-config", with_properties({key: PASSWORD}))
+    assert _levels(run, stack, CREDENTIALS) == {"dev": {"mandatory"}, "prod": {"mandatory"}}
+    message = _only(run, stack, CREDENTIALS).message
+    assert f"data[processor.properties] {key} (line " in message
+    assert "is a literal credential (value not shown)" in message
+    assert f"Fix: keep the credential in a Secret and refer to it: {key}=${{env:NAME}}" in message
+    assert PASSWORD not in message
+
+
+def test_a_sasl_jaas_config_with_a_password_is_refused(run) -> None:
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="topic-reconciler" password="{PASSWORD}";'
+    )
+    stack = changed(
+        handmade_stack(),
+        "topics-specs",
+        with_properties({"sasl.jaas.config": jaas}, file="client.properties"),
+    )
+    message = _only(run, stack, CREDENTIALS).message
+    assert message.startswith(
+        "ConfigMap streaming/topics-specs: data[client.properties] sasl.jaas.config (line 7) is "
+        "a JAAS configuration with a password option in clear (value not shown)"
+    )
+    assert PASSWORD not in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("sasl.password", "${file:/etc/kafka/users/topic-reconciler:password}"),
+        ("ssl.key.password", ""),
+        ("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required;"),
+        (
+            "sasl.jaas.config",
+            'org.apache.kafka.common.security.scram.ScramLoginModule required username="a" '
+            'password="${env:SASL_PASSWORD}";',
+        ),
+    ],
+    ids=["file-reference", "empty", "jaas-without-password", "jaas-with-a-reference"],
+)
+def test_references_and_settings_without_a_credential_pass(run, key: str, value: str) -> None:
+    edit = with_properties({key: value}, file="client.properties")
+    assert run(changed(handmade_stack(), "topics-specs", edit)) == []
+
+
+def test_env_references_to_secrets_and_a_private_key_in_a_secret_pass(run) -> None:
+    """The handmade stack itself: sasl.password=${env:SASL_PASSWORD} in two ConfigMaps,
+    SASL_PASSWORD from a secretKeyRef, the broker's private key in the kafka-tls Secret."""
+    stack = handmade_stack()
+    tls = next(r for r in stack if r.name == "kafka-tls")
+    assert base64.b64decode(tls.props["data"]["tls.key"]).decode() == PEM_PRIVATE_KEY_BLOCK
+    processor = next(r for r in stack if r.name == "processor")
+    (password,) = [e for e in first_container(processor)["env"] if e["name"] == "SASL_PASSWORD"]
+    assert "secretKeyRef" in password["valueFrom"]
+    assert [v for v in run(stack, stack_config("dev")) if v.policy == CREDENTIALS] == []
+    assert [v for v in run(stack) if v.policy == CREDENTIALS] == []
+
+
+@pytest.mark.parametrize("field", ["data", "binaryData"])
+def test_a_private_key_anywhere_in_a_config_map_is_refused(run, field: str) -> None:
+    def add_key(r: Resource) -> None:
+        text = f"# the broker's key\n{PEM_PRIVATE_KEY_BLOCK}"
+        encoded = base64.b64encode(text.encode()).decode() if field == "binaryData" else text
+        r.props.setdefault(field, {})["broker.pem"] = encoded
+
+    message = _only(run, changed(handmade_stack(), "topics-specs", add_key), CREDENTIALS).message
+    assert message.startswith(
+        "ConfigMap streaming/topics-specs: data[broker.pem] is a PEM private key block "
+        "(-----BEGIN ... PRIVATE KEY-----); required: no private key in a ConfigMap. Fix: put "
+        "the key in a Secret"
+    )
+
+
+def test_a_credential_as_a_config_map_key_is_refused(run) -> None:
+    """A ConfigMap handed to a pod with envFrom holds its settings as keys."""
+
+    def add_password(r: Resource) -> None:
+        r.props["data"]["SASL_PASSWORD"] = PASSWORD
+
+    message = _only(run, changed(handmade_stack(), "topics-specs", add_password), CREDENTIALS)
+    assert "data[SASL_PASSWORD] is a literal credential (value not shown)" in message.message
+
+
+def test_an_unreadable_properties_file_is_reported_rather_than_passed(run) -> None:
+    def corrupt(r: Resource) -> None:
+        r.props["data"]["client.properties"] += "sasl.password=\\u12\n"
+
+    message = _only(run, changed(handmade_stack(), "topics-specs", corrupt), CREDENTIALS).message
+    assert "data[client.properties] is unreadable (line 7: malformed \\uxxxx escape" in message
+
+
+@pytest.mark.parametrize(
+    ("workload", "name", "value", "found"),
+    [
+        ("kafka", "KAFKA_SSL_KEY_PASSWORD", PASSWORD, "a literal credential (value not shown)"),
+        ("kafka", "KAFKA_SSL_KEYSTORE_KEY", PASSWORD, "a literal credential (value not shown)"),
+        (
+            "kafka",
+            "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG",
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'password="{PASSWORD}";',
+            "a JAAS configuration with a password option in clear (value not shown)",
+        ),
+        ("processor", "SASL_PASSWORD", PASSWORD, "a literal credential (value not shown)"),
+        ("processor", "TLS_PRIVATE_KEY", PASSWORD, "a literal credential (value not shown)"),
+        ("processor", "API_TOKEN", UNKNOWN_STRING_VALUE, "a value computed by the program"),
+    ],
+    ids=[
+        "key-password",
+        "keystore-key",
+        "jaas-password",
+        "sasl-password",
+        "private-key",
+        "computed",
+    ],
+)
+def test_a_secret_looking_env_var_with_a_literal_value_is_refused_in_every_stack(
+    run, workload: str, name: str, value: str, found: str
+) -> None:
+    stack = changed(handmade_stack(), workload, with_env(name, value), ":StatefulSet")
+    assert _levels(run, stack, CREDENTIALS) == {"dev": {"mandatory"}, "prod": {"mandatory"}}
+    message = _only(run, stack, CREDENTIALS).message
+    container = "kafka" if workload == "kafka" else "processor"
+    assert f"container {container} env {name} is {found}; required: valueFrom.secretKeyRef" in (
+        message
+    )
+    assert f"Fix: take {name} from a Secret" in message
+    assert PASSWORD not in message
+
+
+def test_a_literal_password_in_an_init_container_is_refused(run) -> None:
+    def init_container(r: Resource) -> None:
+        pod(r)["initContainers"] = [
+            {
+                **first_container(r),
+                "name": "format-storage",
+                "env": [{"name": "KAFKA_SASL_PASSWORD", "value": PASSWORD}],
+            }
+        ]
+
+    stack = changed(handmade_stack(), "kafka", init_container, ":StatefulSet")
+    assert "container format-storage env KAFKA_SASL_PASSWORD" in (
+        _only(run, stack, CREDENTIALS).message
+    )

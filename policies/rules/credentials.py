@@ -1,0 +1,168 @@
+"""Credentials live in Secrets: never in a ConfigMap, never as a literal container env value.
+
+Which settings hold a credential is `java_properties.is_credential_key`, the one notion the
+stack config's check shares; properties files are read with the one codec. Messages never
+show the credential itself: they land in CI logs and SARIF uploads.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pulumi_policy import ResourceValidationArgs
+from pulumi_policy.proxy import UnknownValueError
+
+from .config import MANDATORY, resource_rule
+from .java_properties import is_credential_key, is_secret_reference, parse_properties
+from .manifests import CONFIG_MAP, containers, get, items, label, pod_spec
+from .messages import violation
+
+PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+# `option="value"` (or unquoted) pairs of a JAAS login module configuration.
+_JAAS_OPTION = re.compile(r'([A-Za-z_][\w.]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;]+)')
+_REFERENCE = "a ${env:NAME} or ${file:PATH:KEY} reference"
+_CONFIG_MAP_FIX = (
+    "keep the credential in a Secret and refer to it: {key}=${{env:NAME}} with the pod's NAME "
+    "from env valueFrom.secretKeyRef (as the processor's sasl.password=${{env:SASL_PASSWORD}}), "
+    "or ${{file:PATH:KEY}} on a mounted Secret; a ConfigMap is readable by whoever may read the "
+    "namespace's configuration and is stored in clear in the Pulumi state"
+)
+
+
+def _is_jaas(key: str) -> bool:
+    return "jaas.config" in key.lower().replace("_", ".")
+
+
+def literal_credential(key: str, value: str | None) -> bool:
+    """Whether a setting holds a credential in clear (`value` None: computed, so not visible).
+
+    A JAAS configuration is a credential only for its password-like options
+    (`password="..."`; PlainLoginModule's `user_<name>="..."`): `ScramLoginModule required;`
+    holds none.
+    """
+    if not is_credential_key(key):
+        return False
+    if value is None:
+        return True
+    if _is_jaas(key):
+        return any(
+            (is_credential_key(option) or option.startswith("user_"))
+            and not is_secret_reference(text.strip('"'))
+            for option, text in _JAAS_OPTION.findall(value)
+        )
+    return bool(value.strip()) and not is_secret_reference(value)
+
+
+def _found(key: str) -> str:
+    if _is_jaas(key):
+        return "a JAAS configuration with a password option in clear (value not shown)"
+    return "a literal credential (value not shown)"
+
+
+def _config_map_findings(args: ResourceValidationArgs) -> Iterator[str]:
+    subject = label(args.resource_type, args.props)
+    data = get(args.props, "data", default={})
+    entries = [(key, text) for key, text in data.items() if isinstance(text, str)]
+    for key, encoded in get(args.props, "binaryData", default={}).items():
+        try:
+            entries.append((key, base64.b64decode(str(encoded)).decode("utf-8", "replace")))
+        except (binascii.Error, ValueError):
+            continue  # not base64: the API server rejects it before anyone can read it
+    for key, text in entries:
+        private_key = PEM_PRIVATE_KEY.search(text) is not None
+        if private_key:
+            yield violation(
+                subject,
+                f"data[{key}]",
+                "a PEM private key block (-----BEGIN ... PRIVATE KEY-----)",
+                "no private key in a ConfigMap",
+                "put the key in a Secret (type kubernetes.io/tls, e.g. kafka-tls with tls.key) "
+                "and mount that: whoever can read the ConfigMap can impersonate its owner",
+            )
+        if key.endswith(".properties"):
+            yield from _properties_findings(subject, key, text)
+        elif not private_key and literal_credential(key, text):  # one finding per entry
+            yield violation(
+                subject, f"data[{key}]", _found(key), _REFERENCE, _CONFIG_MAP_FIX.format(key=key)
+            )
+
+
+def _properties_findings(subject: str, file: str, text: str) -> Iterator[str]:
+    try:
+        entries = parse_properties(text)
+    except ValueError as error:
+        yield violation(
+            subject,
+            f"data[{file}]",
+            f"unreadable ({error})",
+            "a properties file this pack can read, to tell whether it holds a credential",
+            "write it with policies.rules.java_properties.format_properties",
+        )
+        return
+    for entry in entries:
+        if literal_credential(entry.key, entry.value):
+            yield violation(
+                subject,
+                f"data[{file}] {entry.key} (line {entry.line})",
+                _found(entry.key),
+                _REFERENCE,
+                _CONFIG_MAP_FIX.format(key=entry.key),
+            )
+
+
+def _literal_env(var: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """Whether an env var has a literal `value`, and the value (None while still computed)."""
+    try:  # the proxy's `in` reads the value too, and raises while it is unknown
+        if "value" not in var:
+            return False, None
+        value = var["value"]
+    except UnknownValueError:
+        return True, None  # computed by the program: still a literal in the pod spec
+    return value is not None, None if value is None else str(value)
+
+
+def _env_findings(args: ResourceValidationArgs) -> Iterator[str]:
+    spec = pod_spec(args.resource_type, args.props)
+    subject = label(args.resource_type, args.props)
+    for container in containers(spec) + items(spec, "initContainers"):
+        for var in items(container, "env"):
+            name = str(get(var, "name", default=""))
+            literal, value = _literal_env(var) if isinstance(var, Mapping) else (False, None)
+            if literal and literal_credential(name, value):
+                yield violation(
+                    subject,
+                    f"container {get(container, 'name', default='?')} env {name}",
+                    _found(name) if value is not None else "a value computed by the program",
+                    "valueFrom.secretKeyRef",
+                    f"take {name} from a Secret (env valueFrom.secretKeyRef, as SASL_PASSWORD "
+                    "comes from kafka-user-<name>'s key password): a literal value is stored in "
+                    "the pod spec, shown by kubectl get -o yaml and kept in clear in the Pulumi "
+                    "state",
+                )
+
+
+def check_credentials(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
+    """No credential in a ConfigMap or in a literal container env value."""
+    if args.resource_type == CONFIG_MAP:
+        yield from _config_map_findings(args)
+    else:
+        yield from _env_findings(args)
+
+
+POLICIES = [
+    resource_rule(
+        name="credentials-in-secrets",
+        description=(
+            "Credentials (passwords, key store passwords, SASL JAAS passwords, OAuth client "
+            "secrets, private keys) live in Secrets: a ConfigMap holds only ${env:NAME} or "
+            "${file:...} references to them, and a secret-looking container env var comes from "
+            "valueFrom.secretKeyRef, never a literal value."
+        ),
+        level=MANDATORY,
+        check=check_credentials,
+    ),
+]
