@@ -22,6 +22,7 @@ PACK_NAME = "stateful-streaming"
 def all_policies() -> list[Policy]:
     """Every policy of the pack, in report order."""
     from . import (
+        acls,
         broker_security,
         credentials,
         group_membership,
@@ -37,6 +38,7 @@ def all_policies() -> list[Policy]:
         *broker_security.POLICIES,
         *topics.POLICIES,
         *processor.POLICIES,
+        *acls.POLICIES,
         *group_membership.POLICIES,
         *workloads.POLICIES,
         *credentials.POLICIES,

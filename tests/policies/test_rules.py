@@ -13,6 +13,7 @@ from tests.policies.handmade_stack import (
     changed,
     first_container,
     handmade_stack,
+    with_acl,
     with_env,
     with_properties,
 )
@@ -343,6 +344,14 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "(line 24) is a literal credential (value not shown); required: a ${env:NAME} or "
         "${file:PATH:KEY} reference",
     ),
+    (
+        "processor-least-privilege",
+        "topics-specs",
+        with_acl("TOPIC", "*", "READ"),
+        "ConfigMap streaming/topics-specs data[acls.json]: ACL User:page-view-counter READ TOPIC * "
+        "(LITERAL) is a wildcard resource name, more than the processor's user page-view-counter "
+        "needs",
+    ),
 ]
 
 # Mutations that also (rightly) trip a second rule.
@@ -362,7 +371,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 37
+    assert len(policies) == 38
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:

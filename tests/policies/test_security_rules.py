@@ -4,6 +4,8 @@ shape) and its dev counterpart, per stack config."""
 from __future__ import annotations
 
 import base64
+import json
+from typing import Any
 
 import pytest
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
@@ -21,6 +23,7 @@ from tests.policies.handmade_stack import (
     first_container,
     handmade_stack,
     pod,
+    with_acl,
     with_env,
     with_properties,
 )
@@ -28,7 +31,8 @@ from tests.policies.handmade_stack import (
 LISTENERS = "kafka-listener-encryption"
 AUTHORIZER = "kafka-authorizer"
 CREDENTIALS = "credentials-in-secrets"
-SECURITY_RULES = {LISTENERS, AUTHORIZER, CREDENTIALS}
+LEAST_PRIVILEGE = "processor-least-privilege"
+SECURITY_RULES = {LISTENERS, AUTHORIZER, CREDENTIALS, LEAST_PRIVILEGE}
 PROTOCOL_MAP = "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"
 SECURED_MAP = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
 CA_FILE = "/etc/kafka-ca/ca.crt"
@@ -501,3 +505,108 @@ def test_a_literal_password_in_an_init_container_is_refused(run) -> None:
     assert "container format-storage env KAFKA_SASL_PASSWORD" in (
         _only(run, stack, CREDENTIALS).message
     )
+
+
+# --- processor-least-privilege ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("acl", "reason"),
+    [
+        (("TOPIC", "*", "READ"), "a wildcard resource name"),
+        (("TOPIC", "page-", "READ", "PREFIXED"), "a PREFIXED topic pattern"),
+        (
+            ("TOPIC", "payments", "READ"),
+            "a topic that is none of its input, changelog, output and dead-letter topics",
+        ),
+        (("TOPIC", "page-views", "WRITE"), "WRITE on a topic it only needs DESCRIBE/READ on"),
+        (("TOPIC", "page-views", "ALL"), "ALL operations"),
+        (("TOPIC", "page-view-counts", "DELETE"), "DELETE on a topic it only needs"),
+        (("GROUP", "dashboards", "READ"), "a group other than its own (page-view-counter)"),
+        (("GROUP", "page-view-counter", "DELETE"), "DELETE on its group"),
+        (
+            ("TRANSACTIONAL_ID", "page-", "WRITE", "PREFIXED"),
+            "transactional ids not under page-view-counter-",
+        ),
+        (("CLUSTER", "kafka-cluster", "ALTER"), "the CLUSTER operation ALTER"),
+        (("DELEGATION_TOKEN", "x", "DESCRIBE"), "a DELEGATION_TOKEN resource"),
+    ],
+    ids=[
+        "wildcard-topic",
+        "prefixed-topic",
+        "other-topic",
+        "write-input",
+        "all-on-input",
+        "delete-output",
+        "other-group",
+        "delete-own-group",
+        "transactional-ids-too-wide",
+        "cluster-alter",
+        "delegation-token",
+    ],
+)
+def test_a_processor_acl_beyond_its_rights_is_reported_with_the_acl_and_the_fix(
+    run, acl: tuple[str, ...], reason: str
+) -> None:
+    stack = changed(handmade_stack(), "topics-specs", with_acl(*acl))
+    assert _levels(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
+    resource_type, name, operation, pattern = (*acl, "LITERAL")[:4]
+    message = _only(run, stack, LEAST_PRIVILEGE).message
+    assert message.startswith(
+        "ConfigMap streaming/topics-specs data[acls.json]: ACL User:page-view-counter "
+        f"{operation} {resource_type} {name} ({pattern}) is {reason}"
+    )
+    assert "required: only DESCRIBE/READ on topic page-views;" in message
+    assert "Fix: remove the grant from the processor's ACLs in pipeline_users " in message
+    assert "(app/acl_specs.py)" in message
+
+
+@pytest.mark.parametrize(
+    "acl",
+    [
+        ("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE"),
+        ("TRANSACTIONAL_ID", "page-view-counter-0", "WRITE"),
+        ("TRANSACTIONAL_ID", "page-view-counter-", "DESCRIBE", "PREFIXED"),
+        ("TOPIC", "page-view-counts", "DESCRIBE"),
+        ("GROUP", "page-view-counter", "DESCRIBE"),
+    ],
+    ids=["idempotent-write", "one-transactional-id", "describe-ids", "describe-output", "group"],
+)
+def test_the_processor_rights_and_nothing_more_pass(run, acl: tuple[str, ...]) -> None:
+    """The handmade stack's acls.json is app.acl_specs.pipeline_users itself; these add to it."""
+    assert run(changed(handmade_stack(), "topics-specs", with_acl(*acl))) == []
+
+
+def test_a_grant_to_every_user_counts_as_the_processors(run) -> None:
+    stack = changed(
+        handmade_stack(), "topics-specs", with_acl("TOPIC", "payments", "READ", principal="User:*")
+    )
+    assert "ACL User:* READ TOPIC payments (LITERAL) is a topic that is none" in (
+        _only(run, stack, LEAST_PRIVILEGE).message
+    )
+
+
+def test_the_user_is_the_sasl_username_when_it_differs_from_the_application_id(run) -> None:
+    renamed = changed(
+        handmade_stack(), "processor-config", with_properties({"sasl.username": "counter-app"})
+    )
+    # The application id's grants are no longer the processor's; the SASL user's are checked.
+    assert run(changed(renamed, "topics-specs", with_acl("TOPIC", "*", "READ"))) == []
+    stack = changed(
+        renamed, "topics-specs", with_acl("TOPIC", "*", "READ", principal="User:counter-app")
+    )
+    assert "processor's user counter-app needs" in _only(run, stack, LEAST_PRIVILEGE).message
+
+
+def test_a_stack_without_acls_has_nothing_to_check(run) -> None:
+    assert LEAST_PRIVILEGE not in {v.policy for v in run(dev_stack(), stack_config("prod"))}
+
+
+def test_an_unreadable_acls_json_is_reported(run) -> None:
+    def corrupt(r: Resource) -> None:
+        data: dict[str, Any] = json.loads(r.props["data"]["acls.json"])
+        del data["users"][0]["acls"][0]["operation"]
+        r.props["data"]["acls.json"] = json.dumps(data)
+
+    message = _only(run, changed(handmade_stack(), "topics-specs", corrupt), LEAST_PRIVILEGE)
+    assert "data[acls.json]: content is unreadable (KeyError: 'operation')" in message.message
