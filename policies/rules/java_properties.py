@@ -182,3 +182,16 @@ def env_reference(value: str | None) -> str | None:
     """`${env:POD_NAME}` -> `POD_NAME` when the whole value is one reference, else None."""
     match = _WHOLE_ENV_REFERENCE.fullmatch(value or "")
     return match.group(1) if match else None
+
+
+# Words in a client or broker setting's name whose value is a credential: Kafka's and
+# librdkafka's names (`sasl.password`, `ssl.key.password`, `ssl.keystore.key`,
+# `sasl.jaas.config`, `sasl.oauthbearer.client.secret`, ...), with or without a
+# `consumer.`/`producer.` prefix.
+_CREDENTIAL_WORDS = ("password", "secret", "token", "jaas.config", "keystore.key", "key.pem")
+
+
+def is_credential_key(key: str) -> bool:
+    """Whether a setting's value is a credential, which only a Secret may hold."""
+    lowered = key.lower()
+    return any(word in lowered for word in _CREDENTIAL_WORDS)
