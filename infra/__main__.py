@@ -1,7 +1,9 @@
-"""The stack: a namespace, a KRaft Kafka cluster, the pipeline's topics and the processor.
+"""The stack: a namespace, a KRaft Kafka cluster, its credentials, the pipeline's topics and
+ACLs, and the processor.
 
 This file only reads the stack configuration and wires the components; each concern lives in
-its own module (`infra/kafka_cluster.py`, `infra/topics.py`, `infra/processor.py`).
+its own module (`infra/kafka_credentials.py`, `infra/kafka_cluster.py`, `infra/topics.py`,
+`infra/processor.py`).
 """
 
 import sys
@@ -18,7 +20,12 @@ import pulumi_kubernetes as k8s  # noqa: E402
 
 from app.topic_specs import TopicRole  # noqa: E402
 from infra.config import load_stack_config  # noqa: E402
-from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs  # noqa: E402
+from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names  # noqa: E402
+from infra.kafka_credentials import (  # noqa: E402
+    ClientAccess,
+    KafkaCredentials,
+    KafkaCredentialsArgs,
+)
 from infra.processor import Processor, ProcessorArgs  # noqa: E402
 from infra.processor_properties import processor_properties  # noqa: E402
 from infra.topics import TopicReconciliation, TopicReconciliationArgs  # noqa: E402
@@ -38,6 +45,21 @@ namespace = k8s.core.v1.Namespace(
 )
 in_namespace = pulumi.ResourceOptions(depends_on=[namespace])
 
+# TLS and one SCRAM user per workload, unless the stack runs PLAINTEXT (security.clientListener).
+credentials = None
+if config.security.secured:
+    credentials = KafkaCredentials(
+        "kafka-credentials",
+        KafkaCredentialsArgs(
+            namespace=config.namespace,
+            cluster="kafka",
+            security=config.security,
+            users=config.kafka_users,
+            dns_names=broker_dns_names("kafka", config.namespace, config.kafka.replicas),
+        ),
+        opts=in_namespace,
+    )
+
 kafka = KafkaCluster(
     "kafka",
     KafkaClusterArgs(
@@ -47,6 +69,8 @@ kafka = KafkaCluster(
         protect_cluster_id=config.profile == "prod",
         readiness_image=config.processor.image,
         readiness_image_pull_policy=config.processor.image_pull_policy,
+        security=config.security,
+        credentials=credentials,
     ),
     opts=in_namespace,
 )
@@ -61,17 +85,23 @@ topics = TopicReconciliation(
         image=config.processor.image,
         image_pull_policy=config.processor.image_pull_policy,
         allow_partition_increase=config.topics.allow_partition_increase,
+        users=config.kafka_users,
+        credentials=credentials,
     ),
     # The Job runs once the brokers are ready (Pulumi waits for the StatefulSet roll).
     opts=pulumi.ResourceOptions(depends_on=[kafka.stateful_set]),
 )
 
+access = (
+    credentials.client_access(config.processor.application_id) if credentials else ClientAccess()
+)
 processor = Processor(
     "processor",
     ProcessorArgs(
         namespace=config.namespace,
         config=config.processor,
-        properties=processor_properties(config, kafka.bootstrap_servers),
+        properties=processor_properties(config, kafka.bootstrap_servers, access.properties),
+        access=access,
     ),
     # The processor starts against topics that exist with the right configs.
     opts=pulumi.ResourceOptions(depends_on=[topics]),
@@ -83,3 +113,8 @@ pulumi.export("topics", {spec.role.value: spec.name for spec in topic_specs})
 pulumi.export("inputTopic", next(s.name for s in topic_specs if s.role is TopicRole.INPUT))
 pulumi.export("processorName", processor.name)
 pulumi.export("topicJob", topics.job_name)
+pulumi.export("clientListener", config.security.client_listener)
+if credentials is not None:
+    # Secret names only: `kubectl get secret <name> -o jsonpath='{.data.password}'` for a value.
+    pulumi.export("userSecrets", credentials.user_secrets)
+    pulumi.export("tlsSecret", credentials.tls_secret)

@@ -9,17 +9,32 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from app.kafka_security import (
+    CLIENT_LISTENER,
+    INTERNAL_LISTENER,
+    SCRAM_MECHANISM,
+    broker_security_configs,
+    listeners,
+)
 from infra import workload
-from infra.config import KafkaConfig, quantity
+from infra.config import KafkaConfig, SecurityConfig, quantity
+from infra.kafka_credentials import USERS_DIR, KafkaCredentials
+from policies.rules.java_properties import format_properties
 
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
+# Replication between brokers, and the readiness sidecars (who connect as the broker).
+INTERNAL_PORT = 9094
 # The broker-readiness sidecar's HTTP port (`app.broker_readiness`).
 READINESS_PORT = 8090
 # A restarted broker is ready once back in every ISR: the roll's budget per broker allows this
 # long for its replicas to catch up with what was written while it was down.
 CATCH_UP_SECONDS = 300
 DATA_DIR = "/var/lib/kafka/data"
+# The brokers' key, certificate and CA (the TLS Secret), read-only.
+TLS_DIR = "/etc/kafka/tls"
+FORMAT_DIR = "/etc/kafka/format"
+FORMAT_FILE = "server.properties"
 # The image runs as uid 1000 (appuser); its files are world-readable, so any non-root uid works.
 KAFKA_UID = 10001
 
@@ -45,6 +60,35 @@ NODE_ID_ENV = k8s.core.v1.EnvVarArgs(
 )
 
 
+def broker_dns_names(name: str, namespace: str, replicas: int) -> list[str]:
+    """Every name a broker is reached by: its pod, the client Service, and localhost (sidecar)."""
+    headless = f"{name}-headless.{namespace}.svc.cluster.local"
+    return [
+        *(f"{name}-{ordinal}.{headless}" for ordinal in range(replicas)),
+        f"{name}.{namespace}.svc.cluster.local",
+        f"{name}.{namespace}.svc",
+        "localhost",
+    ]
+
+
+# Formats the node's storage with every SCRAM user before the image's own start formats it
+# without them (which then finds it formatted, and the image goes on): KRaft writes users
+# given at format into the cluster's first metadata, so they exist before any client connects.
+# The passwords are files (a projected volume of the user Secrets), never environment.
+FORMAT_SCRIPT = f"""set -eu
+config=/tmp/format.properties
+cp {FORMAT_DIR}/{FORMAT_FILE} "$config"
+echo "node.id=$KAFKA_NODE_ID" >> "$config"
+set --
+for file in {USERS_DIR}/*; do
+  set -- "$@" --add-scram "{SCRAM_MECHANISM}=[name=$(basename "$file"),password=$(cat "$file")]"
+done
+echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) SCRAM user(s) unless already formatted"
+exec /opt/kafka/bin/kafka-storage.sh format --cluster-id "$CLUSTER_ID" --config "$config" \
+  --ignore-formatted "$@"
+"""
+
+
 def heap_megabytes(memory: str) -> int:
     """About half the memory limit for the heap; the page cache Kafka reads from gets the rest."""
     return int(quantity(memory) / 2**20 // 2)
@@ -62,6 +106,9 @@ class KafkaClusterArgs:
     # The processor's image, which also holds the brokers' readiness sidecar.
     readiness_image: str
     readiness_image_pull_policy: str
+    security: SecurityConfig
+    # The TLS Secret and the SCRAM users' Secrets; None on a PLAINTEXT cluster.
+    credentials: KafkaCredentials | None
 
 
 class KafkaCluster(pulumi.ComponentResource):
@@ -94,7 +141,11 @@ class KafkaCluster(pulumi.ComponentResource):
             headless,
             ns,
             service_labels=component_labels,
-            ports=[("client", CLIENT_PORT), ("controller", CONTROLLER_PORT)],
+            ports=[
+                ("client", CLIENT_PORT),
+                ("controller", CONTROLLER_PORT),
+                ("internal", INTERNAL_PORT),
+            ],
             # Nodes find each other before any is ready: the quorum forms from these names.
             publish_not_ready=True,
             opts=child,
@@ -116,29 +167,46 @@ class KafkaCluster(pulumi.ComponentResource):
             return f"{name}-{ordinal}.{headless}.{ns}.svc.cluster.local"
 
         voters = ",".join(f"{i}@{pod_dns(i)}:{CONTROLLER_PORT}" for i in range(cfg.replicas))
+        # $(POD_NAME) is expanded by the kubelet from the variable defined before it.
+        pod_host = f"$(POD_NAME).{headless}.{ns}.svc.cluster.local"
+        # The same three listeners in every stack; only their security protocols differ.
         node = {
             "process.roles": "broker,controller",
-            "listeners": f"PLAINTEXT://:{CLIENT_PORT},CONTROLLER://:{CONTROLLER_PORT}",
-            # $(POD_NAME) is expanded by the kubelet from the variable defined before it.
-            "advertised.listeners": f"PLAINTEXT://$(POD_NAME).{headless}.{ns}.svc.cluster.local:"
-            f"{CLIENT_PORT}",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
+            "listeners": listeners(CLIENT_PORT, INTERNAL_PORT, CONTROLLER_PORT),
+            "advertised.listeners": f"{CLIENT_LISTENER}://{pod_host}:{CLIENT_PORT},"
+            f"{INTERNAL_LISTENER}://{pod_host}:{INTERNAL_PORT}",
+            **broker_security_configs(args.security.client_listener, TLS_DIR),
             "controller.quorum.voters": voters,
             # A subdirectory: a fresh volume's root may hold lost+found, which Kafka rejects.
             "log.dirs": f"{DATA_DIR}/logs",
         }
+        settings = {**node, **args.broker_configs}
         heap = heap_megabytes(cfg.memory)
         env = workload.downward_env(
             k8s.core.v1.EnvVarArgs(name="CLUSTER_ID", value=self.cluster_id),
             NODE_ID_ENV,
             *(
                 k8s.core.v1.EnvVarArgs(name=broker_env_name(key), value=value)
-                for key, value in {**node, **args.broker_configs}.items()
+                for key, value in settings.items()
             ),
             k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value=f"-Xms{heap}m -Xmx{heap}m"),
         )
+        format_config = None
+        if args.credentials is not None:
+            # What the storage is formatted with: the broker's own settings (node.id is added
+            # by the script; advertised listeners do not matter to a format).
+            format_config = k8s.core.v1.ConfigMap(
+                f"{name}-format",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=f"{name}-format", namespace=ns, labels=component_labels
+                ),
+                data={
+                    FORMAT_FILE: format_properties(
+                        {k: v for k, v in settings.items() if k != "advertised.listeners"}
+                    )
+                },
+                opts=child,
+            )
         restart_budget = (
             cfg.termination_grace_period_seconds
             + cfg.startup_probe.budget_seconds
@@ -167,7 +235,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 update_strategy=k8s.apps.v1.StatefulSetUpdateStrategyArgs(type="RollingUpdate"),
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(name)),
-                template=self._pod_template(cfg, args, name, component_labels, env),
+                template=self._pod_template(cfg, args, name, component_labels, env, format_config),
                 volume_claim_templates=[
                     workload.state_claim("data", cfg.storage_class_name, cfg.storage)
                 ],
@@ -188,6 +256,7 @@ class KafkaCluster(pulumi.ComponentResource):
         name: str,
         component_labels: dict[str, str],
         env: list[k8s.core.v1.EnvVarArgs],
+        format_config: k8s.core.v1.ConfigMap | None,
     ) -> k8s.core.v1.PodTemplateSpecArgs:
         affinity, spread = workload.placement(
             name, anti_affinity=cfg.anti_affinity, zone_spread=cfg.zone_spread
@@ -201,8 +270,70 @@ class KafkaCluster(pulumi.ComponentResource):
             k8s.core.v1.VolumeMountArgs(name=volume, mount_path=path)
             for volume, path in writable.items()
         ]
+        volumes = [
+            k8s.core.v1.VolumeArgs(name=volume, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())
+            for volume in writable
+        ]
+        init_containers = [
+            k8s.core.v1.ContainerArgs(
+                name="seed-config",
+                image=cfg.image,
+                image_pull_policy="Always",
+                command=["sh", "-c", "cp -R /opt/kafka/config/. /seed/"],
+                resources=resources,
+                security_context=security,
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="config", mount_path="/seed")],
+            )
+        ]
+        tls_mounts: list[k8s.core.v1.VolumeMountArgs] = []
+        annotations = None
+        credentials = args.credentials
+        if credentials is not None and format_config is not None:
+            tls_mounts = [
+                k8s.core.v1.VolumeMountArgs(name="tls", mount_path=TLS_DIR, read_only=True)
+            ]
+            volumes += [
+                k8s.core.v1.VolumeArgs(
+                    name="tls",
+                    secret=k8s.core.v1.SecretVolumeSourceArgs(
+                        secret_name=credentials.tls_secret, default_mode=0o440
+                    ),
+                ),
+                credentials.users_volume("users"),
+                k8s.core.v1.VolumeArgs(
+                    name="format",
+                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                        name=format_config.metadata.name
+                    ),
+                ),
+            ]
+            init_containers.append(
+                k8s.core.v1.ContainerArgs(
+                    name="format-storage",
+                    image=cfg.image,
+                    image_pull_policy="Always",
+                    command=["sh", "-c", FORMAT_SCRIPT],
+                    env=[
+                        *(e for e in env if e.name in ("CLUSTER_ID", NODE_ID_ENV.name)),
+                    ],
+                    resources=resources,
+                    security_context=security,
+                    volume_mounts=[
+                        k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
+                        k8s.core.v1.VolumeMountArgs(
+                            name="format", mount_path=FORMAT_DIR, read_only=True
+                        ),
+                        k8s.core.v1.VolumeMountArgs(
+                            name="users", mount_path=USERS_DIR, read_only=True
+                        ),
+                        *mounts,
+                    ],
+                )
+            )
+            # A renewed certificate rolls the brokers: each reads its key store at start.
+            annotations = {"stateful-streaming.io/certificate": credentials.certificate_revision}
         return k8s.core.v1.PodTemplateSpecArgs(
-            metadata=k8s.meta.v1.ObjectMetaArgs(labels=component_labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(labels=component_labels, annotations=annotations),
             spec=k8s.core.v1.PodSpecArgs(
                 service_account_name=name,
                 automount_service_account_token=False,
@@ -214,19 +345,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 security_context=workload.pod_security_context(KAFKA_UID),
                 affinity=affinity,
                 topology_spread_constraints=spread,
-                init_containers=[
-                    k8s.core.v1.ContainerArgs(
-                        name="seed-config",
-                        image=cfg.image,
-                        image_pull_policy="Always",
-                        command=["sh", "-c", "cp -R /opt/kafka/config/. /seed/"],
-                        resources=resources,
-                        security_context=security,
-                        volume_mounts=[
-                            k8s.core.v1.VolumeMountArgs(name="config", mount_path="/seed")
-                        ],
-                    )
-                ],
+                init_containers=init_containers,
                 containers=[
                     k8s.core.v1.ContainerArgs(
                         name="kafka",
@@ -268,24 +387,29 @@ class KafkaCluster(pulumi.ComponentResource):
                         volume_mounts=[
                             k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
                             *mounts,
+                            *tls_mounts,
                         ],
                     ),
-                    KafkaCluster._readiness_sidecar(args, security),
+                    KafkaCluster._readiness_sidecar(args, security, tls_mounts),
                 ],
-                volumes=[
-                    k8s.core.v1.VolumeArgs(
-                        name=volume, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()
-                    )
-                    for volume in writable
-                ],
+                volumes=volumes,
             ),
         )
 
     @staticmethod
     def _readiness_sidecar(
-        args: KafkaClusterArgs, security: k8s.core.v1.SecurityContextArgs
+        args: KafkaClusterArgs,
+        security: k8s.core.v1.SecurityContextArgs,
+        tls_mounts: list[k8s.core.v1.VolumeMountArgs],
     ) -> k8s.core.v1.ContainerArgs:
-        """`app.broker_readiness` beside the broker: one admin client, no JVM per probe."""
+        """`app.broker_readiness` beside the broker: one admin client, no JVM per probe.
+
+        On a secured cluster it connects as the broker (INTERNAL listener, the broker's
+        certificate): it is part of the broker, and needs no user of its own.
+        """
+        connect = ["--bootstrap-server", f"localhost:{CLIENT_PORT}"]
+        if tls_mounts:
+            connect = ["--bootstrap-server", f"localhost:{INTERNAL_PORT}", "--tls-dir", TLS_DIR]
         return k8s.core.v1.ContainerArgs(
             name="broker-readiness",
             image=args.readiness_image,
@@ -297,12 +421,12 @@ class KafkaCluster(pulumi.ComponentResource):
                 "app.broker_readiness",
                 "--node-id",
                 "$(KAFKA_NODE_ID)",
-                "--bootstrap-server",
-                f"localhost:{CLIENT_PORT}",
+                *connect,
                 "--port",
                 str(READINESS_PORT),
             ],
             env=[NODE_ID_ENV],
+            volume_mounts=tls_mounts or None,
             ports=[k8s.core.v1.ContainerPortArgs(name="readiness", container_port=READINESS_PORT)],
             # Python and one admin client: about 40 MiB resident, a few ms of CPU per probe.
             resources=workload.guaranteed_resources("100m", "128Mi"),
@@ -322,7 +446,7 @@ class KafkaCluster(pulumi.ComponentResource):
     def _network_policy(
         name: str, ns: str, component_labels: dict[str, str], opts: pulumi.ResourceOptions
     ) -> k8s.networking.v1.NetworkPolicy:
-        """Brokers reach each other on both ports; only labelled clients reach the client port."""
+        """Brokers reach each other on every port; only labelled clients reach the client port."""
 
         def peer(match_labels: dict[str, Any]) -> k8s.networking.v1.NetworkPolicyPeerArgs:
             return k8s.networking.v1.NetworkPolicyPeerArgs(
@@ -343,7 +467,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 ingress=[
                     k8s.networking.v1.NetworkPolicyIngressRuleArgs(
                         from_=[peer(workload.selector(name))],
-                        ports=ports(CLIENT_PORT, CONTROLLER_PORT),
+                        ports=ports(CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT),
                     ),
                     k8s.networking.v1.NetworkPolicyIngressRuleArgs(
                         from_=[peer(workload.KAFKA_CLIENT_LABEL)], ports=ports(CLIENT_PORT)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import pulumi
@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 
 from infra import workload
 from infra.config import ProcessorConfig
+from infra.kafka_credentials import ClientAccess
 from infra.processor_properties import HEALTH_PORT, PROPERTIES_DIR, PROPERTIES_FILE, STATE_DIR
 from policies.rules.java_properties import format_properties
 
@@ -24,6 +25,8 @@ class ProcessorArgs:
     namespace: str
     config: ProcessorConfig
     properties: dict[str, str]
+    # Its SCRAM user's password and the cluster's CA (nothing on a PLAINTEXT cluster).
+    access: ClientAccess = field(default_factory=ClientAccess)
 
 
 class Processor(pulumi.ComponentResource):
@@ -126,7 +129,7 @@ class Processor(pulumi.ComponentResource):
                 ),
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(app)),
-                template=self._pod_template(cfg, component_labels, config_map),
+                template=self._pod_template(cfg, component_labels, config_map, args.access),
                 volume_claim_templates=[
                     workload.state_claim("state", cfg.storage_class_name, cfg.storage)
                 ],
@@ -167,7 +170,10 @@ class Processor(pulumi.ComponentResource):
 
     @staticmethod
     def _pod_template(
-        cfg: ProcessorConfig, component_labels: dict[str, str], config_map: k8s.core.v1.ConfigMap
+        cfg: ProcessorConfig,
+        component_labels: dict[str, str],
+        config_map: k8s.core.v1.ConfigMap,
+        access: ClientAccess,
     ) -> k8s.core.v1.PodTemplateSpecArgs:
         app = cfg.application_id
         affinity, spread = workload.placement(
@@ -186,7 +192,11 @@ class Processor(pulumi.ComponentResource):
         return k8s.core.v1.PodTemplateSpecArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 labels={**component_labels, **workload.KAFKA_CLIENT_LABEL},
-                annotations=scrape_annotations if cfg.metrics_scrape == "annotations" else None,
+                annotations={
+                    **(scrape_annotations if cfg.metrics_scrape == "annotations" else {}),
+                    **access.annotations,
+                }
+                or None,
             ),
             spec=k8s.core.v1.PodSpecArgs(
                 service_account_name=app,
@@ -230,9 +240,10 @@ class Processor(pulumi.ComponentResource):
                         volume_mounts=[
                             k8s.core.v1.VolumeMountArgs(name="state", mount_path=STATE_DIR),
                             *files.mounts,
+                            *access.mounts,
                         ],
                     )
                 ],
-                volumes=files.volumes,
+                volumes=[*files.volumes, *access.volumes],
             ),
         )

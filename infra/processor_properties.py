@@ -7,6 +7,8 @@ Kafka's EnvVarConfigProvider syntax, resolved by the processor from the pod's en
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from app.processor.defaults import DEFAULTS, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
 from app.topic_specs import TopicRole
 from infra.config import StackConfig
@@ -23,11 +25,14 @@ HEARTBEAT_INTERVAL_MS = int(DEFAULTS["consumer.heartbeat.interval.ms"])
 SPARK_STOP_SECONDS = 15
 
 
-def processor_properties(config: StackConfig, bootstrap_servers: str) -> dict[str, str]:
+def processor_properties(
+    config: StackConfig, bootstrap_servers: str, client_security: Mapping[str, str]
+) -> dict[str, str]:
     """Every processor setting for this stack, the stack's `properties` overrides applied last.
 
     The processor's own defaults (`app/processor/defaults.py`) are written out too, so the
     ConfigMap shows every effective value and the policy pack checks what really runs.
+    `client_security` are its user's connection settings (none on a PLAINTEXT cluster).
     """
     processor = config.processor
     topics = {spec.role: spec.name for spec in config.topic_specs}
@@ -35,6 +40,7 @@ def processor_properties(config: StackConfig, bootstrap_servers: str) -> dict[st
     stack = {
         "application.id": processor.application_id,
         "bootstrap.servers": bootstrap_servers,
+        **client_security,
         "input.topic": topics[TopicRole.INPUT],
         "output.topic": topics[TopicRole.OUTPUT],
         "changelog.topic": topics[TopicRole.CHANGELOG],

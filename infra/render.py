@@ -67,8 +67,19 @@ class RecordedStack:
     outputs: dict[str, Any]
 
     def kubernetes_objects(self) -> list[dict[str, Any]]:
-        """The Kubernetes manifests, integral numbers as ints (the engine passes floats)."""
+        """The Kubernetes manifests, integral numbers as ints (the engine passes floats).
+
+        A Pulumi secret reads `[secret]`, as `pulumi preview` shows it: a manifest written for
+        review never holds a password or a key.
+        """
         return [_integral(r.props) for r in self.resources if r.is_kubernetes]
+
+    def secret_values(self) -> list[str]:
+        """Every string that the program passed as a Pulumi secret (to check where it goes)."""
+        found: list[str] = []
+        for resource in self.resources:
+            _collect_secrets(resource.props, found, inside=False)
+        return found
 
     def find(self, type_: str, name: str) -> RecordedResource:
         """The resource with that type token and logical name (KeyError names what exists)."""
@@ -88,10 +99,15 @@ class _Mocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         state = dict(args.inputs)
+        digest = hashlib.sha256(f"{settings.get_stack()}/{args.name}".encode()).digest()
+        # Unique per type too: a key, its request and its certificate share a name.
+        unique = hashlib.sha256(f"{settings.get_stack()}/{args.typ}/{args.name}".encode())
         if args.typ == "random:index/randomId:RandomId":
-            digest = hashlib.sha256(f"{settings.get_stack()}/{args.name}".encode()).digest()
-            raw = digest[: int(args.inputs.get("byteLength", 16))]
-            state.update(_random_id_forms(raw))
+            state.update(_random_id_forms(digest[: int(args.inputs.get("byteLength", 16))]))
+        elif args.typ == "random:index/randomPassword:RandomPassword":
+            state["result"] = unique.hexdigest()[: int(args.inputs.get("length", 16))]
+        elif args.typ.startswith("tls:"):
+            state.update(_tls_outputs(args.typ, unique.hexdigest()))
         return f"{args.name}-id", state
 
     def call(
@@ -110,6 +126,31 @@ def _random_id_forms(raw: bytes) -> dict[str, Any]:
         "hex": raw.hex(),
         "dec": str(int.from_bytes(raw, "big")),
         "id": base64.urlsafe_b64encode(raw).decode().rstrip("="),
+    }
+
+
+# What the TLS provider's resources expose, as stand-ins unique to each resource: the tests check
+# where key material goes (only into Secrets), not that it is valid.
+_TLS_OUTPUTS = {
+    "tls:index/privateKey:PrivateKey": ("privateKeyPem", "privateKeyPemPkcs8", "publicKeyPem"),
+    "tls:index/selfSignedCert:SelfSignedCert": ("certPem",),
+    "tls:index/certRequest:CertRequest": ("certRequestPem",),
+    "tls:index/locallySignedCert:LocallySignedCert": ("certPem",),
+}
+
+
+def _tls_outputs(type_: str, unique: str) -> dict[str, str]:
+    """PEM-shaped stand-ins for a TLS resource's outputs (`privateKeyPemPkcs8` -> PRIVATE KEY)."""
+    labels = {
+        "privateKeyPem": "RSA PRIVATE KEY",
+        "privateKeyPemPkcs8": "PRIVATE KEY",
+        "publicKeyPem": "PUBLIC KEY",
+        "certPem": "CERTIFICATE",
+        "certRequestPem": "CERTIFICATE REQUEST",
+    }
+    return {
+        output: f"-----BEGIN {labels[output]}-----\n{unique}\n-----END {labels[output]}-----\n"
+        for output in _TLS_OUTPUTS.get(type_, ())
     }
 
 
@@ -200,9 +241,34 @@ def record_stack(stack: str, overrides: Mapping[str, Any] | None = None) -> Reco
     )
 
 
+SECRET_PLACEHOLDER = "[secret]"
+
+
+def _is_secret(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
+def _collect_secrets(value: Any, found: list[str], inside: bool) -> None:
+    if _is_secret(value):
+        _collect_secrets(value["value"], found, inside=True)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _collect_secrets(item, found, inside)
+    elif isinstance(value, list):
+        for item in value:
+            _collect_secrets(item, found, inside)
+    elif inside and isinstance(value, str):
+        found.append(value)
+
+
 def _integral(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if _is_secret(value):
+        inner = value["value"]
+        if isinstance(inner, Mapping):
+            return {k: SECRET_PLACEHOLDER for k in inner}
+        return SECRET_PLACEHOLDER
     if isinstance(value, Mapping):
         return {k: _integral(v) for k, v in value.items()}
     if isinstance(value, list):

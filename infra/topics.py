@@ -1,4 +1,5 @@
-"""The pipeline's topics, reconciled into the cluster by a Job that runs `python -m app.topics`."""
+"""The pipeline's topics (and, on a secured cluster, its users and ACLs), reconciled into the
+cluster by a Job that runs `python -m app.topics`."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from app import acl_specs
+from app.acl_specs import KafkaUser
 from app.topic_specs import TopicSpec, dumps
 from infra import workload
+from infra.kafka_credentials import USERS_DIR, KafkaCredentials
+from policies.rules.java_properties import format_properties
 
 SPECS_DIR = "/etc/topics"
 SPECS_FILE = "topics.json"
+ACLS_FILE = "acls.json"
+CLIENT_FILE = "client.properties"
+# The SCRAM user the Job connects as (one of `app.acl_specs.pipeline_users`).
+RECONCILER_USER = "topic-reconciler"
 RECONCILER_UID = 10001
 
 
@@ -26,6 +35,9 @@ class TopicReconciliationArgs:
     image: str
     image_pull_policy: str
     allow_partition_increase: bool
+    # The users and ACLs to reconcile, and their Secrets; none on a PLAINTEXT cluster.
+    users: Sequence[KafkaUser] = ()
+    credentials: KafkaCredentials | None = None
 
 
 class TopicReconciliation(pulumi.ComponentResource):
@@ -44,6 +56,7 @@ class TopicReconciliation(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         ns = args.namespace
         specs_json = dumps(list(args.specs))
+        data = {SPECS_FILE: specs_json}
         component_labels = workload.labels(name, "topic-reconciler")
         # The container's `args` (the image's ENTRYPOINT, tini, stays PID 1).
         command_line = [
@@ -57,9 +70,29 @@ class TopicReconciliation(pulumi.ComponentResource):
         ]
         if args.allow_partition_increase:
             command_line.append("--allow-partition-increase")
-        # Everything in the immutable Job template that can change, so a change is a new Job.
+        access = None
+        if args.credentials is not None:
+            access = args.credentials.client_access(RECONCILER_USER)
+            data[ACLS_FILE] = acl_specs.dumps(list(args.users))
+            data[CLIENT_FILE] = format_properties(access.properties)
+            command_line += [
+                "--acls",
+                f"{SPECS_DIR}/{ACLS_FILE}",
+                "--command-config",
+                f"{SPECS_DIR}/{CLIENT_FILE}",
+                # Every user's password, upserted as its SCRAM credential: a rotation.
+                "--scram-passwords-dir",
+                USERS_DIR,
+            ]
+        # Everything in the immutable Job template that can change, so a change is a new Job
+        # (a new credentials revision too: the new passwords are upserted by the new Job).
         revision = workload.content_name(
-            name, specs_json + "args: " + " ".join(command_line) + args.image
+            name,
+            "".join(data.values())
+            + "args: "
+            + " ".join(command_line)
+            + args.image
+            + str(access.annotations if access else ""),
         )
 
         specs = k8s.core.v1.ConfigMap(
@@ -67,11 +100,18 @@ class TopicReconciliation(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=revision, namespace=ns, labels=component_labels
             ),
-            data={SPECS_FILE: specs_json},
+            data=data,
             opts=child,
         )
         self.job_name = revision
         files = workload.config_and_tmp("specs", specs.metadata.name, SPECS_DIR)
+        mounts, volumes = [*files.mounts], [*files.volumes]
+        if access is not None and args.credentials is not None:
+            mounts += [
+                *access.mounts,
+                k8s.core.v1.VolumeMountArgs(name="users", mount_path=USERS_DIR, read_only=True),
+            ]
+            volumes += [*access.volumes, args.credentials.users_volume("users")]
         k8s.batch.v1.Job(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -102,10 +142,10 @@ class TopicReconciliation(pulumi.ComponentResource):
                                 args=command_line,
                                 resources=workload.guaranteed_resources("250m", "256Mi"),
                                 security_context=workload.container_security_context(),
-                                volume_mounts=files.mounts,
+                                volume_mounts=mounts,
                             )
                         ],
-                        volumes=files.volumes,
+                        volumes=volumes,
                     ),
                 ),
             ),

@@ -157,14 +157,22 @@ def format_properties(properties: Mapping[str, str], comment: str | None = None)
 
 
 def resolve_env(value: str, env: Mapping[str, str]) -> str:
-    """Replace every `${env:NAME}` in `value`; `LookupError` names what is missing or wrong."""
+    """Replace every config provider reference in `value`; `LookupError` names what is wrong.
+
+    Two of Kafka's providers, with their syntax: `${env:NAME}` (EnvVarConfigProvider, e.g. the
+    pod name) and `${dir:DIRECTORY:FILE}` (DirectoryConfigProvider, KIP-632: the content of a
+    file, e.g. a key of a Secret mounted as a volume).
+    """
 
     def replace(match: re.Match[str]) -> str:
         provider, name = match.group(1), match.group(2)
+        if provider == "dir":
+            return _read_directory_entry(match.group(0), name)
         if provider != "env":
             raise LookupError(
                 f"config provider {provider!r} in {match.group(0)!r} is not supported; "
-                "only ${env:NAME} (environment variables) is"
+                "only ${env:NAME} (environment variables) and ${dir:DIRECTORY:FILE} (files, "
+                "e.g. a mounted Secret) are"
             )
         if not _ENV_NAME.fullmatch(name):
             raise LookupError(f"{match.group(0)!r} does not name an environment variable")
@@ -176,6 +184,27 @@ def resolve_env(value: str, env: Mapping[str, str]) -> str:
         return env[name]
 
     return _ENV_REFERENCE.sub(replace, value)
+
+
+def _read_directory_entry(reference: str, location: str) -> str:
+    directory, _, name = location.rpartition(":")
+    if not directory or not name or "/" in name:
+        raise LookupError(f"{reference!r}: must be ${{dir:DIRECTORY:FILE}}, FILE a plain name")
+    path = f"{directory.rstrip('/')}/{name}"
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except OSError as exc:
+        raise LookupError(
+            f"{reference!r}: cannot read {path} ({exc.strerror or exc}); mount the Secret "
+            "that holds it at that directory"
+        ) from exc
+
+
+def is_reference(value: str) -> bool:
+    """Whether a whole value is one `${env:NAME}` or `${dir:DIRECTORY:FILE}` reference."""
+    match = _ENV_REFERENCE.fullmatch(value.strip())
+    return match is not None and match.group(1) in ("env", "dir")
 
 
 def env_reference(value: str | None) -> str | None:

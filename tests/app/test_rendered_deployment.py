@@ -198,7 +198,9 @@ def test_every_rendered_broker_setting_is_in_server_properties_and_nothing_else(
         )
         index = broker.spec.labels["apps.kubernetes.io/pod-index"]
         assert written["node.id"] == index
-        assert written["advertised.listeners"].startswith(f"PLAINTEXT://{broker.spec.fqdn}:")
+        assert written["advertised.listeners"] == (
+            f"CLIENT://{broker.spec.fqdn}:9092,INTERNAL://{broker.spec.fqdn}:9094"
+        )
 
 
 def test_the_running_brokers_and_topics_have_the_rendered_configuration(

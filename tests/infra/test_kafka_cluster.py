@@ -34,9 +34,9 @@ def test_three_combined_nodes_start_in_parallel_with_a_quorum_from_pod_dns(
     assert env["KAFKA_NODE_ID"] == {
         "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
     }
-    assert env["KAFKA_ADVERTISED_LISTENERS"] == (
-        "PLAINTEXT://$(POD_NAME).kafka-headless.streaming.svc.cluster.local:9092"
-    )
+    pod = "$(POD_NAME).kafka-headless.streaming.svc.cluster.local"
+    assert env["KAFKA_LISTENERS"] == "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093"
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == f"CLIENT://{pod}:9092,INTERNAL://{pod}:9094"
     names = [e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]]
     # Kubernetes expands $(POD_NAME) only from a variable defined earlier in the list.
     assert names.index("POD_NAME") < names.index("KAFKA_ADVERTISED_LISTENERS")
@@ -126,7 +126,13 @@ def test_a_broker_is_ready_when_in_sync_as_its_sidecar_judges_no_jvm_per_probe(
     assert "command" not in sidecar  # the image's tini stays PID 1
     assert sidecar["args"][:3] == ["python", "-m", "app.broker_readiness"]
     assert sidecar["args"][3:5] == ["--node-id", "$(KAFKA_NODE_ID)"]
-    assert "--bootstrap-server" in sidecar["args"] and "localhost:9092" in sidecar["args"]
+    # Secured, it connects as the broker: the INTERNAL listener and the broker's certificate.
+    connect = (
+        ["--bootstrap-server", "localhost:9094", "--tls-dir", "/etc/kafka/tls"]
+        if stack.stack == "prod"
+        else ["--bootstrap-server", "localhost:9092"]
+    )
+    assert sidecar["args"][5:-2] == connect
     node_id = next(e for e in sidecar["env"] if e["name"] == "KAFKA_NODE_ID")
     assert node_id["valueFrom"]["fieldRef"]["fieldPath"] == (
         "metadata.labels['apps.kubernetes.io/pod-index']"
@@ -172,7 +178,7 @@ def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> 
         for rule in policy["ingress"]
     }
     assert peers[(("stateful-streaming.io/kafka-client", "true"),)] == [9092]
-    assert sorted(peers.values()) == [[9092], [9092, 9093]]
+    assert sorted(peers.values()) == [[9092], [9092, 9093, 9094]]
     for client in ("page-view-counter",):
         labels = k8s_object(stack, "StatefulSet", client)["spec"]["template"]["metadata"]["labels"]
         assert labels["stateful-streaming.io/kafka-client"] == "true"

@@ -28,10 +28,23 @@ def inventory(stack: RecordedStack) -> set[tuple[str, str]]:
 def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: RecordedStack) -> None:
     kinds = inventory(stack)
     assert kinds >= COMMON
-    hashed = sorted(kind for kind, _ in kinds - COMMON)
+    extra = kinds - COMMON
     # The specs ConfigMap, the reconciler Job and the processor properties, named by content.
-    assert hashed == ["ConfigMap", "ConfigMap", "Job"]
-    assert len(kinds) == len(stack.kubernetes_objects()) == 16
+    assert sorted(kind for kind, name in extra if kind != "Secret" and name != "kafka-format") == [
+        "ConfigMap",
+        "ConfigMap",
+        "Job",
+    ]
+    # A secured stack adds its TLS Secret, a password Secret per user and the format settings.
+    secured = {
+        ("Secret", "kafka-tls"),
+        ("Secret", "kafka-user-page-view-counter"),
+        ("Secret", "kafka-user-topic-reconciler"),
+        ("Secret", "kafka-user-observer"),
+        ("ConfigMap", "kafka-format"),
+    }
+    assert (extra >= secured) == (stack.stack == "prod")
+    assert len(kinds) == len(stack.kubernetes_objects()) == (21 if stack.stack == "prod" else 16)
 
 
 def test_every_namespaced_object_lives_in_the_stack_namespace(stack: RecordedStack) -> None:
@@ -58,13 +71,15 @@ def test_stack_exports_bootstrap_servers_topics_and_processor_name(stack: Record
 
 
 def test_components_parent_their_resources(stack: RecordedStack) -> None:
-    components = {
-        r.type for r in stack.resources if not r.type.startswith(("kubernetes:", "random:"))
-    }
+    components = {r.type for r in stack.resources if r.type.startswith("stateful-streaming:")}
     assert components == {
         "stateful-streaming:kafka:KafkaCluster",
         "stateful-streaming:topics:TopicReconciliation",
         "stateful-streaming:processor:Processor",
+        *(["stateful-streaming:kafka:KafkaCredentials"] if stack.stack == "prod" else []),
     }
+    for resource in stack.resources:
+        if resource.type.startswith(("tls:", "random:index/randomPassword")):
+            assert resource.parent and "KafkaCredentials" in resource.parent, resource.name
     statefulsets = [r for r in stack.resources if r.type == "kubernetes:apps/v1:StatefulSet"]
     assert all(r.parent and "stateful-streaming:" in r.parent for r in statefulsets)

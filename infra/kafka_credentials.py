@@ -1,0 +1,299 @@
+"""The secured cluster's credentials: the brokers' TLS certificate and one SCRAM user per workload.
+
+Everything secret is a Pulumi secret (encrypted in the stack's state) and a Kubernetes Secret;
+pods read them as files or `secretKeyRef` variables, never from a ConfigMap. The settings that
+use them are in `app/kafka_security.py`; who may do what is in `app/acl_specs.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+import pulumi_tls as tls
+
+from app.acl_specs import KafkaUser
+from app.kafka_security import (
+    BROKER_CERTIFICATE_SUBJECT,
+    TLS_CA_FILE,
+    TLS_CERT_FILE,
+    TLS_COMBINED_FILE,
+    TLS_KEY_FILE,
+    scram_client_configs,
+)
+from infra import workload
+from infra.config import SecurityConfig
+
+# The Secret key that holds a user's password (and the file name in a mounted user Secret).
+PASSWORD_KEY = "password"
+# A CA outlives many broker certificates; the brokers' certificate is renewed by the first
+# `pulumi up` in its last 30 days (pulumi-tls marks it ready for renewal then).
+CA_VALIDITY_HOURS = 5 * 365 * 24
+CERTIFICATE_VALIDITY_HOURS = 365 * 24
+EARLY_RENEWAL_HOURS = 30 * 24
+# The broker certificate's key: RSA 2048, what cert-manager issues by default and every Kafka
+# client and JVM reads.
+KEY_ALGORITHM = "RSA"
+KEY_BITS = 2048
+# Alphanumeric: the password goes into `--add-scram 'SCRAM-SHA-512=[name=...,password=...]'`,
+# whose parser splits on `,`, `=` and brackets.
+PASSWORD_LENGTH = 40
+
+
+# Where a client pod mounts its user's Secret and the cluster's CA.
+USER_DIR = "/etc/kafka-user"
+CA_DIR = "/etc/kafka-ca"
+# Where the brokers' format step and the reconciler read every user's password: one file per
+# user, named after it (a projected volume of the user Secrets).
+USERS_DIR = "/etc/kafka/users"
+
+
+@dataclass(frozen=True)
+class ClientAccess:
+    """What a workload's pod needs to connect as its SCRAM user (all empty on PLAINTEXT)."""
+
+    # Security settings for its properties file; the password is a file of its user's Secret,
+    # `${dir:/etc/kafka-user:password}` (Kafka's DirectoryConfigProvider syntax).
+    properties: dict[str, str] = field(default_factory=dict)
+    mounts: list[k8s.core.v1.VolumeMountArgs] = field(default_factory=list)
+    volumes: list[k8s.core.v1.VolumeArgs] = field(default_factory=list)
+    # On the pod template: a new password (a new revision) restarts the pods, whose clients
+    # read it at start.
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def user_secret_name(cluster: str, user: str) -> str:
+    """The Secret holding one SCRAM user's password."""
+    return f"{cluster}-user-{user}"
+
+
+def tls_secret_name(cluster: str) -> str:
+    """The Secret holding the brokers' key, certificate and CA (cert-manager's layout)."""
+    return f"{cluster}-tls"
+
+
+@dataclass(frozen=True)
+class KafkaCredentialsArgs:
+    """Inputs of `KafkaCredentials`."""
+
+    namespace: str
+    # The Kafka cluster's name: the Secrets are named after it.
+    cluster: str
+    security: SecurityConfig
+    users: Sequence[KafkaUser]
+    # Every name a client or a broker reaches a broker by (the certificate's SANs).
+    dns_names: Sequence[str]
+
+
+class KafkaCredentials(pulumi.ComponentResource):
+    """The TLS Secret (generated or from cert-manager) and a password Secret per SCRAM user."""
+
+    tls_secret: str
+    user_secrets: dict[str, str]
+    credentials_revision: int
+    # Changes with the certificate: the brokers' pod template carries it, so a renewal rolls
+    # them (a broker reads its key store at start).
+    certificate_revision: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: KafkaCredentialsArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("stateful-streaming:kafka:KafkaCredentials", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        labels = workload.labels(args.cluster, "kafka-credentials")
+        self.tls_secret = tls_secret_name(args.cluster)
+        self.credentials_revision = args.security.credentials_revision
+        if args.security.certificates == "cert-manager":
+            certificate = self._cert_manager_certificate(name, args, labels, child)
+        else:
+            certificate = self._generated_certificate(name, args, labels, child)
+        self.certificate_revision = certificate.apply(
+            lambda text: workload.content_name("certificate", text)
+        )
+
+        self.user_secrets = {}
+        for user in args.users:
+            password = random.RandomPassword(
+                f"{name}-{user.name}",
+                length=PASSWORD_LENGTH,
+                special=False,
+                # A new revision is a new password: `pulumi up` rotates them all.
+                keepers={"credentialsRevision": str(args.security.credentials_revision)},
+                opts=child,
+            )
+            secret = user_secret_name(args.cluster, user.name)
+            k8s.core.v1.Secret(
+                f"{name}-{user.name}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=secret,
+                    namespace=args.namespace,
+                    labels=labels,
+                    annotations={"stateful-streaming.io/purpose": user.purpose},
+                ),
+                type="Opaque",
+                string_data={"username": user.name, PASSWORD_KEY: password.result},
+                opts=child,
+            )
+            self.user_secrets[user.name] = secret
+        self.register_outputs({"tlsSecret": self.tls_secret, "userSecrets": self.user_secrets})
+
+    def client_access(self, user: str) -> ClientAccess:
+        """The properties, password file and CA mount of a pod that connects as `user`."""
+        if user not in self.user_secrets:
+            raise KeyError(f"no SCRAM user {user!r}; users: {sorted(self.user_secrets)}")
+        return ClientAccess(
+            properties=scram_client_configs(
+                user, f"${{dir:{USER_DIR}:{PASSWORD_KEY}}}", f"{CA_DIR}/{TLS_CA_FILE}"
+            ),
+            mounts=[
+                k8s.core.v1.VolumeMountArgs(name="kafka-user", mount_path=USER_DIR, read_only=True),
+                k8s.core.v1.VolumeMountArgs(name="kafka-ca", mount_path=CA_DIR, read_only=True),
+            ],
+            # Files, not environment variables: nothing that prints the environment shows them.
+            # Only the CA of the TLS Secret: a client never sees the brokers' key.
+            volumes=[
+                k8s.core.v1.VolumeArgs(
+                    name="kafka-user",
+                    secret=k8s.core.v1.SecretVolumeSourceArgs(
+                        secret_name=self.user_secrets[user],
+                        default_mode=0o440,
+                        items=[k8s.core.v1.KeyToPathArgs(key=PASSWORD_KEY, path=PASSWORD_KEY)],
+                    ),
+                ),
+                k8s.core.v1.VolumeArgs(
+                    name="kafka-ca",
+                    secret=k8s.core.v1.SecretVolumeSourceArgs(
+                        secret_name=self.tls_secret,
+                        default_mode=0o440,
+                        items=[k8s.core.v1.KeyToPathArgs(key=TLS_CA_FILE, path=TLS_CA_FILE)],
+                    ),
+                ),
+            ],
+            annotations={
+                "stateful-streaming.io/credentials-revision": str(self.credentials_revision)
+            },
+        )
+
+    def users_volume(self, name: str) -> k8s.core.v1.VolumeArgs:
+        """Every SCRAM user's password as a file named after the user (mount it at USERS_DIR)."""
+        return k8s.core.v1.VolumeArgs(
+            name=name,
+            projected=k8s.core.v1.ProjectedVolumeSourceArgs(
+                default_mode=0o440,
+                sources=[
+                    k8s.core.v1.VolumeProjectionArgs(
+                        secret=k8s.core.v1.SecretProjectionArgs(
+                            name=secret,
+                            items=[k8s.core.v1.KeyToPathArgs(key=PASSWORD_KEY, path=user)],
+                        )
+                    )
+                    for user, secret in self.user_secrets.items()
+                ],
+            ),
+        )
+
+    def _generated_certificate(
+        self,
+        name: str,
+        args: KafkaCredentialsArgs,
+        labels: dict[str, str],
+        opts: pulumi.ResourceOptions,
+    ) -> pulumi.Output[str]:
+        """A CA of this stack's own and the brokers' certificate signed by it (pulumi-tls)."""
+        ca_key = tls.PrivateKey(f"{name}-ca", algorithm=KEY_ALGORITHM, rsa_bits=KEY_BITS, opts=opts)
+        ca = tls.SelfSignedCert(
+            f"{name}-ca",
+            private_key_pem=ca_key.private_key_pem,
+            subject=tls.SelfSignedCertSubjectArgs(common_name=f"{args.cluster} CA"),
+            is_ca_certificate=True,
+            validity_period_hours=CA_VALIDITY_HOURS,
+            allowed_uses=["cert_signing", "crl_signing"],
+            opts=opts,
+        )
+        key = tls.PrivateKey(
+            f"{name}-broker", algorithm=KEY_ALGORITHM, rsa_bits=KEY_BITS, opts=opts
+        )
+        request = tls.CertRequest(
+            f"{name}-broker",
+            private_key_pem=key.private_key_pem,
+            subject=tls.CertRequestSubjectArgs(
+                common_name=BROKER_CERTIFICATE_SUBJECT.removeprefix("CN=")
+            ),
+            dns_names=list(args.dns_names),
+            opts=opts,
+        )
+        certificate = tls.LocallySignedCert(
+            f"{name}-broker",
+            cert_request_pem=request.cert_request_pem,
+            ca_private_key_pem=ca_key.private_key_pem,
+            ca_cert_pem=ca.cert_pem,
+            validity_period_hours=CERTIFICATE_VALIDITY_HOURS,
+            early_renewal_hours=EARLY_RENEWAL_HOURS,
+            # The same certificate serves the listeners and identifies the broker to the others.
+            allowed_uses=["digital_signature", "key_encipherment", "server_auth", "client_auth"],
+            opts=opts,
+        )
+        k8s.core.v1.Secret(
+            f"{name}-tls",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=self.tls_secret, namespace=args.namespace, labels=labels
+            ),
+            type="kubernetes.io/tls",
+            string_data={
+                TLS_CERT_FILE: certificate.cert_pem,
+                # PKCS#8: the only unencrypted form Kafka's PEM key store reads.
+                TLS_KEY_FILE: key.private_key_pem_pkcs8,
+                TLS_CA_FILE: ca.cert_pem,
+                TLS_COMBINED_FILE: pulumi.Output.concat(
+                    key.private_key_pem_pkcs8, certificate.cert_pem
+                ),
+            },
+            opts=opts,
+        )
+        return certificate.cert_pem
+
+    def _cert_manager_certificate(
+        self,
+        name: str,
+        args: KafkaCredentialsArgs,
+        labels: dict[str, str],
+        opts: pulumi.ResourceOptions,
+    ) -> pulumi.Output[str]:
+        """A cert-manager `Certificate` that writes the same Secret layout (CombinedPEM on)."""
+        security = args.security
+        k8s.apiextensions.CustomResource(
+            f"{name}-tls",
+            api_version="cert-manager.io/v1",
+            kind="Certificate",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=self.tls_secret, namespace=args.namespace, labels=labels
+            ),
+            spec={
+                "secretName": self.tls_secret,
+                "commonName": BROKER_CERTIFICATE_SUBJECT.removeprefix("CN="),
+                "dnsNames": list(args.dns_names),
+                "duration": f"{CERTIFICATE_VALIDITY_HOURS}h",
+                "renewBefore": f"{EARLY_RENEWAL_HOURS}h",
+                "privateKey": {
+                    "algorithm": KEY_ALGORITHM,
+                    "size": KEY_BITS,
+                    "encoding": "PKCS8",
+                    "rotationPolicy": "Always",
+                },
+                "usages": ["digital signature", "key encipherment", "server auth", "client auth"],
+                # The key and the chain in one file, as Kafka's PEM key store reads them.
+                "additionalOutputFormats": [{"type": "CombinedPEM"}],
+                "issuerRef": {
+                    "name": security.issuer_name,
+                    "kind": security.issuer_kind,
+                    "group": "cert-manager.io",
+                },
+            },
+            opts=opts,
+        )
+        # cert-manager renews behind Pulumi's back: restarting the brokers after a renewal is
+        # the operator's (see the README); a new issuer is a new revision here.
+        return pulumi.Output.from_input(f"{security.issuer_kind}/{security.issuer_name}")

@@ -1,0 +1,79 @@
+"""The prod brokers' rendered format step, run with a real Kafka: it bootstraps every SCRAM user.
+
+Runs the `format-storage` init container's script from the rendered prod manifests against the
+rendered format settings (TLS listeners, SCRAM, authorizer) with Apache Kafka's own
+`kafka-storage.sh`, so Kafka itself validates the secured configuration the brokers start with.
+Needs an Apache Kafka 4.x distribution ($KAFKA_HOME).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from app.java_properties import format_properties, load_properties
+from app.kraft_cluster import KAFKA_HOME_ENV
+from tests.app.rendered_deployment import Manifests, render
+
+pytestmark = pytest.mark.apache_kafka
+
+# Where the rendered pod mounts them; the test puts each under its own temporary folder.
+MOUNTS = {
+    "/etc/kafka/format": "format",
+    "/etc/kafka/users": "users",
+    "/var/lib/kafka/data": "data",
+    "/opt/kafka": "kafka",
+}
+
+
+def _format_step(manifests: Manifests) -> tuple[str, str]:
+    """The init container's script and the format settings it reads."""
+    pod = manifests.get("StatefulSet", "kafka")["spec"]["template"]["spec"]
+    init = next(c for c in pod["initContainers"] if c["name"] == "format-storage")
+    assert init["command"][:2] == ["sh", "-c"]
+    settings = manifests.config_maps()["kafka-format"]["server.properties"]
+    return init["command"][2], settings
+
+
+def test_the_rendered_format_step_bootstraps_every_scram_user(tmp_path: Path) -> None:
+    kafka_home = os.environ.get(KAFKA_HOME_ENV)
+    if not kafka_home:
+        pytest.skip(f"needs {KAFKA_HOME_ENV}: an Apache Kafka 4.x distribution")
+    render("prod", tmp_path / "manifests")
+    script, settings = _format_step(Manifests.load(tmp_path / "manifests"))
+    folders = {path: tmp_path / name for path, name in MOUNTS.items()}
+    folders["/opt/kafka"] = Path(kafka_home)
+    for path, folder in folders.items():
+        script = script.replace(path, str(folder))
+    format_settings = load_properties(settings)
+    format_settings["log.dirs"] = str(folders["/var/lib/kafka/data"] / "logs")
+    folders["/etc/kafka/format"].mkdir()
+    (folders["/etc/kafka/format"] / "server.properties").write_text(
+        format_properties(format_settings)
+    )
+    users = {"page-view-counter": "p1", "topic-reconciler": "p2", "observer": "p3"}
+    folders["/etc/kafka/users"].mkdir()
+    for user, password in users.items():
+        (folders["/etc/kafka/users"] / user).write_text(password)
+    env = {
+        **os.environ,
+        "KAFKA_NODE_ID": "1",
+        "CLUSTER_ID": "be7vPwBAs4qlyHRJR2Vd_A",
+        "LOG_DIR": str(tmp_path / "logs"),
+    }
+
+    first = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stdout + first.stderr
+    checkpoint = (folders["/var/lib/kafka/data"] / "logs" / "bootstrap.checkpoint").read_bytes()
+    for user in users:
+        assert user.encode() in checkpoint, f"no SCRAM credential for {user} in {checkpoint!r}"
+    # A restarted pod formats again: a formatted storage is left as it is.
+    again = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (
+        checkpoint
+        == (folders["/var/lib/kafka/data"] / "logs" / "bootstrap.checkpoint").read_bytes()
+    )

@@ -1,0 +1,234 @@
+"""The prod stack's Kafka is encrypted, authenticated and authorised; dev says it is not."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from app import acl_specs
+from app.java_properties import load_properties
+from app.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
+from infra.config import StackConfigError, build_stack_config
+from infra.kafka_cluster import FORMAT_SCRIPT, broker_env_name
+from infra.render import RecordedStack, record_stack
+from tests.infra.conftest import container_env, k8s_object
+
+APP = "page-view-counter"
+USERS = ("page-view-counter", "topic-reconciler", "observer")
+
+
+def _config_map(stack: RecordedStack, prefix: str) -> dict[str, Any]:
+    return next(
+        o
+        for o in stack.kubernetes_objects()
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(prefix)
+    )
+
+
+def _pod(stack: RecordedStack, kind: str, name_prefix: str) -> dict[str, Any]:
+    obj = next(
+        o
+        for o in stack.kubernetes_objects()
+        if o["kind"] == kind and o["metadata"]["name"].startswith(name_prefix)
+    )
+    return obj["spec"]["template"]
+
+
+def _volumes(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in pod["spec"]["volumes"]}
+
+
+def test_prod_listeners_are_tls_with_scram_for_clients_and_certificates_between_brokers(
+    prod: RecordedStack,
+) -> None:
+    env = container_env(k8s_object(prod, "StatefulSet", "kafka"))
+    assert env["KAFKA_LISTENERS"] == "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093"
+    assert env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] == (
+        "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
+    )
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
+    assert env[broker_env_name("listener.name.client.sasl.enabled.mechanisms")] == "SCRAM-SHA-512"
+    for listener in ("internal", "controller"):
+        assert env[broker_env_name(f"listener.name.{listener}.ssl.client.auth")] == "required"
+    assert env["KAFKA_SSL_KEYSTORE_LOCATION"] == "/etc/kafka/tls/tls-combined.pem"
+    assert env["KAFKA_SSL_TRUSTSTORE_LOCATION"] == "/etc/kafka/tls/ca.crt"
+
+
+def test_prod_denies_what_no_acl_allows_and_only_the_brokers_are_super_users(
+    prod: RecordedStack,
+) -> None:
+    env = container_env(k8s_object(prod, "StatefulSet", "kafka"))
+    assert env["KAFKA_AUTHORIZER_CLASS_NAME"] == STANDARD_AUTHORIZER
+    assert env["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert env["KAFKA_SUPER_USERS"] == BROKER_PRINCIPAL == "User:CN=kafka-broker"
+
+
+def test_dev_runs_plaintext_without_users_as_its_stack_setting_says(dev: RecordedStack) -> None:
+    assert dev.outputs["clientListener"] == "PLAINTEXT"
+    env = container_env(k8s_object(dev, "StatefulSet", "kafka"))
+    assert env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] == (
+        "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    )
+    assert "KAFKA_AUTHORIZER_CLASS_NAME" not in env
+    assert not [o for o in dev.kubernetes_objects() if o["kind"] == "Secret"]
+    assert "acls.json" not in _config_map(dev, "topics-")["data"]
+    assert "security.protocol" not in load_properties(
+        _config_map(dev, f"{APP}-config-")["data"]["processor.properties"]
+    )
+
+
+def test_brokers_mount_their_certificate_from_the_tls_secret(prod: RecordedStack) -> None:
+    pod = _pod(prod, "StatefulSet", "kafka")
+    assert _volumes(pod)["tls"]["secret"]["secretName"] == "kafka-tls"
+    for container in pod["spec"]["containers"]:
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert mounts["tls"] == {"name": "tls", "mountPath": "/etc/kafka/tls", "readOnly": True}
+    # A renewed certificate changes the template: the brokers roll and read it.
+    assert pod["metadata"]["annotations"]["stateful-streaming.io/certificate"].startswith(
+        "certificate-"
+    )
+
+
+def test_scram_users_are_bootstrapped_when_the_storage_is_formatted(prod: RecordedStack) -> None:
+    pod = _pod(prod, "StatefulSet", "kafka")
+    init = {c["name"]: c for c in pod["spec"]["initContainers"]}["format-storage"]
+    assert init["command"] == ["sh", "-c", FORMAT_SCRIPT]
+    assert "--add-scram" in FORMAT_SCRIPT and "--ignore-formatted" in FORMAT_SCRIPT
+    mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
+    assert mounts["/etc/kafka/users"] == "users" and mounts["/var/lib/kafka/data"] == "data"
+    # One password file per user of the ACL specs, from that user's Secret.
+    sources = _volumes(pod)["users"]["projected"]["sources"]
+    files = {s["secret"]["items"][0]["path"]: s["secret"]["name"] for s in sources}
+    assert files == {user: f"kafka-user-{user}" for user in USERS}
+    # The format reads the broker's own settings (what the image writes to server.properties).
+    env = container_env(k8s_object(prod, "StatefulSet", "kafka"))
+    formatted = load_properties(
+        k8s_object(prod, "ConfigMap", "kafka-format")["data"]["server.properties"]
+    )
+    for key, value in formatted.items():
+        assert env[broker_env_name(key)] == value, key
+    assert "advertised.listeners" not in formatted and "node.id" not in formatted
+
+
+def test_each_workload_connects_as_its_own_user_with_a_password_file(prod: RecordedStack) -> None:
+    processor = load_properties(_config_map(prod, f"{APP}-config-")["data"]["processor.properties"])
+    reconciler = load_properties(_config_map(prod, "topics-")["data"]["client.properties"])
+    for settings, user in ((processor, APP), (reconciler, "topic-reconciler")):
+        assert settings["security.protocol"] == "SASL_SSL"
+        assert settings["sasl.mechanism"] == "SCRAM-SHA-512"
+        assert settings["sasl.username"] == user
+        assert settings["sasl.password"] == "${dir:/etc/kafka-user:password}"
+        assert settings["ssl.ca.location"] == "/etc/kafka-ca/ca.crt"
+    for kind, prefix, user in (("StatefulSet", APP, APP), ("Job", "topics-", "topic-reconciler")):
+        volumes = _volumes(_pod(prod, kind, prefix))
+        assert volumes["kafka-user"]["secret"]["secretName"] == f"kafka-user-{user}"
+        # The CA only: no client mounts the brokers' key.
+        assert volumes["kafka-ca"]["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+
+
+def test_the_reconciler_job_reconciles_the_acl_specs_and_every_users_password(
+    prod: RecordedStack,
+) -> None:
+    config = build_stack_config("prod", {})
+    data = _config_map(prod, "topics-")["data"]
+    assert acl_specs.loads(data["acls.json"]) == config.kafka_users
+    assert [u.name for u in config.kafka_users] == list(USERS)
+    container = _pod(prod, "Job", "topics-")["spec"]["containers"][0]
+    assert container["args"][7:] == [
+        "--acls",
+        "/etc/topics/acls.json",
+        "--command-config",
+        "/etc/topics/client.properties",
+        "--scram-passwords-dir",
+        "/etc/kafka/users",
+    ]
+
+
+def test_no_secret_value_appears_outside_a_secret(prod: RecordedStack) -> None:
+    # Passwords and keys (user names are not secret, but travel in the same Secret).
+    secrets = [v for v in prod.secret_values() if v not in USERS]
+    assert len(secrets) >= len(USERS) + 4  # a password per user, the key, certificates
+    for resource in prod.resources:
+        if resource.type == "kubernetes:core/v1:Secret":
+            continue
+        text = json.dumps(resource.props)
+        leaked = [value[:12] for value in secrets if value in text]
+        assert not leaked, f"{resource.type} {resource.name} holds secret values {leaked}"
+    # And the manifests written for review hold none at all.
+    written = json.dumps(prod.kubernetes_objects())
+    assert not [value for value in secrets if value in written]
+
+
+def test_rotating_credentials_renews_passwords_reruns_the_job_and_rolls_the_processor(
+    prod: RecordedStack,
+) -> None:
+    rotated = record_stack("prod", {"security": {"credentialsRevision": 2}})
+    keepers = [
+        r.props["keepers"]
+        for r in rotated.resources
+        if r.type == "random:index/randomPassword:RandomPassword"
+    ]
+    assert keepers == [{"credentialsRevision": "2"}] * len(USERS)
+    before, after = (
+        _pod(s, "StatefulSet", APP)["metadata"]["annotations"] for s in (prod, rotated)
+    )
+    assert before["stateful-streaming.io/credentials-revision"] == "1"
+    assert after["stateful-streaming.io/credentials-revision"] == "2"
+    assert prod.outputs["topicJob"] != rotated.outputs["topicJob"]
+
+
+def test_cert_manager_issues_the_same_secret_layout(prod: RecordedStack) -> None:
+    recorded = record_stack(
+        "prod", {"security": {"certificates": "cert-manager", "issuerName": "kafka-ca"}}
+    )
+    certificate = k8s_object(recorded, "Certificate", "kafka-tls")
+    spec = certificate["spec"]
+    assert certificate["apiVersion"] == "cert-manager.io/v1"
+    assert spec["secretName"] == "kafka-tls"
+    assert spec["commonName"] == "kafka-broker"
+    assert spec["privateKey"]["encoding"] == "PKCS8"
+    assert spec["additionalOutputFormats"] == [{"type": "CombinedPEM"}]
+    assert spec["issuerRef"] == {
+        "name": "kafka-ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
+    assert "kafka-0.kafka-headless.streaming.svc.cluster.local" in spec["dnsNames"]
+    assert not [r for r in recorded.resources if r.type.startswith("tls:")]
+    assert not [
+        o
+        for o in recorded.kubernetes_objects()
+        if o["kind"] == "Secret" and o["metadata"]["name"] == "kafka-tls"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            {"security": {"clientListener": "SSL"}},
+            ["stateful-streaming:security.clientListener = 'SSL'", "PLAINTEXT, SASL_SSL"],
+        ),
+        (
+            {"security": {"certificates": "cert-manager"}},
+            ["stateful-streaming:security.issuerName = ''", "CA issuer"],
+        ),
+        (
+            {"processor": {"properties": {"sasl.password": "hunter2"}}},
+            [
+                "stateful-streaming:processor.properties.sasl.password = '****'",
+                "never goes into plain stack config",
+            ],
+        ),
+    ],
+)
+def test_a_bad_security_setting_fails_naming_it(
+    override: dict[str, Any], expected: list[str]
+) -> None:
+    with pytest.raises(StackConfigError) as error:
+        build_stack_config("prod", override)
+    for text in expected:
+        assert text in str(error.value)
+    assert "hunter2" not in str(error.value)
