@@ -1,7 +1,8 @@
 """Credentials live in Secrets: never in a ConfigMap, never as a literal container env value.
 
-Which settings hold a credential is `java_properties.is_credential_key`, the one notion the
-stack config's check shares; properties files are read with the one codec. Messages never
+Which settings hold a credential and which values only refer to one are
+`java_properties.is_credential_key` and `is_reference`, the notions the stack config's check
+shares; properties files are read with the one codec. Messages never
 show the credential itself: they land in CI logs and SARIF uploads.
 """
 
@@ -17,19 +18,20 @@ from pulumi_policy import ResourceValidationArgs
 from pulumi_policy.proxy import UnknownValueError
 
 from .config import MANDATORY, resource_rule
-from .java_properties import is_credential_key, is_secret_reference, parse_properties
+from .java_properties import is_credential_key, is_reference, parse_properties
 from .manifests import CONFIG_MAP, containers, get, items, label, pod_spec
 from .messages import violation
 
 PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 # `option="value"` (or unquoted) pairs of a JAAS login module configuration.
 _JAAS_OPTION = re.compile(r'([A-Za-z_][\w.]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;]+)')
-_REFERENCE = "a ${env:NAME} or ${file:PATH:KEY} reference"
+_REFERENCE = "a ${dir:DIRECTORY:FILE} or ${env:NAME} reference"
 _CONFIG_MAP_FIX = (
-    "keep the credential in a Secret and refer to it: {key}=${{env:NAME}} with the pod's NAME "
-    "from env valueFrom.secretKeyRef (as the processor's sasl.password=${{env:SASL_PASSWORD}}), "
-    "or ${{file:PATH:KEY}} on a mounted Secret; a ConfigMap is readable by whoever may read the "
-    "namespace's configuration and is stored in clear in the Pulumi state"
+    "keep the credential in a Secret and refer to it: {key}=${{dir:DIRECTORY:FILE}} with the "
+    "Secret mounted at DIRECTORY (as the processor's sasl.password=${{dir:/etc/kafka-user:"
+    "password}}), or ${{env:NAME}} with the pod's NAME from env valueFrom.secretKeyRef; a "
+    "ConfigMap is readable by whoever may read the namespace's configuration and is stored in "
+    "clear in the Pulumi state"
 )
 
 
@@ -51,10 +53,10 @@ def literal_credential(key: str, value: str | None) -> bool:
     if _is_jaas(key):
         return any(
             (is_credential_key(option) or option.startswith("user_"))
-            and not is_secret_reference(text.strip('"'))
+            and not is_reference(text.strip('"'))
             for option, text in _JAAS_OPTION.findall(value)
         )
-    return bool(value.strip()) and not is_secret_reference(value)
+    return bool(value.strip()) and not is_reference(value)
 
 
 def _found(key: str) -> str:
@@ -158,8 +160,8 @@ POLICIES = [
         name="credentials-in-secrets",
         description=(
             "Credentials (passwords, key store passwords, SASL JAAS passwords, OAuth client "
-            "secrets, private keys) live in Secrets: a ConfigMap holds only ${env:NAME} or "
-            "${file:...} references to them, and a secret-looking container env var comes from "
+            "secrets, private keys) live in Secrets: a ConfigMap holds only ${dir:DIRECTORY:FILE} "
+            "or ${env:NAME} references to them, and a secret-looking container env var comes from "
             "valueFrom.secretKeyRef, never a literal value."
         ),
         level=MANDATORY,

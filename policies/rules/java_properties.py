@@ -226,10 +226,6 @@ _CREDENTIAL_WORDS = (
     "key.pem",
     "private.key",
 )
-# A whole value that names where the credential is instead of holding it: an environment
-# variable (set from a Secret) or a file (a mounted Secret), in Kafka's config provider syntax
-# (`resolve_env` resolves the `env` ones for the Python clients).
-_SECRET_REFERENCE = re.compile(r"\$\{env:[A-Za-z_][A-Za-z0-9_]*\}|\$\{file:[^}]+\}")
 
 
 def is_credential_key(key: str) -> bool:
@@ -240,8 +236,3 @@ def is_credential_key(key: str) -> bool:
     """
     lowered = key.lower().replace("_", ".")
     return any(word in lowered for word in _CREDENTIAL_WORDS)
-
-
-def is_secret_reference(value: str) -> bool:
-    """Whether the whole value is one `${env:NAME}` or `${file:PATH:KEY}` reference."""
-    return _SECRET_REFERENCE.fullmatch(value.strip()) is not None

@@ -17,14 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 Evaluate = Callable[..., list[Violation]]
 
-# Issue 14: the security rules (kafka-listener-encryption, kafka-authorizer, ...) are mandatory in
-# prod, and today's infra still renders prod on PLAINTEXT without an authorizer. Every test that
-# expects the real prod stack to pass them carries this marker; strict, so the tests fail as
-# XPASS once the secured prod stack lands, and the marker (this and its uses) goes with it.
-SECURED_PROD_PENDING = pytest.mark.xfail(
-    strict=True, reason="infra renders the secured prod stack in the lead's branch"
-)
-
 
 @pytest.fixture(scope="session")
 def policies() -> list[Policy]:

@@ -4,7 +4,8 @@ The rule tests mutate copies of it, so each rule is proven on its own, independe
 `infra/`; the tests in test_real_stacks.py then run the same pack over the real recordings.
 Its security is what prod renders for issue 14: TLS listeners with SASL/SCRAM for the
 clients, StandardAuthorizer, the pipeline's ACLs (`app.acl_specs`) beside the topic specs,
-passwords and the broker's key in Secrets, only `${env:...}` references to them in ConfigMaps.
+passwords and the broker's key in Secrets, and in ConfigMaps only `${dir:...}` references to
+the files of the mounted Secrets.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ num.standby.replicas=1
 security.protocol=SASL_SSL
 sasl.mechanism=SCRAM-SHA-512
 sasl.username=page-view-counter
-sasl.password=${env:SASL_PASSWORD}
+sasl.password=${dir:/etc/kafka-user:password}
 ssl.ca.location=/etc/kafka-ca/ca.crt
 """
 
@@ -56,7 +57,7 @@ bootstrap.servers=kafka.streaming.svc.cluster.local:9092
 security.protocol=SASL_SSL
 sasl.mechanism=SCRAM-SHA-512
 sasl.username=topic-reconciler
-sasl.password=${env:SASL_PASSWORD}
+sasl.password=${dir:/etc/kafka-user:password}
 ssl.ca.location=/etc/kafka-ca/ca.crt
 """
 # Split so that no secret scanner takes this file for one holding a key.
@@ -256,10 +257,6 @@ def _secret(name: str, string_data: dict[str, str], secret_type: str = "Opaque")
     }
 
 
-def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-
-
 def acls_json() -> str:
     """The reconciler's acls.json: the pipeline's real users and ACLs, as infra renders them."""
     topics = [TopicSpec.from_dict(topic) for topic in TOPICS["topics"]]
@@ -292,19 +289,26 @@ def handmade_stack() -> list[Resource]:
                 "name": "POD_NAMESPACE",
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
             },
-            _secret_env("SASL_PASSWORD", "kafka-user-page-view-counter", "password"),
         ],
         {"httpGet": {"path": "/ready", "port": 8080}},
     )
     processor_container["volumeMounts"] = [
         {"name": "state", "mountPath": "/var/lib/processor"},
         {"name": "config", "mountPath": "/etc/processor"},
+        {"name": "kafka-user", "mountPath": "/etc/kafka-user"},
         {"name": "kafka-ca", "mountPath": "/etc/kafka-ca"},
     ]
     processor = _statefulset("page-view-counter", processor_container, minReadySeconds=30)
     processor["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "state"}, "spec": {}}]
     processor["spec"]["template"]["spec"]["volumes"] = [
         {"name": "config", "configMap": {"name": "page-view-counter-config"}},
+        {
+            "name": "kafka-user",
+            "secret": {
+                "secretName": "kafka-user-page-view-counter",
+                "items": [{"key": "password", "path": "password"}],
+            },
+        },
         {
             "name": "kafka-ca",
             "secret": {"secretName": "kafka-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]},

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from policies.check import main
-from tests.policies.conftest import REPO, SECURED_PROD_PENDING, stack_config
+from tests.policies.conftest import REPO, stack_config
 
 
 def _sarif(path: Path) -> dict:
@@ -57,7 +57,6 @@ def test_dev_check_reports_only_its_plaintext_listeners_as_advisories_and_exits_
     assert "restart" in rules["group-session-timeout"]["fullDescription"]["text"]
 
 
-@SECURED_PROD_PENDING
 def test_mandatory_violation_exits_1_with_table_and_sarif_pointing_at_the_source(
     tmp_path, capsys
 ) -> None:
@@ -86,13 +85,11 @@ def test_mandatory_violation_exits_1_with_table_and_sarif_pointing_at_the_source
     assert "stateful-streaming:processor:Processor" in source
 
 
-@SECURED_PROD_PENDING
 def test_prod_check_is_clean(capsys) -> None:
     assert main(["--stack", "prod"]) == 0
     assert "0 violations: 0 mandatory, 0 advisory" in capsys.readouterr().out
 
 
-@SECURED_PROD_PENDING
 def test_advisory_only_exits_0(tmp_path, capsys) -> None:
     config_path = _prod_config(tmp_path, min_ready_seconds=30)
     assert main(["--stack", "prod", "--config", str(config_path)]) == 0

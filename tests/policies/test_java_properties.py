@@ -15,7 +15,7 @@ from policies.rules.java_properties import (
     env_reference,
     format_properties,
     is_credential_key,
-    is_secret_reference,
+    is_reference,
     load_properties,
     parse_properties,
 )
@@ -138,16 +138,16 @@ def test_credential_keys_are_recognised_as_settings_and_as_env_var_names(
     ("value", "reference"),
     [
         ("${env:SASL_PASSWORD}", True),
-        (" ${file:/etc/kafka/users/observer:password} ", True),
+        (" ${dir:/etc/kafka-user:password} ", True),
+        ("${file:/etc/kafka/client.properties:sasl.password}", False),
         ("hunter2", False),
         ("pw-${env:SUFFIX}", False),
         ("${env:A}${env:B}", False),
-        ("${env:1BAD}", False),
         ("${vault:kafka/password}", False),
     ],
 )
-def test_a_secret_reference_is_one_whole_env_or_file_reference(value: str, reference: bool) -> None:
-    assert is_secret_reference(value) is reference
+def test_a_reference_is_one_whole_env_or_dir_reference(value: str, reference: bool) -> None:
+    assert is_reference(value) is reference
 
 
 def test_the_codec_imports_without_pulumi_policy() -> None:

@@ -12,11 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.policies.conftest import SECURED_PROD_PENDING, stack_config
+from tests.policies.conftest import stack_config
 
 STACKS = ("dev", "prod")
-# The real prod stack passing the security rules is pending (see SECURED_PROD_PENDING).
-STACKS_PASSING_THE_PACK = ["dev", pytest.param("prod", marks=SECURED_PROD_PENDING)]
 # Dev runs PLAINTEXT, a visible stack setting (security.clientListener): the listener rule says
 # so as an advisory, once per listener (client, inter-broker, controller), and nothing else fires.
 EXPECTED_FINDINGS = {
@@ -25,20 +23,19 @@ EXPECTED_FINDINGS = {
 }
 
 
-@pytest.mark.parametrize("stack", STACKS_PASSING_THE_PACK)
+@pytest.mark.parametrize("stack", STACKS)
 def test_real_stacks_have_no_mandatory_violations(run, recorded_stacks, stack: str) -> None:
     violations = run(recorded_stacks[stack].resources, stack_config(stack))
     assert [v for v in violations if v.mandatory] == []
 
 
-@pytest.mark.parametrize("stack", STACKS_PASSING_THE_PACK)
+@pytest.mark.parametrize("stack", STACKS)
 def test_both_real_stacks_are_clean_but_for_dev_plaintext(run, recorded_stacks, stack: str) -> None:
     """Prod: not even an advisory finding (it keeps standby state: hand-off, one standby)."""
     violations = run(recorded_stacks[stack].resources, stack_config(stack))
     assert sorted((v.policy, v.level) for v in violations) == EXPECTED_FINDINGS[stack]
 
 
-@SECURED_PROD_PENDING
 @pytest.mark.parametrize("scrape", ["podMonitor", "annotations"])
 def test_the_pack_passes_prod_with_each_metrics_scrape_choice(run, scrape: str) -> None:
     from infra.render import record_stack
@@ -47,7 +44,6 @@ def test_the_pack_passes_prod_with_each_metrics_scrape_choice(run, scrape: str) 
     assert run(recorded.resources, stack_config("prod")) == []
 
 
-@SECURED_PROD_PENDING
 def test_prod_without_standby_state_is_blocked(run) -> None:
     from infra.render import record_stack
 

@@ -341,8 +341,8 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "processor-config",
         with_properties({"sasl.password": "hunter2"}),
         "ConfigMap streaming/page-view-counter-config: data[processor.properties] sasl.password "
-        "(line 24) is a literal credential (value not shown); required: a ${env:NAME} or "
-        "${file:PATH:KEY} reference",
+        "(line 24) is a literal credential (value not shown); required: a "
+        "${dir:DIRECTORY:FILE} or ${env:NAME} reference",
     ),
     (
         "processor-least-privilege",

@@ -36,6 +36,8 @@ SECURITY_RULES = {LISTENERS, AUTHORIZER, CREDENTIALS, LEAST_PRIVILEGE}
 PROTOCOL_MAP = "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"
 SECURED_MAP = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
 CA_FILE = "/etc/kafka-ca/ca.crt"
+# The processor's password: a file of its user's Secret, mounted (infra.kafka_credentials).
+PASSWORD_FILE = "${dir:/etc/kafka-user:password}"
 # What the dev stack renders (issue 14): the same listeners, none of them secured, and no
 # authorizer, ACLs or credentials.
 DEV_MAP = "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
@@ -134,7 +136,7 @@ def test_the_handmade_prod_stack_is_configured_as_app_kafka_security_renders_it(
     assert {name: env.get(name) for name in expected} == expected
     # dev_stack takes away exactly what prod adds
     assert set(_PROD_ONLY_ENV) == set(expected) - set(_rendered_broker_env("PLAINTEXT"))
-    clients = scram_client_configs("page-view-counter", "${env:SASL_PASSWORD}", CA_FILE)
+    clients = scram_client_configs("page-view-counter", PASSWORD_FILE, CA_FILE)
     properties = _processor_properties(stack)
     assert {key: properties.get(key) for key in clients} == clients
 
@@ -365,7 +367,7 @@ def test_a_literal_credential_in_a_properties_file_is_refused_in_every_stack(run
     message = _only(run, stack, CREDENTIALS).message
     assert f"data[processor.properties] {key} (line " in message
     assert "is a literal credential (value not shown)" in message
-    assert f"Fix: keep the credential in a Secret and refer to it: {key}=${{env:NAME}}" in message
+    assert f"Fix: keep the credential in a Secret and refer to it: {key}=${{dir:" in message
     assert PASSWORD not in message
 
 
@@ -390,7 +392,7 @@ def test_a_sasl_jaas_config_with_a_password_is_refused(run) -> None:
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("sasl.password", "${file:/etc/kafka/users/topic-reconciler:password}"),
+        ("sasl.password", "${env:SASL_PASSWORD}"),
         ("ssl.key.password", ""),
         ("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required;"),
         (
@@ -399,24 +401,41 @@ def test_a_sasl_jaas_config_with_a_password_is_refused(run) -> None:
             'password="${env:SASL_PASSWORD}";',
         ),
     ],
-    ids=["file-reference", "empty", "jaas-without-password", "jaas-with-a-reference"],
+    ids=["env-reference", "empty", "jaas-without-password", "jaas-with-a-reference"],
 )
 def test_references_and_settings_without_a_credential_pass(run, key: str, value: str) -> None:
     edit = with_properties({key: value}, file="client.properties")
     assert run(changed(handmade_stack(), "topics-specs", edit)) == []
 
 
-def test_env_references_to_secrets_and_a_private_key_in_a_secret_pass(run) -> None:
-    """The handmade stack itself: sasl.password=${env:SASL_PASSWORD} in two ConfigMaps,
-    SASL_PASSWORD from a secretKeyRef, the broker's private key in the kafka-tls Secret."""
+def test_references_to_mounted_secrets_and_a_private_key_in_a_secret_pass(run) -> None:
+    """The handmade stack itself, as infra renders prod: sasl.password=${dir:...} in two
+    ConfigMaps, that directory a mount of the user's Secret, the broker's key in kafka-tls."""
     stack = handmade_stack()
     tls = next(r for r in stack if r.name == "kafka-tls")
     assert base64.b64decode(tls.props["data"]["tls.key"]).decode() == PEM_PRIVATE_KEY_BLOCK
+    assert _processor_properties(stack)["sasl.password"] == PASSWORD_FILE
     processor = next(r for r in stack if r.name == "processor")
-    (password,) = [e for e in first_container(processor)["env"] if e["name"] == "SASL_PASSWORD"]
-    assert "secretKeyRef" in password["valueFrom"]
+    (user,) = [v for v in pod(processor)["volumes"] if v["name"] == "kafka-user"]
+    assert user["secret"]["secretName"] == "kafka-user-page-view-counter"
     assert [v for v in run(stack, stack_config("dev")) if v.policy == CREDENTIALS] == []
     assert [v for v in run(stack) if v.policy == CREDENTIALS] == []
+
+
+def test_a_password_from_an_env_var_set_by_a_secret_key_ref_passes(run) -> None:
+    def from_env(r: Resource) -> None:
+        first_container(r)["env"].append(
+            {
+                "name": "SASL_PASSWORD",
+                "valueFrom": {
+                    "secretKeyRef": {"name": "kafka-user-page-view-counter", "key": "password"}
+                },
+            }
+        )
+
+    stack = changed(handmade_stack(), "processor", from_env, ":StatefulSet")
+    edit = with_properties({"sasl.password": "${env:SASL_PASSWORD}"})
+    assert run(changed(stack, "processor-config", edit)) == []
 
 
 @pytest.mark.parametrize("field", ["data", "binaryData"])
