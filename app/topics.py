@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from app.java_properties import parse_properties, resolve_env
+from app import client_properties
 from app.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
 from app.topic_specs import TopicSpec, TopicSpecError, loads
 
@@ -87,13 +87,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--specs", required=True, type=Path, metavar="FILE", help="topic specs (JSON)"
     )
-    parser.add_argument(
-        "--command-config",
-        type=Path,
-        metavar="FILE",
-        help="client properties (security settings; ${env:NAME} is resolved), as for "
-        "Kafka's own tools: secrets never go on the command line",
-    )
+    client_properties.add_argument(parser)
     parser.add_argument(
         "--allow-partition-increase",
         action="store_true",
@@ -118,25 +112,6 @@ def load_specs(path: Path) -> list[TopicSpec]:
         raise UsageError(f"cannot read --specs {path}: {exc.strerror or exc}") from exc
     except (TopicSpecError, ValueError) as exc:
         raise UsageError(f"invalid topic specs in {path}: {exc}") from exc
-
-
-def load_client_config(path: Path | None, env: Mapping[str, str]) -> dict[str, str]:
-    """Client properties from `--command-config`, `${env:NAME}` resolved."""
-    if path is None:
-        return {}
-    try:
-        entries = parse_properties(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read --command-config {path}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise UsageError(f"invalid --command-config {path}: {exc}") from exc
-    config = {}
-    for entry in entries:
-        try:
-            config[entry.key] = resolve_env(entry.value, env)
-        except LookupError as exc:
-            raise UsageError(f"--command-config {path}:{entry.line} {entry.key}: {exc}") from exc
-    return config
 
 
 def wait_for_cluster(admin: AdminClient, servers: str, timeout_s: float) -> ClusterMetadata:
@@ -168,7 +143,10 @@ def wait_for_cluster(admin: AdminClient, servers: str, timeout_s: float) -> Clus
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Plan, print, and (unless refused or dry) apply; the exit code."""
     specs = load_specs(args.specs)
-    client_config = load_client_config(args.command_config, env)
+    try:
+        client_config = client_properties.load_client_config(args.command_config, env)
+    except client_properties.ClientPropertiesError as exc:
+        raise UsageError(str(exc)) from exc
     try:
         admin = AdminClient(
             {
