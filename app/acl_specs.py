@@ -23,6 +23,10 @@ CLUSTER_RESOURCE = "kafka-cluster"
 # The compacted topic where the reconciler records the ACLs it created: it drops an ACL only
 # when that ACL is in this ledger and no longer in the specs, never one someone else made.
 ACL_LEDGER_TOPIC = "topic-reconciler-acl-ledger"
+# The group id the reconciler's ledger reader names. It never joins the group or commits
+# (it reads by assignment), but librdkafka's consumer needs a group id and asks for the
+# group's coordinator (FindCoordinator), which needs DESCRIBE on the group.
+ACL_LEDGER_READER_GROUP = ACL_LEDGER_TOPIC
 # The SCRAM mechanism the client listener offers (the stronger of Kafka's two).
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 
@@ -213,6 +217,8 @@ def pipeline_users(
         *_grants(
             reconciler, ResourceType.TOPIC, [ACL_LEDGER_TOPIC], [Operation.READ, Operation.WRITE]
         ),
+        # FindCoordinator of the ledger reader's group id (it never joins: no READ).
+        *_grants(reconciler, ResourceType.GROUP, [ACL_LEDGER_READER_GROUP], [Operation.DESCRIBE]),
         # CreateAcls, DeleteAcls and AlterUserScramCredentials need ALTER on the cluster,
         # DescribeAcls DESCRIBE: that is Kafka's model of an ACL administrator.
         *_grants(

@@ -1,6 +1,7 @@
 """A Kafka broker's readiness for its StatefulSet: running, and in sync on every replica it hosts.
 
     python -m app.broker_readiness --node-id 2 [--bootstrap-server localhost:9092] [--port 8090]
+        [--tls-dir /etc/kafka/tls]
 
 Runs beside each broker (a sidecar of the Kafka pod, on the processor's image) and answers the
 kubelet's readiness probe on `/ready`: 200 when the broker is an unfenced member of the cluster
@@ -13,6 +14,10 @@ KafkaRoller waits for the same before it rolls the next broker).
 It keeps one admin client open and asks at most every `--cache-s` seconds, however often it is
 probed: no JVM per probe, as `kafka-broker-api-versions.sh` in an exec probe started. `/live`
 answers 200 while the process serves.
+
+On a secured cluster it asks as the broker itself: `--tls-dir` names the broker's certificate
+files and `--bootstrap-server` its INTERNAL listener (SSL, client certificate), where the
+broker's principal is the super user, so no ACL and no SCRAM password is needed.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from app.kafka_security import broker_client_configs
 from app.processor import LOG_FORMAT
 
 log = logging.getLogger(__name__)
@@ -138,6 +144,14 @@ def serve(cache: ReadinessCache, host: str, port: int) -> ThreadingHTTPServer:
     return ThreadingHTTPServer((host, port), Handler)
 
 
+def client_configs(
+    bootstrap_server: str, tls_dir: str | None
+) -> dict[str, str | int | float | bool]:
+    """The readiness client's settings: plain, or the broker's certificate from `tls_dir`."""
+    security = broker_client_configs(tls_dir) if tls_dir else {}
+    return {**security, "bootstrap.servers": bootstrap_server, "log_level": 3}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve the broker's readiness until stopped."""
     parser = argparse.ArgumentParser(prog="python -m app.broker_readiness", description=__doc__)
@@ -146,10 +160,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--host", default="0.0.0.0", help="the address to listen on")
     parser.add_argument("--cache-s", type=float, default=CACHE_S, help="seconds between asks")
+    parser.add_argument(
+        "--tls-dir",
+        metavar="DIR",
+        help="the broker's certificate files (ca.crt, tls.crt, tls.key): connect with them "
+        "over SSL, to the INTERNAL listener named by --bootstrap-server",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     # Quiet client: a broker that is down or restarting is this process's normal subject.
-    admin = AdminClient({"bootstrap.servers": args.bootstrap_server, "log_level": 3})
+    admin = AdminClient(client_configs(args.bootstrap_server, args.tls_dir))
     server = serve(ReadinessCache(admin, args.node_id, args.cache_s), args.host, args.port)
     log.info(
         "broker readiness of node %d (%s) on :%d/ready",

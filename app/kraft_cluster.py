@@ -18,6 +18,10 @@ a dynamic controller quorum (KIP-853: `controller.quorum.bootstrap.servers` and
 `kafka-storage.sh format --initial-controllers`). Data, configs and logs live in one temporary
 directory; the processes are killed on `close()` (also at interpreter exit), the directory is
 removed unless asked to keep it for a post-mortem.
+
+`KraftCluster(..., security=ClusterSecurity(scram_users={...}))` starts it secured exactly as
+the prod stack renders it (`app.kafka_security`): SASL_SSL/SCRAM-SHA-512 clients, SSL with
+client certificates between brokers and controllers, `StandardAuthorizer`, deny by default.
 """
 
 from __future__ import annotations
@@ -41,7 +45,10 @@ from types import TracebackType
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from app import kafka_security
+from app.acl_specs import SCRAM_MECHANISM
 from app.embedded_broker import free_port
+from app.local_tls import write_broker_tls
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,29 @@ class KraftClusterError(RuntimeError):
     """The distribution is unusable, or the cluster did not start or recover in time."""
 
 
+@dataclass(frozen=True)
+class ClusterSecurity:
+    """Secure the cluster as the prod stack does (`app.kafka_security`, client listener
+    SASL_SSL): TLS on every listener, SCRAM-SHA-512 users, `StandardAuthorizer` denying what no
+    ACL allows, the broker certificate's principal the only super user.
+
+    `scram_users` (name -> password) exist from the start: they are bootstrapped when the
+    storage is formatted (`kafka-storage.sh format --add-scram`), as the prod init container
+    does. Users can own nothing until ACLs allow it.
+    """
+
+    scram_users: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, password in self.scram_users.items():
+            # Both go inside `[name=...,password=...]` of `--add-scram`, which has no escaping.
+            if not name or not password or any(c in name + password for c in ',=[]"\n'):
+                raise KraftClusterError(
+                    f"SCRAM user {name!r}: name and password must be non-empty and free of "
+                    "',', '=', '[', ']', quotes and newlines (kafka-storage.sh --add-scram)"
+                )
+
+
 def kafka_uuid() -> str:
     """A random id in Kafka's text form (base64url of 16 bytes, no padding), as
     `kafka-storage.sh random-uuid` prints it; like Kafka, never one starting with '-'."""
@@ -138,6 +168,8 @@ class KraftNode:
     broker_port: int
     controller_port: int
     directory: Path
+    # The INTERNAL (inter-broker, SSL) listener's port of a secured cluster; 0 without security.
+    internal_port: int = 0
     directory_id: str = field(default_factory=kafka_uuid)
     process: subprocess.Popen[bytes] | None = None
 
@@ -164,6 +196,11 @@ class KraftNode:
         return f"{HOST}:{self.controller_port}"
 
     @property
+    def admin_endpoint(self) -> str:
+        """Where the cluster's own checks connect: INTERNAL when secured, else the broker port."""
+        return f"{HOST}:{self.internal_port or self.broker_port}"
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -174,6 +211,11 @@ class KraftCluster:
     `start()` formats the storage, starts every node and returns once an AdminClient sees all
     brokers and can create a topic replicated to all of them. Use it as a context manager so
     the processes die even when the code inside fails.
+
+    With `security` the cluster is secured as prod is (`ClusterSecurity`): `bootstrap_servers`
+    is then the SASL_SSL client listener, `client_configs(user)` a SCRAM user's client settings
+    and `superuser_configs()` the broker certificate's (the one super user, on the INTERNAL
+    listener). Without it every listener is PLAINTEXT and both give plain settings.
     """
 
     def __init__(
@@ -184,6 +226,7 @@ class KraftCluster:
         broker_configs: Mapping[str, str] | None = None,
         heap_opts: str = DEFAULT_HEAP_OPTS,
         work_dir: Path | None = None,
+        security: ClusterSecurity | None = None,
     ) -> None:
         if nodes < 1:
             raise KraftClusterError(f"nodes={nodes}: a cluster needs at least 1 node (3 for RF 3)")
@@ -209,19 +252,26 @@ class KraftCluster:
         ):
             if int(self.broker_configs[key]) > nodes:
                 self.broker_configs[key] = str(nodes)
+        self.security = security
         self.nodes = [
             KraftNode(
                 node_id=node_id,
                 broker_port=free_port(HOST),
                 controller_port=free_port(HOST),
                 directory=self.work_dir / f"node-{node_id}",
+                internal_port=free_port(HOST) if security else 0,
             )
             for node_id in range(1, nodes + 1)
         ]
         self._closed = False
 
     @classmethod
-    def from_env(cls, nodes: int = 3, heap_opts: str = DEFAULT_HEAP_OPTS) -> KraftCluster:
+    def from_env(
+        cls,
+        nodes: int = 3,
+        heap_opts: str = DEFAULT_HEAP_OPTS,
+        security: ClusterSecurity | None = None,
+    ) -> KraftCluster:
         """A cluster from the distribution named by $KAFKA_HOME (a clear error when unset)."""
         kafka_home = os.environ.get(KAFKA_HOME_ENV)
         if not kafka_home:
@@ -229,12 +279,52 @@ class KraftCluster:
                 f"{KAFKA_HOME_ENV} is not set; set it to an unpacked Apache Kafka 4.x "
                 "distribution (for example /opt/kafka_2.13-4.1.0)"
             )
-        return cls(kafka_home, nodes, heap_opts=heap_opts)
+        return cls(kafka_home, nodes, heap_opts=heap_opts, security=security)
 
     @property
     def bootstrap_servers(self) -> str:
-        """The `bootstrap.servers` value for clients: every broker listener."""
+        """The `bootstrap.servers` value for clients: every broker's client listener."""
         return ",".join(f"{HOST}:{node.broker_port}" for node in self.nodes)
+
+    @property
+    def tls_dir(self) -> Path:
+        """The CA and broker certificate files of a secured cluster (`app.kafka_security`)."""
+        return self.work_dir / "tls"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate clients trust (`ssl.ca.location`)."""
+        return self.tls_dir / kafka_security.TLS_CA_FILE
+
+    def client_configs(self, user: str, password: str | None = None) -> dict[str, str]:
+        """Client settings (`bootstrap.servers` included) of SCRAM user `user` on the client
+        listener; its bootstrapped password unless `password` is given. Plain settings on an
+        unsecured cluster."""
+        servers = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security is None:
+            return servers
+        if password is None:
+            if user not in self.security.scram_users:
+                raise KraftClusterError(
+                    f"SCRAM user {user!r} was not bootstrapped (users: "
+                    f"{sorted(self.security.scram_users)}); pass its password"
+                )
+            password = self.security.scram_users[user]
+        return {
+            **servers,
+            **kafka_security.scram_client_configs(user, password, str(self.ca_file)),
+        }
+
+    def superuser_configs(self) -> dict[str, str]:
+        """Client settings of the super user: the broker certificate on the INTERNAL listener
+        (for tests that grant ACLs or add users). Plain settings on an unsecured cluster."""
+        servers = ",".join(node.admin_endpoint for node in self.nodes)
+        if self.security is None:
+            return {"bootstrap.servers": servers}
+        return {
+            "bootstrap.servers": servers,
+            **kafka_security.broker_client_configs(str(self.tls_dir)),
+        }
 
     def node(self, node_id: int) -> KraftNode:
         """The node with `node.id` = `node_id` (1-based, as in the configs)."""
@@ -258,6 +348,8 @@ class KraftCluster:
             self.work_dir,
         )
         atexit.register(self.close)
+        if self.security is not None:
+            write_broker_tls(self.tls_dir)
         for node in self.nodes:
             node.log_dir.mkdir(parents=True, exist_ok=True)
             node.config_path.write_text(self._server_properties(node))
@@ -393,7 +485,16 @@ class KraftCluster:
                     f"{replication} to be created (last error: {exc})",
                 )
                 time.sleep(0.5)
-        admin.delete_topics([probe], request_timeout=10)[probe].result()
+        while True:
+            try:
+                admin.delete_topics([probe], request_timeout=10)[probe].result()
+                return
+            except KafkaException as exc:
+                # The broker that forwards the request may not know the new topic yet.
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                self._check_deadline(deadline, f"the probe topic {probe} to be deleted")
+                time.sleep(0.5)
 
     def wait_until_fully_replicated(self, timeout_s: float = 120.0) -> None:
         """Wait until every node is a broker again and every partition of every topic has all
@@ -429,17 +530,39 @@ class KraftCluster:
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.bootstrap.servers": voters,
-            "listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
-            f"CONTROLLER://{node.controller_endpoint}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
-            f"CONTROLLER://{node.controller_endpoint}",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            **self._listener_settings(node),
             "log.dirs": str(node.data_dir),
             **self.broker_configs,
         }
         return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def _listener_settings(self, node: KraftNode) -> dict[str, str]:
+        if self.security is None:
+            return {
+                "listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
+                f"CONTROLLER://{node.controller_endpoint}",
+                "advertised.listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
+                f"CONTROLLER://{node.controller_endpoint}",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            }
+        # What prod renders (app.kafka_security), on this node's loopback ports.
+        ports = (node.broker_port, node.internal_port, node.controller_port)
+        return {
+            "listeners": kafka_security.listeners(*ports, host=HOST),
+            "advertised.listeners": kafka_security.listeners(*ports, host=HOST),
+            **kafka_security.broker_security_configs(kafka_security.SASL_SSL, str(self.tls_dir)),
+        }
+
+    def _scram_arguments(self) -> list[str]:
+        if self.security is None:
+            return []
+        return [
+            argument
+            for name, password in self.security.scram_users.items()
+            for argument in ("--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]")
+        ]
 
     def _format_storage(self) -> None:
         # Every node gets the same initial quorum: id@host:port:directory-id of all controllers.
@@ -456,6 +579,7 @@ class KraftCluster:
                 str(node.config_path),
                 "--initial-controllers",
                 initial,
+                *self._scram_arguments(),
             ]
             for node in self.nodes
         }
@@ -470,8 +594,12 @@ class KraftCluster:
         for node_id, process in running.items():
             output, _ = process.communicate(timeout=120)
             if process.returncode != 0:
+                # The command line holds the SCRAM passwords: show it masked.
+                shown = " ".join(commands[node_id])
+                for password in self.security.scram_users.values() if self.security else ():
+                    shown = shown.replace(f"password={password}]", "password=***]")
                 raise KraftClusterError(
-                    f"formatting node {node_id} failed ({' '.join(commands[node_id])}):\n"
+                    f"formatting node {node_id} failed ({shown}):\n"
                     + output.decode(errors="replace")
                 )
 
@@ -495,9 +623,12 @@ class KraftCluster:
         )
 
     def _admin(self) -> AdminClient:
-        running = [f"{HOST}:{n.broker_port}" for n in self.nodes if n.running]
+        """An admin client of the running nodes; as the super user (the brokers' certificate
+        on INTERNAL) when secured, since no ACL lets anyone else create the probe topic."""
+        running = [n.admin_endpoint for n in self.nodes if n.running]
+        configs = {**self.superuser_configs(), "bootstrap.servers": ",".join(running)}
         # log_level 2: no "connection refused" lines while nodes start or are down on purpose.
-        return AdminClient({"bootstrap.servers": ",".join(running), "log_level": 2})
+        return AdminClient({**configs, "log_level": 2})
 
     def _under_replicated(self, admin: AdminClient) -> list[str]:
         topics = admin.list_topics(timeout=10).topics

@@ -2,7 +2,7 @@
 
     python -m app.loadgen --bootstrap-servers HOST:PORT --topic page-views --rate 500 \\
         --keys 100 --skew 1.1 [--count N | --duration S] [--malformed-ratio 0.0] \\
-        [--one-record-per-batch] [--summary-json FILE]
+        [--one-record-per-batch] [--summary-json FILE] [--command-config FILE]
 
 Records follow the input contract of `app/processor/counting.py`: the key is the page, the value a
 JSON object `{"page": ..., "user": ..., "ts": ...}` whose `ts` is the creation time in epoch
@@ -24,6 +24,7 @@ import argparse
 import itertools
 import json
 import logging
+import os
 import random
 import signal
 import sys
@@ -38,6 +39,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from app import client_properties
 from app.embedded_broker import ONE_RECORD_PER_REQUEST
 from app.topics import librdkafka_logger
 
@@ -354,14 +356,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--summary-json", type=Path, metavar="FILE", help="write the final summary here as JSON"
     )
+    client_properties.add_argument(parser)
     return parser.parse_args(argv)
 
 
 def producer_config(
-    bootstrap_servers: str, one_record_per_batch: bool, linger_ms: int = LINGER_MS
+    bootstrap_servers: str,
+    one_record_per_batch: bool,
+    linger_ms: int = LINGER_MS,
+    client_config: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """librdkafka settings of the load generator's producer."""
-    config = {"bootstrap.servers": bootstrap_servers, "linger.ms": str(linger_ms)}
+    """librdkafka settings of the load generator's producer; `client_config` (security
+    settings from `--command-config`) first, so the load generator's own settings win."""
+    config = {
+        **(client_config or {}),
+        "bootstrap.servers": bootstrap_servers,
+        "linger.ms": str(linger_ms),
+    }
     if one_record_per_batch:
         config.update(ONE_RECORD_PER_REQUEST)
     return config
@@ -382,7 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             malformed_ratio=args.malformed_ratio,
             seed=args.seed,
         )
-    except ValueError as exc:
+        client_config = client_properties.load_client_config(args.command_config, os.environ)
+    except ValueError as exc:  # ClientPropertiesError is one
         print(f"python -m app.loadgen: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
@@ -395,7 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     generator = LoadGenerator(
         settings,
-        producer_config(args.bootstrap_servers, args.one_record_per_batch, args.linger_ms),
+        producer_config(
+            args.bootstrap_servers, args.one_record_per_batch, args.linger_ms, client_config
+        ),
         progress=log.info,
     )
     summary = generator.run(stop)

@@ -2,9 +2,15 @@
 
     python -m app.topics --bootstrap-servers kafka:9092 --specs /etc/topics/topics.json
         [--command-config /etc/topics/client.properties] [--allow-partition-increase] [--dry-run]
+        [--acls /etc/topics/acls.json [--scram-passwords-dir /etc/kafka/users]]
 
 It prints the plan as a table, refuses unsafe changes before applying anything, and logs each
 change it makes. Run twice, the second run changes nothing and says so.
+
+With `--acls` it also reconciles the users' ACLs (`app.acl_reconciler`), and with
+`--scram-passwords-dir` their SCRAM credentials, after the topics: a second table, the same
+plan-refuse-apply shape. An ACL it would have to drop but did not create is refused (left in
+place, reported with the command that removes it by hand); the other changes still apply.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from app.java_properties import parse_properties, resolve_env
+from app import acl_reconciler, client_properties
+from app.acl_specs import AclSpecError, KafkaUser
+from app.acl_specs import loads as load_users
 from app.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
 from app.topic_specs import TopicSpec, TopicSpecError, loads
 
@@ -40,9 +48,11 @@ exit codes:
   0  the topics match the specs (changes applied, or nothing to do; with --dry-run: nothing
      refused)
   1  refused (replication factor change, fewer partitions, more partitions without
-     --allow-partition-increase: nothing at all is applied), a change failed, or Kafka did not
-     answer within --wait-timeout
-  2  usage: bad arguments, unreadable or invalid --specs or --command-config
+     --allow-partition-increase: nothing at all is applied; or an ACL of a managed user that
+     the specs do not name and the reconciler did not create: left in place, everything else
+     applied), a change failed, or Kafka did not answer within --wait-timeout
+  2  usage: bad arguments, unreadable or invalid --specs, --acls or --command-config, a
+     missing password file in --scram-passwords-dir
 """
 
 
@@ -87,17 +97,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--specs", required=True, type=Path, metavar="FILE", help="topic specs (JSON)"
     )
-    parser.add_argument(
-        "--command-config",
-        type=Path,
-        metavar="FILE",
-        help="client properties (security settings; ${env:NAME} is resolved), as for "
-        "Kafka's own tools: secrets never go on the command line",
-    )
+    client_properties.add_argument(parser)
     parser.add_argument(
         "--allow-partition-increase",
         action="store_true",
         help="add partitions where a spec asks for more (moves keys between partitions)",
+    )
+    parser.add_argument(
+        "--acls",
+        type=Path,
+        metavar="FILE",
+        help="users and their ACLs (JSON, app.acl_specs.dumps): reconcile the ACLs too",
+    )
+    parser.add_argument(
+        "--scram-passwords-dir",
+        type=Path,
+        metavar="DIR",
+        help="one file per user of --acls, named after it, holding its password: create or "
+        "update each user's SCRAM-SHA-512 credential",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     parser.add_argument(
@@ -120,23 +137,27 @@ def load_specs(path: Path) -> list[TopicSpec]:
         raise UsageError(f"invalid topic specs in {path}: {exc}") from exc
 
 
-def load_client_config(path: Path | None, env: Mapping[str, str]) -> dict[str, str]:
-    """Client properties from `--command-config`, `${env:NAME}` resolved."""
-    if path is None:
-        return {}
+def load_acl_inputs(
+    acls: Path | None, passwords_dir: Path | None
+) -> tuple[list[KafkaUser] | None, dict[str, str] | None]:
+    """The users of `--acls` and the passwords of `--scram-passwords-dir` (None when not
+    given), or a `UsageError` naming the file and the problem."""
+    if acls is None:
+        if passwords_dir is not None:
+            raise UsageError("--scram-passwords-dir needs --acls (the users are named there)")
+        return None, None
     try:
-        entries = parse_properties(path.read_text(encoding="utf-8"))
+        users = load_users(acls.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UsageError(f"cannot read --command-config {path}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise UsageError(f"invalid --command-config {path}: {exc}") from exc
-    config = {}
-    for entry in entries:
-        try:
-            config[entry.key] = resolve_env(entry.value, env)
-        except LookupError as exc:
-            raise UsageError(f"--command-config {path}:{entry.line} {entry.key}: {exc}") from exc
-    return config
+        raise UsageError(f"cannot read --acls {acls}: {exc.strerror or exc}") from exc
+    except (AclSpecError, ValueError) as exc:
+        raise UsageError(f"invalid ACL specs in {acls}: {exc}") from exc
+    if passwords_dir is None:
+        return users, None
+    try:
+        return users, acl_reconciler.read_passwords(passwords_dir, users)
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def wait_for_cluster(admin: AdminClient, servers: str, timeout_s: float) -> ClusterMetadata:
@@ -168,12 +189,18 @@ def wait_for_cluster(admin: AdminClient, servers: str, timeout_s: float) -> Clus
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Plan, print, and (unless refused or dry) apply; the exit code."""
     specs = load_specs(args.specs)
-    client_config = load_client_config(args.command_config, env)
+    users, passwords = load_acl_inputs(args.acls, args.scram_passwords_dir)
+    try:
+        client_config = {
+            **client_properties.load_client_config(args.command_config, env),
+            "bootstrap.servers": args.bootstrap_servers,
+        }
+    except client_properties.ClientPropertiesError as exc:
+        raise UsageError(str(exc)) from exc
     try:
         admin = AdminClient(
             {
                 **client_config,
-                "bootstrap.servers": args.bootstrap_servers,
                 # A documented client setting that confluent-kafka's type stub leaves out.
                 "logger": librdkafka_logger(),  # type: ignore[dict-item]
             }
@@ -185,11 +212,24 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
         metadata = wait_for_cluster(admin, args.bootstrap_servers, args.wait_timeout)
         cluster = read_cluster(admin, [s.name for s in specs], metadata)
+        acl_plan = None
+        if users is not None:
+            state = acl_reconciler.read_state(admin, client_config, users, passwords)
+            acl_plan = acl_reconciler.plan(
+                users,
+                state,
+                passwords,
+                bootstrap=args.bootstrap_servers,
+                ledger_replication=acl_reconciler.ledger_replication(len(metadata.brokers)),
+                can_check=acl_reconciler.can_check_logins(client_config),
+            )
     except (TimeoutError, KafkaException) as exc:
-        log.error("cannot read the cluster's topics: %s", exc)
+        log.error("cannot read the cluster's topics, ACLs or credentials: %s", exc)
         return EXIT_REFUSED_OR_FAILED
     the_plan = plan(specs, cluster, allow_partition_increase=args.allow_partition_increase)
     print(format_table(the_plan), flush=True)
+    if acl_plan is not None:
+        print("\n" + acl_reconciler.format_table(acl_plan), flush=True)
     if the_plan.refusals:
         for step in the_plan.refusals:
             log.error("refused: topic %s: %s", step.topic, step.detail)
@@ -198,25 +238,45 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             flush=True,
         )
         return EXIT_REFUSED_OR_FAILED
-    changes = len(the_plan.changes)
+    acl_refusals = acl_plan.refusals if acl_plan else []
+    for acl_step in acl_refusals:
+        log.error("refused: %s: %s", acl_step.subject, acl_step.detail)
+    exit_code = EXIT_REFUSED_OR_FAILED if acl_refusals else EXIT_OK
+    left = (
+        f"; refused: {len(acl_refusals)} ACL(s) left in place (see above)" if acl_refusals else ""
+    )
+    acl_changes = acl_plan.changes if acl_plan else []
+    changes = len(the_plan.changes) + len(acl_changes)
     if changes == 0:
-        print(f"0 changes: {len(specs)} topics up to date", flush=True)
-        return EXIT_OK
+        print(f"0 changes: {_up_to_date(specs, acl_plan)}{left}", flush=True)
+        return exit_code
     if args.dry_run:
-        print(f"dry run: {changes} change(s) planned, nothing applied", flush=True)
-        return EXIT_OK
+        print(f"dry run: {changes} change(s) planned, nothing applied{left}", flush=True)
+        return exit_code
     try:
-        applied = apply(admin, the_plan)
-    except ReconcileError as exc:
+        applied = apply(admin, the_plan) if the_plan.changes else 0
+        if acl_plan is not None and acl_changes:
+            applied += acl_reconciler.apply(
+                admin, client_config, acl_plan, passwords, len(metadata.brokers)
+            )
+    except (ReconcileError, acl_reconciler.AclReconcileError) as exc:
         for failure in exc.failures:
             log.error("%s", failure)
         print(f"failed: {len(exc.failures)} of {changes} change(s) did not apply", flush=True)
         return EXIT_REFUSED_OR_FAILED
     print(
-        f"{applied} change(s) applied; {len(the_plan.up_to_date)} topics were up to date",
+        f"{applied} change(s) applied; {len(the_plan.up_to_date)} topics were up to date{left}",
         flush=True,
     )
-    return EXIT_OK
+    return exit_code
+
+
+def _up_to_date(specs: Sequence[TopicSpec], acl_plan: acl_reconciler.AclPlan | None) -> str:
+    topics = f"{len(specs)} topics"
+    if acl_plan is None:
+        return f"{topics} up to date"
+    acls = sum(len(u.acls) for u in acl_plan.users)
+    return f"{topics}, {len(acl_plan.users)} users and {acls} ACLs up to date"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,13 @@ from app.embedded_broker import ONE_RECORD_PER_REQUEST, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 30.0
+# Where a helper connects: `bootstrap.servers`, or whole client settings (a secured cluster's).
+Kafka = str | Mapping[str, str]
+
+
+def client_settings(kafka: Kafka) -> dict[str, str]:
+    """Client settings for `kafka`: its bootstrap servers, or its settings as given."""
+    return {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,7 @@ class Pipeline:
 
 
 def produce_page_views(
-    bootstrap: str, topic: str, events: int, pages: int, seed: int, one_per_request: bool = True
+    bootstrap: Kafka, topic: str, events: int, pages: int, seed: int, one_per_request: bool = True
 ) -> Counter[str]:
     """Produce `events` valid page views over `pages` pages; the true count per page.
 
@@ -103,7 +110,7 @@ def produce_page_views(
     embedded broker needs: its ListOffsets is wrong after multi-record batches (DESIGN.md).
     """
     batching = dict(ONE_RECORD_PER_REQUEST) if one_per_request else {}
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **batching})
+    producer = Producer({**client_settings(bootstrap), "acks": "all", **batching})
     rnd = random.Random(seed)
     truth: Counter[str] = Counter()
     for i in range(events):
@@ -149,11 +156,11 @@ class ReadRecord:
     headers: dict[str, bytes] = field(default_factory=dict)
 
 
-def read_committed(bootstrap: str, topic: str) -> list[ReadRecord]:
+def read_committed(bootstrap: Kafka, topic: str) -> list[ReadRecord]:
     """Every committed record of `topic` (read_committed, up to the current end)."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_settings(bootstrap),
             "group.id": f"reader-{uuid.uuid4().hex[:8]}",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
@@ -202,7 +209,7 @@ def _headers(message: Message, topic: str) -> dict[str, bytes]:
     return headers
 
 
-def latest_counts(bootstrap: str, topic: str) -> dict[str, int]:
+def latest_counts(bootstrap: Kafka, topic: str) -> dict[str, int]:
     """The table a compacted count topic stands for: the latest count per page."""
     return {
         r.key.decode(): int(r.value.decode())
@@ -232,18 +239,24 @@ def wait_until(
 class ProcessorProcess:
     """`python -m app.processor` as a subprocess, its log in a file, its health port known."""
 
-    def __init__(self, workdir: Path, name: str, properties: str) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        name: str,
+        properties: str,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.health_port = free_port()
         self.properties_path = workdir / f"{name}.properties"
         self.properties_path.write_text(properties + f"health.port={self.health_port}\n")
         self.log_path = workdir / f"{name}.log"
         self.started = time.monotonic()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "app.processor", "--properties", str(self.properties_path)],
                 cwd=REPO,
-                env=env,
+                # `env`: what the properties file references (${env:SASL_PASSWORD}).
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -295,7 +308,7 @@ class ProcessorProcess:
 
 def wait_for_counts(
     processor: ProcessorProcess,
-    bootstrap: str,
+    bootstrap: Kafka,
     topic: str,
     truth: Mapping[str, int],
     timeout_s: float,

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.broker_readiness import ReadinessCache, judge, serve
+from app.broker_readiness import ReadinessCache, client_configs, judge, serve
 from app.embedded_broker import EmbeddedBroker, free_port
 from app.kraft_cluster import HOST, KraftCluster
 from tests.app.processor_harness import wait_until
@@ -126,3 +126,19 @@ def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(
     ]  # fmt: skip
     assert hosted and all(rolled.node_id in p.isrs for p in hosted)
     kraft_cluster.wait_until_fully_replicated(DEADLINE_S)
+
+
+def test_with_a_tls_dir_the_probe_connects_as_the_broker_over_ssl() -> None:
+    configs = client_configs("localhost:9094", "/etc/kafka/tls")
+    assert configs == {
+        "bootstrap.servers": "localhost:9094",
+        "security.protocol": "SSL",
+        "ssl.ca.location": "/etc/kafka/tls/ca.crt",
+        "ssl.certificate.location": "/etc/kafka/tls/tls.crt",
+        "ssl.key.location": "/etc/kafka/tls/tls.key",
+        "log_level": 3,
+    }
+    assert client_configs("localhost:9092", None) == {
+        "bootstrap.servers": "localhost:9092",
+        "log_level": 3,
+    }

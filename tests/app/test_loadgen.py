@@ -126,6 +126,26 @@ def test_command_line_writes_the_summary_json(
     assert len(summary["per_key"]) <= 7
 
 
+def test_command_config_settings_reach_the_producer_under_its_own_settings(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "security.protocol=SASL_SSL\nsasl.password=${env:LOADGEN_PASSWORD}\n"
+        "bootstrap.servers=elsewhere:9092\n"
+    )
+    assert loadgen.main(["--bootstrap-servers", "127.0.0.1:1", "--count", "1",
+                         "--command-config", str(path)]) == 2  # fmt: skip
+    config = producer_config(
+        "kafka:9092",
+        one_record_per_batch=False,
+        client_config={"security.protocol": "SASL_SSL", "bootstrap.servers": "elsewhere:9092"},
+    )
+    # The security settings are the file's; where to connect is the command line's.
+    assert config["security.protocol"] == "SASL_SSL"
+    assert config["bootstrap.servers"] == "kafka:9092"
+
+
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
