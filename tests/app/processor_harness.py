@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.embedded_broker import ONE_RECORD_PER_REQUEST, free_port
@@ -110,7 +110,15 @@ def produce_page_views(
     embedded broker needs: its ListOffsets is wrong after multi-record batches (DESIGN.md).
     """
     batching = dict(ONE_RECORD_PER_REQUEST) if one_per_request else {}
-    producer = Producer({**client_settings(bootstrap), "acks": "all", **batching})
+    failed: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            failed.append(error)
+
+    producer = Producer(
+        {**client_settings(bootstrap), "acks": "all", "on_delivery": on_delivery, **batching}
+    )
     rnd = random.Random(seed)
     truth: Counter[str] = Counter()
     for i in range(events):
@@ -125,6 +133,9 @@ def produce_page_views(
         if i % 500 == 0:
             producer.poll(0)
     _flush(producer)
+    # A failed record leaves the queue too: the truth would count views never written.
+    if failed:
+        raise AssertionError(f"{len(failed)} of {events} page views not written: {failed[0]}")
     return truth
 
 

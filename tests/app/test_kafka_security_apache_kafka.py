@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     NewTopic,
@@ -66,6 +66,7 @@ RECONCILER = "topic-reconciler"
 # The reconciler's own user exists from the start (bootstrapped at format, as in prod); the
 # others are created by the reconciler.
 RECONCILER_PASSWORD = "reconciler-Pw-1"
+LOAD_PRODUCER = "load-producer"
 PARTITIONS = 4
 DEADLINE_S = 240.0
 REFUSAL_DEADLINE_S = 60.0
@@ -162,7 +163,26 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         # a super user (the bootstrap step a new cluster needs; the reconciler keeps them).
         (reconciler_user,) = [u for u in users if u.name == RECONCILER]
         _grant(secured.superuser, reconciler_user.acls)
+        _add_load_producer(secured, f"{APPLICATION_ID}-page-views")
         yield secured
+
+
+def _add_load_producer(secured: Secured, input_topic: str) -> None:
+    """A load producer of the tests' own: a user that may only write the input topic. Made
+    first, so every broker knows it before it produces (ACLs reach the brokers a moment after
+    the controller answers)."""
+    secured.passwords[LOAD_PRODUCER] = f"{LOAD_PRODUCER}-{uuid.uuid4().hex}"
+    upsert = UserScramCredentialUpsertion(
+        LOAD_PRODUCER,
+        ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+        secured.passwords[LOAD_PRODUCER].encode(),
+    )
+    secured.superuser.alter_user_scram_credentials([upsert])[LOAD_PRODUCER].result(30)
+    _grant(
+        secured.superuser,
+        [AclSpec(f"User:{LOAD_PRODUCER}", ResourceType.TOPIC, input_topic, PatternType.LITERAL,
+                 Operation.WRITE)],
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -214,22 +234,7 @@ def test_the_processor_counts_exactly_once_with_only_its_own_acls(
 ) -> None:
     assert reconciled[0].returncode == 0, reconciled[0].stderr
     pipeline = Pipeline(secured.cluster.bootstrap_servers, APPLICATION_ID, PARTITIONS)
-    # A load producer of the test's own: a user that may only write the input topic.
-    producer = "load-producer"
-    secured.passwords[producer] = f"{producer}-{uuid.uuid4().hex}"
-    upsert = UserScramCredentialUpsertion(
-        producer,
-        ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
-        secured.passwords[producer].encode(),
-    )
-    secured.superuser.alter_user_scram_credentials([upsert])[producer].result(30)
     input_topic = pipeline.topics["input.topic"]
-    _grant(
-        secured.superuser,
-        [AclSpec(f"User:{producer}", ResourceType.TOPIC, input_topic, PatternType.LITERAL,
-                 Operation.WRITE)],
-    )  # fmt: skip
-
     # The processor's security settings exactly as the prod ConfigMap holds them.
     ca = str(secured.cluster.ca_file)
     security = {
@@ -250,17 +255,36 @@ def test_the_processor_counts_exactly_once_with_only_its_own_acls(
     )
     started.append(processor)
     truth = produce_page_views(
-        secured.user_configs(producer), input_topic, 3000, 50, seed=1, one_per_request=False
+        secured.user_configs(LOAD_PRODUCER), input_topic, 3000, 50, seed=1, one_per_request=False
     )
-    took = wait_for_counts(
-        processor, secured.cluster.superuser_configs(), pipeline.topics["output.topic"], truth,
-        DEADLINE_S,
-    )  # fmt: skip
+    try:
+        took = wait_for_counts(
+            processor, secured.cluster.superuser_configs(), pipeline.topics["output.topic"],
+            truth, DEADLINE_S,
+        )  # fmt: skip
+    except AssertionError as exc:
+        metrics = [line for line in processor.get("/metrics")[1].splitlines() if "lag" in line]
+        raise AssertionError(
+            f"{exc}\ninput ends {_ends(secured, input_topic)}; lag {metrics}\n"
+            f"processor log:\n{processor.log()[-8000:]}"
+        ) from None
     print(f"3000 page views counted exactly once after {took:.1f} s")
     assert "AUTHORIZATION_FAILED" not in processor.log(), processor.log()[-5000:]
     assert secured.passwords[APPLICATION_ID] not in processor.log()
     code, _ = processor.terminate()
     assert code == 0, processor.log()[-3000:]
+
+
+def _ends(secured: Secured, topic: str) -> dict[int, tuple[int, int]]:
+    """The (low, high) offsets of each partition of `topic`, as the super user sees them."""
+    consumer = Consumer({**secured.cluster.superuser_configs(), "group.id": "ends"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
 
 
 # --- refusals --------------------------------------------------------------------------------
