@@ -61,6 +61,7 @@ from app.acl_specs import (
     PatternType,
     ResourceType,
 )
+from app.topic_reconciler import error_text, plan_table
 
 log = logging.getLogger(__name__)
 
@@ -742,7 +743,7 @@ def _upsert_credentials(
         except KafkaException as exc:
             failures.append(
                 f"SCRAM user {user}: setting its {SCRAM_MECHANISM} credential failed "
-                f"({_error_text(exc)}); the reconciler needs ALTER on the cluster"
+                f"({error_text(exc)}); the reconciler needs ALTER on the cluster"
             )
         else:
             log.info("set the %s credential of SCRAM user %s", SCRAM_MECHANISM, user)
@@ -758,7 +759,7 @@ def _create_ledger(admin: AdminClient, brokers: int, timeout_s: float) -> list[s
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             return [
-                f"ACL ledger {ACL_LEDGER_TOPIC}: create failed ({_error_text(exc)}); nothing "
+                f"ACL ledger {ACL_LEDGER_TOPIC}: create failed ({error_text(exc)}); nothing "
                 "about ACLs was applied. The reconciler needs CREATE on that topic"
             ]
     return []
@@ -800,7 +801,7 @@ def _settle(
         except KafkaException as exc:
             failures.append(
                 f"ACL {step.subject} {step.binding.describe() if step.binding else ''}: {verb} "
-                f"failed ({_error_text(exc)}); check the reconciler's rights (ALTER on the "
+                f"failed ({error_text(exc)}); check the reconciler's rights (ALTER on the "
                 "cluster) and rerun"
             )
             continue
@@ -811,16 +812,10 @@ def _settle(
 
 def _record(producer: Producer, spec: AclSpec, created: bool) -> None:
     """Write a ledger record: the spec when created, a tombstone when deleted."""
-    value = json.dumps(spec.to_dict(), sort_keys=True).encode() if created else None
-    producer.produce(ACL_LEDGER_TOPIC, key=_ledger_key(spec), value=value)
+    # The spec is its own key: one record per ACL, whose latest value compaction keeps.
+    entry = _ledger_key(spec)
+    producer.produce(ACL_LEDGER_TOPIC, key=entry, value=entry if created else None)
     producer.poll(0)
-
-
-def _error_text(exc: BaseException) -> str:
-    error = exc.args[0] if exc.args else None
-    if isinstance(error, KafkaError):
-        return f"{error.name()}: {error.str()}"
-    return str(exc)
 
 
 # --- presenting ------------------------------------------------------------------------------
@@ -828,11 +823,4 @@ def _error_text(exc: BaseException) -> str:
 
 def format_table(the_plan: AclPlan) -> str:
     """The plan as a text table: principal, action, detail (one row per step)."""
-    rows = [("PRINCIPAL", "ACTION", "DETAIL")] + [
-        (s.subject, s.action.value, s.detail) for s in the_plan.steps
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(2)]
-    return "\n".join(
-        f"{subject:<{widths[0]}}  {action:<{widths[1]}}  {detail}".rstrip()
-        for subject, action, detail in rows
-    )
+    return plan_table("PRINCIPAL", [(s.subject, s.action.value, s.detail) for s in the_plan.steps])

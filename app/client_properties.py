@@ -1,9 +1,9 @@
 """Kafka client properties files (`--command-config`), read the same way by every tool.
 
-The reconciler, the load generator, the benchmarks and the local run take their security
-settings (`security.protocol`, `sasl.*`, `ssl.*`, librdkafka's names) from one such file, as
-Kafka's own tools do; `${env:NAME}` is resolved from the environment so the file holds no
-secret (the password comes from a Secret through the pod's environment).
+The reconciler and the load generator take their security settings (`security.protocol`,
+`sasl.*`, `ssl.*`, librdkafka's names) from one such file, as Kafka's own tools do;
+`${dir:DIRECTORY:FILE}` and `${env:NAME}` are resolved, so the file holds no secret (the
+password is a file of a mounted Secret).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from app.java_properties import parse_properties, resolve_env
 
 FLAG = "--command-config"
 HELP = (
-    "Kafka client properties (security.protocol, sasl.*, ssl.*; ${env:NAME} is resolved), as "
-    "for Kafka's own tools: secrets never go on the command line"
+    "Kafka client properties (security.protocol, sasl.*, ssl.*; ${dir:DIRECTORY:FILE} and "
+    "${env:NAME} are resolved), as for Kafka's own tools: secrets never go on the command line"
 )
 
 
@@ -31,7 +31,7 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def load_client_config(path: Path | None, env: Mapping[str, str]) -> dict[str, str]:
-    """Client properties from `path` (none: no settings), `${env:NAME}` resolved."""
+    """Client properties from `path` (none: no settings), references resolved."""
     if path is None:
         return {}
     try:

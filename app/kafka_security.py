@@ -20,8 +20,6 @@ Standard library only: the Pulumi program imports this module from its own envir
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from app.acl_specs import SCRAM_MECHANISM
 
 PLAINTEXT = "PLAINTEXT"
@@ -135,8 +133,3 @@ def broker_client_configs(tls_dir: str) -> dict[str, str]:
         "ssl.certificate.location": f"{tls_dir}/{TLS_CERT_FILE}",
         "ssl.key.location": f"{tls_dir}/{TLS_KEY_FILE}",
     }
-
-
-def is_secured(client_configs: Mapping[str, str]) -> bool:
-    """Whether a client's settings use TLS (and so need the cluster's CA)."""
-    return client_configs.get("security.protocol", PLAINTEXT).upper() in ("SSL", SASL_SSL)

@@ -283,7 +283,8 @@ def _await_leaders(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list
     return []
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """A Kafka failure as `NAME: reason` (librdkafka's error name and text), for messages."""
     error = exc.args[0] if exc.args else None
     if isinstance(error, KafkaError):
         return f"{error.name()}: {error.str()}"
@@ -381,7 +382,7 @@ def _wait_for(
         try:
             future.result()
         except KafkaException as exc:
-            failures.append(failure(topic, _error_text(exc)))
+            failures.append(failure(topic, error_text(exc)))
         else:
             log.info(done, topic)
     return failures
@@ -392,11 +393,14 @@ def _wait_for(
 
 def format_table(the_plan: Plan) -> str:
     """The plan as a text table: topic, action, detail (one row per step)."""
-    rows = [("TOPIC", "ACTION", "DETAIL")] + [
-        (s.topic, s.action.value, s.detail) for s in the_plan.steps
-    ]
+    return plan_table("TOPIC", [(s.topic, s.action.value, s.detail) for s in the_plan.steps])
+
+
+def plan_table(subject: str, steps: Sequence[tuple[str, str, str]]) -> str:
+    """Plan steps (subject, action, detail) as a text table under `subject`, ACTION, DETAIL."""
+    rows = [(subject, "ACTION", "DETAIL"), *steps]
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     return "\n".join(
-        f"{topic:<{widths[0]}}  {action:<{widths[1]}}  {detail}".rstrip()
-        for topic, action, detail in rows
+        f"{name:<{widths[0]}}  {action:<{widths[1]}}  {detail}".rstrip()
+        for name, action, detail in rows
     )

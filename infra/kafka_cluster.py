@@ -60,11 +60,15 @@ NODE_ID_ENV = k8s.core.v1.EnvVarArgs(
 )
 
 
+def pod_dns_name(name: str, namespace: str, pod: str) -> str:
+    """A broker pod's name in cluster DNS, through the cluster's headless Service."""
+    return f"{pod}.{name}-headless.{namespace}.svc.cluster.local"
+
+
 def broker_dns_names(name: str, namespace: str, replicas: int) -> list[str]:
     """Every name a broker is reached by: its pod, the client Service, and localhost (sidecar)."""
-    headless = f"{name}-headless.{namespace}.svc.cluster.local"
     return [
-        *(f"{name}-{ordinal}.{headless}" for ordinal in range(replicas)),
+        *(pod_dns_name(name, namespace, f"{name}-{ordinal}") for ordinal in range(replicas)),
         f"{name}.{namespace}.svc.cluster.local",
         f"{name}.{namespace}.svc",
         "localhost",
@@ -163,12 +167,12 @@ class KafkaCluster(pulumi.ComponentResource):
         workload.service_account(name, ns, component_labels, child)
         self._network_policy(name, ns, component_labels, child)
 
-        def pod_dns(ordinal: int) -> str:
-            return f"{name}-{ordinal}.{headless}.{ns}.svc.cluster.local"
-
-        voters = ",".join(f"{i}@{pod_dns(i)}:{CONTROLLER_PORT}" for i in range(cfg.replicas))
+        voters = ",".join(
+            f"{i}@{pod_dns_name(name, ns, f'{name}-{i}')}:{CONTROLLER_PORT}"
+            for i in range(cfg.replicas)
+        )
         # $(POD_NAME) is expanded by the kubelet from the variable defined before it.
-        pod_host = f"$(POD_NAME).{headless}.{ns}.svc.cluster.local"
+        pod_host = pod_dns_name(name, ns, "$(POD_NAME)")
         # The same three listeners in every stack; only their security protocols differ.
         node = {
             "process.roles": "broker,controller",
