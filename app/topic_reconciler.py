@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -33,6 +34,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from app.kafka_retry import Retrying, is_transient
 from app.topic_specs import TopicSpec
 
 log = logging.getLogger(__name__)
@@ -146,9 +148,24 @@ def _describe_configs(
     futures = admin.describe_configs(resources, request_timeout=timeout_s)
     described: dict[str, dict[str, str | None]] = {}
     for resource, future in futures.items():
-        entries = future.result()
+        try:
+            entries = future.result()
+        except KafkaException as exc:
+            # The broker that answers may not know a topic created a moment ago
+            # (UNKNOWN_TOPIC_OR_PART, transient): ask again until it does, within the timeout.
+            if not is_transient(exc.args[0]):
+                raise
+            retrying = Retrying(budget_s=timeout_s, budget_name="the reconciler's request timeout")
+            entries = retrying(
+                f"configs of topic {resource.name}",
+                partial(_describe_one, admin, resource, timeout_s),
+            )
         described[resource.name] = {key: entry.value for key, entry in entries.items()}
     return described
+
+
+def _describe_one(admin: AdminClient, resource: ConfigResource, timeout_s: float) -> Any:
+    return admin.describe_configs([resource], request_timeout=timeout_s)[resource].result()
 
 
 # --- planning --------------------------------------------------------------------------------
