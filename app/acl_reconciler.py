@@ -765,6 +765,30 @@ def _create_ledger(admin: AdminClient, brokers: int, timeout_s: float) -> list[s
     return []
 
 
+def grant(
+    admin: AdminClient, specs: Sequence[AclSpec], timeout_s: float = REQUEST_TIMEOUT_S
+) -> list[str]:
+    """Create `specs`' bindings outside the plan and the ledger (Kafka creates an existing
+    binding again as a no-op, so this is idempotent); one failure text per ACL not created.
+
+    For the bootstrap a new cluster needs (the brokers grant the reconciler its own rights),
+    not for a workload's ACLs: those are the reconciler's to create, record and drop.
+    """
+    if not specs:
+        return []
+    bindings = {Binding.of(spec).to_admin(): spec for spec in specs}
+    futures = admin.create_acls(list(bindings), request_timeout=timeout_s)
+    failures = []
+    for binding, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            failures.append(
+                f"ACL {bindings[binding].describe()}: create failed ({error_text(exc)})"
+            )
+    return failures
+
+
 def _create_acls(
     admin: AdminClient, producer: Producer, the_plan: AclPlan, timeout_s: float
 ) -> list[str]:

@@ -1,7 +1,7 @@
 """A Kafka broker's readiness for its StatefulSet: running, and in sync on every replica it hosts.
 
     python -m app.broker_readiness --node-id 2 [--bootstrap-server localhost:9092] [--port 8090]
-        [--tls-dir /etc/kafka/tls]
+        [--tls-dir /etc/kafka/tls [--grant-acls /etc/kafka/bootstrap/bootstrap-acls.json]]
 
 Runs beside each broker (a sidecar of the Kafka pod, on the processor's image) and answers the
 kubelet's readiness probe on `/ready`: 200 when the broker is an unfenced member of the cluster
@@ -18,6 +18,16 @@ answers 200 while the process serves.
 On a secured cluster it asks as the broker itself: `--tls-dir` names the broker's certificate
 files and `--bootstrap-server` its INTERNAL listener (SSL, client certificate), where the
 broker's principal is the super user, so no ACL and no SCRAM password is needed.
+
+Deny by default holds for the topic reconciler too, and KRaft cannot create ACLs when the
+storage is formatted, so on a new cluster someone with the brokers' rights must grant the
+reconciler its own ACLs once. `--grant-acls` makes that the sidecar's job: once its broker is in
+sync, it creates the ACLs of every user in the file (`app.acl_specs` JSON; Kafka treats an
+existing binding as created), and again whenever the file's content changes (a ConfigMap update
+reaches a mounted file without a restart). Until they are granted the broker is not ready, so
+the reconciler Job, which starts after the brokers are ready, never meets a cluster that
+refuses it. The broker's key never leaves the broker's pod, and the only super users stay the
+brokers.
 """
 
 from __future__ import annotations
@@ -30,11 +40,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from hashlib import sha256
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from app import acl_specs
+from app.acl_reconciler import grant
 from app.kafka_security import broker_client_configs
 from app.processor import LOG_FORMAT
 
@@ -95,13 +109,56 @@ def judge(
     return BrokerReadiness(True, f"in sync on all {hosted} partitions on node {node_id}", hosted)
 
 
-class ReadinessCache:
-    """`judge` at most every `cache_s` seconds, however many probes ask."""
+class BootstrapAcls:
+    """The ACLs this broker grants from a file: once per content of the file."""
 
-    def __init__(self, admin: AdminClient, node_id: int, cache_s: float = CACHE_S) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._granted: str | None = None  # digest of the content last granted
+
+    def ensure(self, admin: AdminClient) -> str | None:
+        """Grant the file's ACLs unless this content was granted; None when done, else why not."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+            users = acl_specs.loads(text)
+        except (OSError, ValueError) as exc:
+            return (
+                f"bootstrap ACLs {self.path}: unreadable ({exc}); mount the kafka-bootstrap "
+                "ConfigMap there, or drop --grant-acls"
+            )
+        digest = sha256(text.encode()).hexdigest()
+        if digest == self._granted:
+            return None
+        specs = [acl for user in users for acl in user.acls]
+        failures = grant(admin, specs, METADATA_TIMEOUT_S)
+        if failures:
+            return (
+                f"granting {len(failures)} of the {len(specs)} bootstrap ACLs from {self.path} "
+                f"failed, will retry: {'; '.join(failures[:NAMED])}"
+            )
+        self._granted = digest
+        log.info(
+            "granted the %d bootstrap ACLs of %s from %s (Kafka keeps those it had)",
+            len(specs), ", ".join(user.principal for user in users), self.path,
+        )  # fmt: skip
+        return None
+
+
+class ReadinessCache:
+    """`judge` at most every `cache_s` seconds, however many probes ask; a ready broker also
+    grants the bootstrap ACLs, if given, before it says so."""
+
+    def __init__(
+        self,
+        admin: AdminClient,
+        node_id: int,
+        cache_s: float = CACHE_S,
+        bootstrap_acls: BootstrapAcls | None = None,
+    ) -> None:
         self.admin = admin
         self.node_id = node_id
         self.cache_s = cache_s
+        self.bootstrap_acls = bootstrap_acls
         self._lock = threading.Lock()
         self._last: tuple[float, BrokerReadiness] | None = None
 
@@ -112,6 +169,10 @@ class ReadinessCache:
             if self._last is None or now - self._last[0] >= self.cache_s:
                 previous = self._last[1] if self._last else None
                 judged = judge(self.admin, self.node_id)
+                if judged.ready and self.bootstrap_acls is not None:
+                    failure = self.bootstrap_acls.ensure(self.admin)
+                    if failure is not None:
+                        judged = BrokerReadiness(False, failure, judged.hosted)
                 if previous is None or previous.ready != judged.ready:
                     log.info("%s: %s", "ready" if judged.ready else "not ready", judged.reason)
                 self._last = (now, judged)
@@ -166,11 +227,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the broker's certificate files (ca.crt, tls.crt, tls.key): connect with them "
         "over SSL, to the INTERNAL listener named by --bootstrap-server",
     )
+    parser.add_argument(
+        "--grant-acls",
+        type=Path,
+        metavar="FILE",
+        help="ACLs (app.acl_specs JSON) to create once the broker is in sync, before it is "
+        "ready: the topic reconciler's own on a new cluster",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     # Quiet client: a broker that is down or restarting is this process's normal subject.
     admin = AdminClient(client_configs(args.bootstrap_server, args.tls_dir))
-    server = serve(ReadinessCache(admin, args.node_id, args.cache_s), args.host, args.port)
+    grants = BootstrapAcls(args.grant_acls) if args.grant_acls else None
+    server = serve(ReadinessCache(admin, args.node_id, args.cache_s, grants), args.host, args.port)
     log.info(
         "broker readiness of node %d (%s) on :%d/ready",
         args.node_id, args.bootstrap_server, server.server_address[1],

@@ -28,7 +28,11 @@ from infra.kafka_credentials import (  # noqa: E402
 )
 from infra.processor import Processor, ProcessorArgs  # noqa: E402
 from infra.processor_properties import processor_properties  # noqa: E402
-from infra.topics import TopicReconciliation, TopicReconciliationArgs  # noqa: E402
+from infra.topics import (  # noqa: E402
+    RECONCILER_USER,
+    TopicReconciliation,
+    TopicReconciliationArgs,
+)
 
 config = load_stack_config()
 
@@ -71,6 +75,8 @@ kafka = KafkaCluster(
         readiness_image_pull_policy=config.processor.image_pull_policy,
         security=config.security,
         credentials=credentials,
+        # The reconciler's own ACLs, granted by the brokers: it manages everyone else's.
+        bootstrap_users=[user for user in config.kafka_users if user.name == RECONCILER_USER],
     ),
     opts=in_namespace,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +10,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from app import acl_specs
+from app.acl_specs import KafkaUser
 from app.kafka_security import (
     CLIENT_LISTENER,
     INTERNAL_LISTENER,
@@ -33,8 +36,11 @@ CATCH_UP_SECONDS = 300
 DATA_DIR = "/var/lib/kafka/data"
 # The brokers' key, certificate and CA (the TLS Secret), read-only.
 TLS_DIR = "/etc/kafka/tls"
-FORMAT_DIR = "/etc/kafka/format"
+# What a new cluster starts from (the `<name>-bootstrap` ConfigMap): the settings its storage
+# is formatted with, and the ACLs the readiness sidecars grant (the topic reconciler's own).
+BOOTSTRAP_DIR = "/etc/kafka/bootstrap"
 FORMAT_FILE = "server.properties"
+BOOTSTRAP_ACLS_FILE = "bootstrap-acls.json"
 # The image runs as uid 1000 (appuser); its files are world-readable, so any non-root uid works.
 KAFKA_UID = 10001
 
@@ -81,7 +87,7 @@ def broker_dns_names(name: str, namespace: str, replicas: int) -> list[str]:
 # The passwords are files (a projected volume of the user Secrets), never environment.
 FORMAT_SCRIPT = f"""set -eu
 config=/tmp/format.properties
-cp {FORMAT_DIR}/{FORMAT_FILE} "$config"
+cp {BOOTSTRAP_DIR}/{FORMAT_FILE} "$config"
 echo "node.id=$KAFKA_NODE_ID" >> "$config"
 set --
 for file in {USERS_DIR}/*; do
@@ -113,6 +119,9 @@ class KafkaClusterArgs:
     security: SecurityConfig
     # The TLS Secret and the SCRAM users' Secrets; None on a PLAINTEXT cluster.
     credentials: KafkaCredentials | None
+    # Users whose ACLs the brokers grant on a secured cluster: the topic reconciler, which
+    # cannot grant itself its first rights under deny-by-default and manages everyone else's.
+    bootstrap_users: Sequence[KafkaUser] = ()
 
 
 class KafkaCluster(pulumi.ComponentResource):
@@ -195,19 +204,21 @@ class KafkaCluster(pulumi.ComponentResource):
             ),
             k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value=f"-Xms{heap}m -Xmx{heap}m"),
         )
-        format_config = None
+        bootstrap = None
         if args.credentials is not None:
-            # What the storage is formatted with: the broker's own settings (node.id is added
-            # by the script; advertised listeners do not matter to a format).
-            format_config = k8s.core.v1.ConfigMap(
-                f"{name}-format",
+            bootstrap = k8s.core.v1.ConfigMap(
+                f"{name}-bootstrap",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=f"{name}-format", namespace=ns, labels=component_labels
+                    name=f"{name}-bootstrap", namespace=ns, labels=component_labels
                 ),
                 data={
+                    # The broker's own settings (node.id is added by the script; advertised
+                    # listeners do not matter to a format).
                     FORMAT_FILE: format_properties(
                         {k: v for k, v in settings.items() if k != "advertised.listeners"}
-                    )
+                    ),
+                    # Not in the pod template: the sidecars read an update without a roll.
+                    BOOTSTRAP_ACLS_FILE: acl_specs.dumps(list(args.bootstrap_users)),
                 },
                 opts=child,
             )
@@ -239,7 +250,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 update_strategy=k8s.apps.v1.StatefulSetUpdateStrategyArgs(type="RollingUpdate"),
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(name)),
-                template=self._pod_template(cfg, args, name, component_labels, env, format_config),
+                template=self._pod_template(cfg, args, name, component_labels, env, bootstrap),
                 volume_claim_templates=[
                     workload.state_claim("data", cfg.storage_class_name, cfg.storage)
                 ],
@@ -260,7 +271,7 @@ class KafkaCluster(pulumi.ComponentResource):
         name: str,
         component_labels: dict[str, str],
         env: list[k8s.core.v1.EnvVarArgs],
-        format_config: k8s.core.v1.ConfigMap | None,
+        bootstrap: k8s.core.v1.ConfigMap | None,
     ) -> k8s.core.v1.PodTemplateSpecArgs:
         affinity, spread = workload.placement(
             name, anti_affinity=cfg.anti_affinity, zone_spread=cfg.zone_spread
@@ -292,7 +303,7 @@ class KafkaCluster(pulumi.ComponentResource):
         tls_mounts: list[k8s.core.v1.VolumeMountArgs] = []
         annotations = None
         credentials = args.credentials
-        if credentials is not None and format_config is not None:
+        if credentials is not None and bootstrap is not None:
             tls_mounts = [
                 k8s.core.v1.VolumeMountArgs(name="tls", mount_path=TLS_DIR, read_only=True)
             ]
@@ -305,10 +316,8 @@ class KafkaCluster(pulumi.ComponentResource):
                 ),
                 credentials.users_volume("users"),
                 k8s.core.v1.VolumeArgs(
-                    name="format",
-                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-                        name=format_config.metadata.name
-                    ),
+                    name="bootstrap",
+                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=bootstrap.metadata.name),
                 ),
             ]
             init_containers.append(
@@ -325,7 +334,7 @@ class KafkaCluster(pulumi.ComponentResource):
                     volume_mounts=[
                         k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
                         k8s.core.v1.VolumeMountArgs(
-                            name="format", mount_path=FORMAT_DIR, read_only=True
+                            name="bootstrap", mount_path=BOOTSTRAP_DIR, read_only=True
                         ),
                         k8s.core.v1.VolumeMountArgs(
                             name="users", mount_path=USERS_DIR, read_only=True
@@ -409,11 +418,21 @@ class KafkaCluster(pulumi.ComponentResource):
         """`app.broker_readiness` beside the broker: one admin client, no JVM per probe.
 
         On a secured cluster it connects as the broker (INTERNAL listener, the broker's
-        certificate): it is part of the broker, and needs no user of its own.
+        certificate): it is part of the broker, and needs no user of its own. There it also
+        grants the bootstrap users' ACLs before its broker is ready, so the reconciler Job
+        (which Pulumi starts once every broker is ready) is never refused on a new cluster.
         """
         connect = ["--bootstrap-server", f"localhost:{CLIENT_PORT}"]
+        mounts = list(tls_mounts)
         if tls_mounts:
             connect = ["--bootstrap-server", f"localhost:{INTERNAL_PORT}", "--tls-dir", TLS_DIR]
+            if args.bootstrap_users:
+                connect += ["--grant-acls", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_ACLS_FILE}"]
+                mounts.append(
+                    k8s.core.v1.VolumeMountArgs(
+                        name="bootstrap", mount_path=BOOTSTRAP_DIR, read_only=True
+                    )
+                )
         return k8s.core.v1.ContainerArgs(
             name="broker-readiness",
             image=args.readiness_image,
@@ -430,7 +449,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 str(READINESS_PORT),
             ],
             env=[NODE_ID_ENV],
-            volume_mounts=tls_mounts or None,
+            volume_mounts=mounts or None,
             ports=[k8s.core.v1.ContainerPortArgs(name="readiness", container_port=READINESS_PORT)],
             # Python and one admin client: about 40 MiB resident, a few ms of CPU per probe.
             resources=workload.guaranteed_resources("100m", "128Mi"),

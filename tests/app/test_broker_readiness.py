@@ -12,12 +12,13 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.broker_readiness import ReadinessCache, client_configs, judge, serve
+from app.broker_readiness import BootstrapAcls, ReadinessCache, client_configs, judge, serve
 from app.embedded_broker import EmbeddedBroker, free_port
 from app.kraft_cluster import HOST, KraftCluster
 from tests.app.processor_harness import wait_until
@@ -49,6 +50,23 @@ def test_a_node_the_cluster_does_not_list_is_not_ready_and_says_so(admin: AdminC
     assert f"node 7 is not an unfenced broker of the cluster (brokers [{TANSU_NODE_ID}])" in (
         readiness.reason
     )
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "No such file"), ('{"users": [{"name": "x"}]}', "fields must be name, purpose, acls")],
+)
+def test_a_broker_whose_bootstrap_acls_cannot_be_read_is_not_ready_and_says_which_file(
+    admin: AdminClient, tmp_path: Path, content: str | None, problem: str
+) -> None:
+    path = tmp_path / "bootstrap-acls.json"
+    if content is not None:
+        path.write_text(content)
+    readiness = ReadinessCache(admin, TANSU_NODE_ID, bootstrap_acls=BootstrapAcls(path)).current()
+    assert not readiness.ready
+    assert readiness.reason.startswith(f"bootstrap ACLs {path}: unreadable (")
+    assert problem in readiness.reason
+    assert "mount the kafka-bootstrap ConfigMap there" in readiness.reason
 
 
 def test_a_broker_that_does_not_answer_is_not_ready() -> None:

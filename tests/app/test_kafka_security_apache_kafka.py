@@ -17,8 +17,9 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from app.acl_reconciler import Binding, read_bindings
+from app.acl_reconciler import Binding, grant, read_bindings
 from app.acl_specs import (
     ACL_LEDGER_TOPIC,
     SCRAM_MECHANISM,
@@ -80,6 +81,7 @@ class Secured:
     workdir: Path
     users: list[KafkaUser]
     passwords: dict[str, str]
+    sidecar_logs: list[Path] = field(default_factory=list)
 
     @cached_property
     def superuser(self) -> AdminClient:
@@ -122,8 +124,7 @@ def _rows(table: str) -> list[list[str]]:
 
 
 def _grant(admin: AdminClient, acls: Sequence[AclSpec]) -> None:
-    for future in admin.create_acls([Binding.of(acl).to_admin() for acl in acls]).values():
-        future.result(30)
+    assert grant(admin, acls) == []
 
 
 def _properties(settings: Mapping[str, str]) -> str:
@@ -159,12 +160,46 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         reconciler["sasl.password"] = "${env:SASL_PASSWORD}"
         (workdir / "client.properties").write_text(_properties(reconciler))
         secured = Secured(cluster, workdir, users, passwords)
-        # Deny by default holds for the reconciler too: its own ACLs come first, granted once by
-        # a super user (the bootstrap step a new cluster needs; the reconciler keeps them).
-        (reconciler_user,) = [u for u in users if u.name == RECONCILER]
-        _grant(secured.superuser, reconciler_user.acls)
-        _add_load_producer(secured, f"{APPLICATION_ID}-page-views")
-        yield secured
+        # Deny by default holds for the reconciler too: its own ACLs come from the brokers'
+        # readiness sidecars, as prod runs them, and the Job starts once all are ready.
+        with readiness_sidecars(secured) as sidecars:
+            secured.sidecar_logs = sidecars
+            _add_load_producer(secured, f"{APPLICATION_ID}-page-views")
+            yield secured
+
+
+@contextmanager
+def readiness_sidecars(secured: Secured) -> Iterator[list[Path]]:
+    """One `app.broker_readiness` per broker with the prod sidecar's arguments (the broker's
+    certificate on its INTERNAL listener, the reconciler's ACLs to grant); yields their log
+    files once every one answers 200 on /ready."""
+    (reconciler,) = [u for u in secured.users if u.name == RECONCILER]
+    grants = secured.workdir / "bootstrap-acls.json"
+    grants.write_text(dumps([reconciler]))
+    started: list[tuple[subprocess.Popen[bytes], int, Path]] = []
+    try:
+        for node in secured.cluster.nodes:
+            port, log_file = free_port(), secured.workdir / f"sidecar-{node.node_id}.log"
+            with log_file.open("wb") as out:
+                sidecar = subprocess.Popen(
+                    [sys.executable, "-m", "app.broker_readiness", "--node-id", str(node.node_id),
+                     "--bootstrap-server", node.admin_endpoint,
+                     "--tls-dir", str(secured.cluster.tls_dir), "--grant-acls", str(grants),
+                     "--port", str(port), "--host", "127.0.0.1"],
+                    cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            started.append((sidecar, port, log_file))
+        for _, port, log_file in started:
+            wait_until(
+                partial(_ready, port),
+                DEADLINE_S,
+                f"the readiness sidecar on :{port} to answer 200 on /ready (log {log_file})",
+            )
+        yield [log_file for _, _, log_file in started]
+    finally:
+        for sidecar, _, _ in started:
+            sidecar.terminate()
+            sidecar.wait(30)
 
 
 def _add_load_producer(secured: Secured, input_topic: str) -> None:
@@ -424,20 +459,18 @@ def test_the_reconciler_leaves_an_acl_it_did_not_create_and_drops_one_it_did(
 # --- the brokers' readiness sidecar ----------------------------------------------------------
 
 
-def test_the_readiness_sidecar_asks_as_the_broker_with_tls_dir(secured: Secured) -> None:
-    node = secured.cluster.nodes[0]
-    port = free_port()
-    sidecar = subprocess.Popen(
-        [sys.executable, "-m", "app.broker_readiness", "--node-id", str(node.node_id),
-         "--bootstrap-server", node.admin_endpoint, "--tls-dir", str(secured.cluster.tls_dir),
-         "--port", str(port), "--host", "127.0.0.1"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_until(lambda: _ready(port), DEADLINE_S, "the sidecar to answer 200 on /ready")
-    finally:
-        sidecar.terminate()
-        sidecar.wait(30)
+def test_the_brokers_sidecars_grant_the_reconciler_its_own_acls_on_a_fresh_cluster(
+    secured: Secured,
+) -> None:
+    """The module's cluster started with no ACL at all: the reconciler's came from the
+    sidecars (and the reconciler's runs above were not refused)."""
+    (reconciler,) = [u for u in secured.users if u.name == RECONCILER]
+    present = read_bindings(secured.superuser, [reconciler.principal])
+    assert present == {Binding.of(acl) for acl in reconciler.acls}
+    for log_file in secured.sidecar_logs:
+        text = log_file.read_text()
+        assert f"granted the {len(reconciler.acls)} bootstrap ACLs of User:{RECONCILER}" in text
+        assert "ready: in sync on all" in text
 
 
 def _ready(port: int) -> bool:

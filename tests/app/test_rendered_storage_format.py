@@ -22,7 +22,7 @@ pytestmark = pytest.mark.apache_kafka
 
 # Where the rendered pod mounts them; the test puts each under its own temporary folder.
 MOUNTS = {
-    "/etc/kafka/format": "format",
+    "/etc/kafka/bootstrap": "bootstrap",
     "/etc/kafka/users": "users",
     "/var/lib/kafka/data": "data",
     "/opt/kafka": "kafka",
@@ -34,7 +34,7 @@ def _format_step(manifests: Manifests) -> tuple[str, str]:
     pod = manifests.get("StatefulSet", "kafka")["spec"]["template"]["spec"]
     init = next(c for c in pod["initContainers"] if c["name"] == "format-storage")
     assert init["command"][:2] == ["sh", "-c"]
-    settings = manifests.config_maps()["kafka-format"]["server.properties"]
+    settings = manifests.config_maps()["kafka-bootstrap"]["server.properties"]
     return init["command"][2], settings
 
 
@@ -50,8 +50,8 @@ def test_the_rendered_format_step_bootstraps_every_scram_user(tmp_path: Path) ->
         script = script.replace(path, str(folder))
     format_settings = load_properties(settings)
     format_settings["log.dirs"] = str(folders["/var/lib/kafka/data"] / "logs")
-    folders["/etc/kafka/format"].mkdir()
-    (folders["/etc/kafka/format"] / "server.properties").write_text(
+    folders["/etc/kafka/bootstrap"].mkdir()
+    (folders["/etc/kafka/bootstrap"] / "server.properties").write_text(
         format_properties(format_settings)
     )
     users = {"page-view-counter": "p1", "topic-reconciler": "p2", "observer": "p3"}

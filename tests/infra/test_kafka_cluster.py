@@ -126,9 +126,13 @@ def test_a_broker_is_ready_when_in_sync_as_its_sidecar_judges_no_jvm_per_probe(
     assert "command" not in sidecar  # the image's tini stays PID 1
     assert sidecar["args"][:3] == ["python", "-m", "app.broker_readiness"]
     assert sidecar["args"][3:5] == ["--node-id", "$(KAFKA_NODE_ID)"]
-    # Secured, it connects as the broker: the INTERNAL listener and the broker's certificate.
+    # Secured, it connects as the broker: the INTERNAL listener and the broker's certificate,
+    # and grants the reconciler's own ACLs (tests/infra/test_kafka_security.py).
     connect = (
-        ["--bootstrap-server", "localhost:9094", "--tls-dir", "/etc/kafka/tls"]
+        [
+            *("--bootstrap-server", "localhost:9094", "--tls-dir", "/etc/kafka/tls"),
+            *("--grant-acls", "/etc/kafka/bootstrap/bootstrap-acls.json"),
+        ]
         if stack.stack == "prod"
         else ["--bootstrap-server", "localhost:9092"]
     )

@@ -105,11 +105,40 @@ def test_scram_users_are_bootstrapped_when_the_storage_is_formatted(prod: Record
     # The format reads the broker's own settings (what the image writes to server.properties).
     env = container_env(k8s_object(prod, "StatefulSet", "kafka"))
     formatted = load_properties(
-        k8s_object(prod, "ConfigMap", "kafka-format")["data"]["server.properties"]
+        k8s_object(prod, "ConfigMap", "kafka-bootstrap")["data"]["server.properties"]
     )
     for key, value in formatted.items():
         assert env[broker_env_name(key)] == value, key
     assert "advertised.listeners" not in formatted and "node.id" not in formatted
+
+
+def test_the_brokers_grant_the_reconciler_its_own_acls_before_they_are_ready(
+    prod: RecordedStack,
+) -> None:
+    pod = _pod(prod, "StatefulSet", "kafka")
+    sidecar = {c["name"]: c for c in pod["spec"]["containers"]}["broker-readiness"]
+    args = sidecar["args"]
+    grants = args[args.index("--grant-acls") + 1]
+    assert grants == "/etc/kafka/bootstrap/bootstrap-acls.json"
+    # As the broker: its certificate on the INTERNAL listener, where it is the super user.
+    assert args[args.index("--bootstrap-server") + 1] == "localhost:9094"
+    assert args[args.index("--tls-dir") + 1] == "/etc/kafka/tls"
+    mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
+    assert mounts["/etc/kafka/bootstrap"] == "bootstrap"
+    assert _volumes(pod)["bootstrap"]["configMap"]["name"] == "kafka-bootstrap"
+    # Exactly the reconciler's ACLs of the reconciled specs: it manages everyone else's.
+    bootstrap = k8s_object(prod, "ConfigMap", "kafka-bootstrap")["data"]["bootstrap-acls.json"]
+    reconciled = acl_specs.loads(_config_map(prod, "topics-")["data"]["acls.json"])
+    (reconciler,) = [u for u in reconciled if u.name == "topic-reconciler"]
+    assert acl_specs.loads(bootstrap) == [reconciler]
+    # An ACL change reaches the mounted file without rolling the brokers.
+    assert "bootstrap-acls" not in json.dumps(pod["metadata"])
+
+
+def test_a_plaintext_stack_grants_nothing(dev: RecordedStack) -> None:
+    pod = _pod(dev, "StatefulSet", "kafka")
+    sidecar = {c["name"]: c for c in pod["spec"]["containers"]}["broker-readiness"]
+    assert "--grant-acls" not in sidecar["args"]
 
 
 def test_each_workload_connects_as_its_own_user_with_a_password_file(prod: RecordedStack) -> None:

@@ -30,18 +30,20 @@ def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: Rec
     assert kinds >= COMMON
     extra = kinds - COMMON
     # The specs ConfigMap, the reconciler Job and the processor properties, named by content.
-    assert sorted(kind for kind, name in extra if kind != "Secret" and name != "kafka-format") == [
+    by_content = (kind for kind, name in extra if kind != "Secret" and name != "kafka-bootstrap")
+    assert sorted(by_content) == [
         "ConfigMap",
         "ConfigMap",
         "Job",
     ]
-    # A secured stack adds its TLS Secret, a password Secret per user and the format settings.
+    # A secured stack adds its TLS Secret, a password Secret per user and what a new cluster
+    # starts from (format settings, the reconciler's ACLs).
     secured = {
         ("Secret", "kafka-tls"),
         ("Secret", "kafka-user-page-view-counter"),
         ("Secret", "kafka-user-topic-reconciler"),
         ("Secret", "kafka-user-observer"),
-        ("ConfigMap", "kafka-format"),
+        ("ConfigMap", "kafka-bootstrap"),
     }
     assert (extra >= secured) == (stack.stack == "prod")
     assert len(kinds) == len(stack.kubernetes_objects()) == (21 if stack.stack == "prod" else 16)
