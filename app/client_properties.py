@@ -1,18 +1,20 @@
 """Kafka client properties files (`--command-config`), read the same way by every tool.
 
-The reconciler and the load generator take their security settings (`security.protocol`,
-`sasl.*`, `ssl.*`, librdkafka's names) from one such file, as Kafka's own tools do;
-`${dir:DIRECTORY:FILE}` and `${env:NAME}` are resolved, so the file holds no secret (the
-password is a file of a mounted Secret).
+The reconciler, the load generator, the local run and the benchmarks take their security
+settings (`security.protocol`, `sasl.*`, `ssl.*`, librdkafka's names) from one such file, as
+Kafka's own tools do; `${dir:DIRECTORY:FILE}` and `${env:NAME}` are resolved, so the file holds
+no secret (the password is a file of a mounted Secret).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.java_properties import parse_properties, resolve_env
+from app.java_properties import PropertyLine, parse_properties, resolve_env
+from app.processor.settings import CLIENT_COMMON_KEYS, CLIENT_COMMON_PREFIXES
 
 FLAG = "--command-config"
 HELP = (
@@ -30,20 +32,55 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(FLAG, type=Path, metavar="FILE", help=HELP)
 
 
-def load_client_config(path: Path | None, env: Mapping[str, str]) -> dict[str, str]:
-    """Client properties from `path` (none: no settings), references resolved."""
-    if path is None:
-        return {}
+@dataclass(frozen=True)
+class ClientConfig:
+    """One `--command-config` file: its settings as written and as this process's clients use
+    them. A child process (a processor instance) gets them as written, so a `${dir:...}` or
+    `${env:...}` reference stays a reference in the files this process writes."""
+
+    path: Path | None = None
+    written: Mapping[str, str] = field(default_factory=dict)
+    resolved: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path | None, env: Mapping[str, str]) -> ClientConfig:
+        """Read `path` (none: no settings) and resolve its references from `env` and files."""
+        if path is None:
+            return cls()
+        entries = _read(path)
+        resolved = {}
+        for entry in entries:
+            try:
+                resolved[entry.key] = resolve_env(entry.value, env)
+            except LookupError as exc:
+                raise ClientPropertiesError(
+                    f"{FLAG} {path}:{entry.line} {entry.key}: {exc}"
+                ) from exc
+        return cls(path, {entry.key: entry.value for entry in entries}, resolved)
+
+    def security(self) -> dict[str, str]:
+        """The security settings as written (`security.protocol`, `sasl.*`, `ssl.*`): what a
+        processor instance's properties take from this file."""
+        return {
+            key: value
+            for key, value in self.written.items()
+            if key in CLIENT_COMMON_KEYS or key.startswith(CLIENT_COMMON_PREFIXES)
+        }
+
+    def arguments(self) -> list[str]:
+        """`--command-config FILE` for a tool this process runs, or nothing."""
+        return [FLAG, str(self.path)] if self.path is not None else []
+
+
+def _read(path: Path) -> list[PropertyLine]:
     try:
-        entries = parse_properties(path.read_text(encoding="utf-8"))
+        return parse_properties(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ClientPropertiesError(f"cannot read {FLAG} {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise ClientPropertiesError(f"invalid {FLAG} {path}: {exc}") from exc
-    config = {}
-    for entry in entries:
-        try:
-            config[entry.key] = resolve_env(entry.value, env)
-        except LookupError as exc:
-            raise ClientPropertiesError(f"{FLAG} {path}:{entry.line} {entry.key}: {exc}") from exc
-    return config
+
+
+def load_client_config(path: Path | None, env: Mapping[str, str]) -> dict[str, str]:
+    """Client properties from `path` (none: no settings), references resolved."""
+    return dict(ClientConfig.load(path, env).resolved)

@@ -1,6 +1,7 @@
 """`python -m app.bench rolling-restart|throughput`: the benchmarks (tables and graphs).
 
-    python -m app.bench rolling-restart [--bootstrap-servers HOST:PORT | --kafka-home DIR]
+    python -m app.bench rolling-restart [--bootstrap-servers HOST:PORT [--command-config FILE]
+        | --kafka-home DIR]
         [--cases a,b] [--session-timeout-ms 20000] [--rate 100] [--out build/bench]
     python -m app.bench throughput [--bootstrap-servers HOST:PORT]
         [--configs 5000:1000,20000:250] [--backlog 100000] [--partitions 6] [--keys 10000]
@@ -9,6 +10,8 @@
 Without --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) one embedded broker serves every case;
 the cases it cannot run honestly say so in the table. --kafka-home starts 3 local KRaft nodes from
 an Apache Kafka distribution and runs on them; the broker-roll case restarts them under load.
+--command-config names a secured cluster's client properties (security.protocol, sasl.*, ssl.*)
+for every client of the bench, as for `python -m app.local`.
 Speeds are reported, never asserted.
 """
 
@@ -23,8 +26,10 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
+from app import client_properties
 from app.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
 from app.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
+from app.client_properties import ClientConfig, ClientPropertiesError
 from app.embedded_broker import EmbeddedBroker
 from app.kraft_cluster import KraftCluster
 from app.processor.defaults import DEFAULTS
@@ -77,6 +82,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="HOST:PORT[,...]",
         help=f"a running Apache Kafka (default ${BOOTSTRAP_ENV}; unset: the embedded broker)",
     )
+    client_properties.add_argument(common)
     common.add_argument(
         "--out",
         type=Path,
@@ -142,9 +148,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parse_args(argv)
     out = args.out.resolve()
+    try:
+        client = ClientConfig.load(args.command_config, os.environ)
+    except ClientPropertiesError as exc:
+        raise SystemExit(f"python -m app.bench: {exc}") from exc
     with ExitStack() as stack:
         bootstrap = args.bootstrap_servers
         brokers = None
+        if client.path is not None and not bootstrap:
+            raise SystemExit(
+                f"--command-config {client.path}: for a secured cluster named by "
+                "--bootstrap-servers; the bench's own brokers run PLAINTEXT"
+            )
         if args.kafka_home is not None:
             if bootstrap:
                 raise SystemExit("--kafka-home and --bootstrap-servers: choose one")
@@ -175,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 broker_down_s=args.broker_down_s,
             )
             chosen = [c for c in CASES if c.name in args.cases]
-            results = run_matrix(chosen, params, out, bootstrap, embedded, brokers)
+            results = run_matrix(chosen, params, out, bootstrap, embedded, brokers, client)
             return 0 if all(r.ok for r in results) else 1
         params_tp = replace(
             ThroughputParams(),
@@ -185,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             latency_rate=args.latency_rate,
             latency_s=args.latency_s,
         )
-        run_throughput(args.configs, params_tp, out, bootstrap, embedded)
+        run_throughput(args.configs, params_tp, out, bootstrap, embedded, client)
         return 0
 
 

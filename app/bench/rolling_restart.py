@@ -38,6 +38,7 @@ from app.bench.measure import (
 )
 from app.bench.table import Row, write_table
 from app.broker_readiness import judge
+from app.client_properties import ClientConfig
 from app.kraft_cluster import HOST, KraftCluster
 from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, InstanceStatus, PipelineNames
@@ -231,6 +232,7 @@ def run_matrix(
     bootstrap_servers: str,
     embedded: bool,
     brokers: KraftCluster | None = None,
+    client: ClientConfig | None = None,
 ) -> list[CaseResult]:
     """Run the cases, one pipeline per kind (membership, standbys) with one restart per case in
     it; write the table (Markdown, CSV) and a graph per case; the results. `brokers`: the local
@@ -252,7 +254,9 @@ def run_matrix(
 
     for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
         group = [c for c in runnable if kind(c) == pipeline_kind]
-        for result in run_group(group, params, out_dir, bootstrap_servers, embedded, brokers):
+        for result in run_group(
+            group, params, out_dir, bootstrap_servers, embedded, brokers, client
+        ):
             results[result.case.name] = result
     ordered = [results[c.name] for c in cases]
     text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
@@ -279,7 +283,7 @@ class Restart:
 
 def run_group(
     cases: Sequence[Case], params: BenchParams, out_dir: Path, bootstrap_servers: str,
-    embedded: bool, brokers: KraftCluster | None = None,
+    embedded: bool, brokers: KraftCluster | None = None, client: ClientConfig | None = None,
 ) -> list[CaseResult]:  # fmt: skip
     """One pipeline (own topics and group), one restart (or roll) per case."""
     stateful, mode = cases[0].stateful, cases[0].membership_mode
@@ -291,6 +295,7 @@ def run_group(
         partitions=params.partitions,
         bootstrap_servers=bootstrap_servers,
         one_record_per_batch=embedded,
+        client=client or ClientConfig(),
         names=PipelineNames(prefix, f"{prefix}-page-views", f"{prefix}-page-view-counts"),
         options=InstanceOptions(
             stateful=stateful,

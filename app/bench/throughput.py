@@ -27,6 +27,7 @@ from app.bench import plots
 from app.bench.measure import Timeline, output_latencies, percentile
 from app.bench.memory import MemorySampler
 from app.bench.table import write_table
+from app.client_properties import ClientConfig
 from app.loadgen import LoadGenerator, LoadSettings, producer_config
 from app.local.instances import InstanceOptions, PipelineNames
 from app.local.pipeline import LocalPipeline, PipelineSetup
@@ -77,8 +78,10 @@ def run_throughput(
     out_dir: Path,
     bootstrap_servers: str,
     embedded: bool,
+    client: ClientConfig | None = None,
 ) -> list[dict[str, float | str | None]]:
     """Run every configuration; write the table and the graph; the rows."""
+    client = client or ClientConfig()
     run_id = uuid.uuid4().hex[:6]
     input_topic = f"tp-{run_id}-page-views"
     rows: list[dict[str, float | str | None]] = []
@@ -92,6 +95,7 @@ def run_throughput(
             partitions=params.partitions,
             bootstrap_servers=bootstrap_servers,
             one_record_per_batch=embedded,
+            client=client,
             names=PipelineNames(prefix, input_topic, f"{prefix}-page-view-counts"),
             options=InstanceOptions(
                 trigger_interval_ms=trigger_ms,
@@ -101,8 +105,14 @@ def run_throughput(
         )
         with LocalPipeline(setup) as pipeline:
             if raw is None:
-                produced.update(produce_backlog(bootstrap_servers, input_topic, params, embedded))
-                raw = raw_consume_rate(bootstrap_servers, input_topic, params.backlog)
+                produced.update(
+                    produce_backlog(
+                        bootstrap_servers, input_topic, params, embedded, client.resolved
+                    )
+                )
+                raw = raw_consume_rate(
+                    bootstrap_servers, input_topic, params.backlog, client.resolved
+                )
                 log.info("raw consume rate: %.0f records/s", raw)
             row, latency_views = measure_instance(pipeline, params, produced)
             produced.update(latency_views)
@@ -129,14 +139,20 @@ def run_throughput(
 
 
 def produce_backlog(
-    bootstrap_servers: str, topic: str, params: ThroughputParams, embedded: bool
+    bootstrap_servers: str,
+    topic: str,
+    params: ThroughputParams,
+    embedded: bool,
+    client_config: Mapping[str, str] | None = None,
 ) -> Mapping[str, int]:
     """`params.backlog` page views, as fast as the producer goes; views per page."""
     generator = LoadGenerator(
         LoadSettings(
             topic=topic, rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed
         ),
-        producer_config(bootstrap_servers, one_record_per_batch=embedded),
+        producer_config(
+            bootstrap_servers, one_record_per_batch=embedded, client_config=client_config
+        ),
     )
     summary = generator.run()
     if summary.failed:
@@ -145,10 +161,16 @@ def produce_backlog(
     return summary.per_key
 
 
-def raw_consume_rate(bootstrap_servers: str, topic: str, expected: int) -> float:
+def raw_consume_rate(
+    bootstrap_servers: str,
+    topic: str,
+    expected: int,
+    client_config: Mapping[str, str] | None = None,
+) -> float:
     """Records per second of a plain consumer reading the topic from the beginning."""
     consumer = Consumer(
         {
+            **(client_config or {}),
             "bootstrap.servers": bootstrap_servers,
             "group.id": f"raw-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": "false",

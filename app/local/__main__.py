@@ -1,7 +1,8 @@
 """`python -m app.local`: the pipeline on this machine, live, until Ctrl-C or `--duration`.
 
     python -m app.local [--instances 2] [--rate 200] [--keys 50] [--partitions 6]
-        [--bootstrap-servers HOST:PORT] [--duration S] [--state-dir build/local]
+        [--bootstrap-servers HOST:PORT [--command-config client.properties]] [--duration S]
+        [--state-dir build/local]
 
 Starts the embedded broker (or uses --bootstrap-servers / $KAFKA_BOOTSTRAP_SERVERS), creates the
 topics with the project's reconciler, starts the load generator and N processor instances (each
@@ -10,6 +11,10 @@ progress every few seconds, and on Ctrl-C or after --duration stops in order: lo
 wait for the lag to reach 0, SIGTERM to the instances, the broker last. The final check compares
 the counts in the read_committed output with what was produced; `<state-dir>/report.json` holds
 it. Exit code 0 when the counts match.
+
+On a secured cluster, `--command-config` names the client properties (`security.protocol`,
+`sasl.*`, `ssl.*`) every client of the run uses: the reconciler, the load generator, the
+observers and the instances (whose files get them as written, references unresolved).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from app import client_properties
+from app.client_properties import ClientConfig
 from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions
 from app.local.observe import check_counts
@@ -67,6 +74,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="HOST:PORT[,...]",
         help=f"a running Kafka (default ${BOOTSTRAP_ENV}; unset: the embedded broker)",
     )
+    client_properties.add_argument(parser)
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     parser.add_argument("--state-dir", type=Path, default=Path("build/local"))
     parser.add_argument(
@@ -76,6 +84,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.instances < 1 or args.partitions < 1:
         parser.error(
             f"--instances {args.instances} --partitions {args.partitions}: both must be at least 1"
+        )
+    if args.command_config is not None and not args.bootstrap_servers:
+        parser.error(
+            f"--command-config {args.command_config}: the embedded broker runs PLAINTEXT; give "
+            "--bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) of the secured cluster too"
         )
     if args.instances > args.partitions:
         parser.error(
@@ -127,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         instances=args.instances,
         partitions=args.partitions,
         bootstrap_servers=args.bootstrap_servers or None,
+        client=ClientConfig.load(args.command_config, os.environ),
         options=InstanceOptions(session_timeout_ms=args.session_timeout_ms),
     )
     load = LoadSettings(rate=args.rate, keys=args.keys, skew=args.skew)

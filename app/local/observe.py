@@ -30,8 +30,11 @@ MOVING_WAIT_S = 60.0
 log = logging.getLogger(__name__)
 
 
-def _observer_config(bootstrap_servers: str, group_id: str) -> dict[str, object]:
+def _observer_config(
+    bootstrap_servers: str, group_id: str, client_config: Mapping[str, str]
+) -> dict[str, object]:
     return {
+        **client_config,
         "bootstrap.servers": bootstrap_servers,
         "group.id": group_id,
         "enable.auto.commit": "false",
@@ -73,9 +76,17 @@ class PartitionLag:
 class GroupLag:
     """The consumer group's lag per input partition (see the module docstring)."""
 
-    def __init__(self, bootstrap_servers: str, group_id: str, topic: str) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group_id: str,
+        topic: str,
+        client_config: Mapping[str, str] | None = None,
+    ) -> None:
         # group.id names the group whose committed offsets are read; no subscribe: no join.
-        self._consumer = Consumer(_observer_config(bootstrap_servers, group_id))
+        self._consumer = Consumer(
+            _observer_config(bootstrap_servers, group_id, client_config or {})
+        )
         self.group_id = group_id
         self.topic = topic
         self.partitions = partition_count(self._consumer, topic)
@@ -125,9 +136,13 @@ class CountRecord:
 class OutputTail:
     """Reads the output topic on a background thread (see the module docstring)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+    def __init__(
+        self, bootstrap_servers: str, topic: str, client_config: Mapping[str, str] | None = None
+    ) -> None:
         config = {
-            **_observer_config(bootstrap_servers, f"output-tail-{uuid.uuid4().hex[:8]}"),
+            **_observer_config(
+                bootstrap_servers, f"output-tail-{uuid.uuid4().hex[:8]}", client_config or {}
+            ),
             "enable.partition.eof": "true",
         }
         self._consumer = Consumer(config)

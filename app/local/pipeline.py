@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from app import topics as topics_cli
+from app.client_properties import ClientConfig
 from app.embedded_broker import ONE_RECORD_PER_REQUEST, EmbeddedBroker
 from app.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
 from app.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
@@ -27,9 +29,9 @@ from app.local.observe import GroupLag, OutputTail
 from app.topic_specs import dumps, pipeline_topics
 
 
-def broker_count(bootstrap_servers: str) -> int:
+def broker_count(bootstrap_servers: str, client_config: Mapping[str, str]) -> int:
     """How many brokers the cluster at `bootstrap_servers` has."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient({**client_config, "bootstrap.servers": bootstrap_servers})
     cluster = topics_cli.wait_for_cluster(admin, bootstrap_servers, BROKER_COUNT_TIMEOUT_S)
     return len(cluster.brokers)
 
@@ -50,6 +52,8 @@ class PipelineSetup:
     instances: int = 2
     partitions: int = 4
     bootstrap_servers: str | None = None  # None: start the embedded broker
+    # A secured cluster's client settings (`--command-config`), for every client of the run.
+    client: ClientConfig = field(default_factory=ClientConfig)
     # One record per produce request (the embedded broker's ListOffsets needs it); None: only
     # when this pipeline starts the embedded broker.
     one_record_per_batch: bool | None = None
@@ -133,7 +137,8 @@ class LocalPipeline:
             self.bootstrap_servers = self.broker.bootstrap_servers
             log.info("embedded broker (Tansu, in memory) on %s", self.bootstrap_servers)
         self.create_topics()
-        options = setup.options
+        # The instances' files get the settings as written: references stay references.
+        options = replace(setup.options, extra={**setup.client.security(), **setup.options.extra})
         if self.embedded:
             # The sink's changelog writes must be one record per request too, or the embedded
             # broker's end offsets are wrong and a restore stops short of the changelog's end.
@@ -149,16 +154,20 @@ class LocalPipeline:
                 shutil.rmtree(instance.state_dir, ignore_errors=True)
         # Stopped last-in first-out: instances before the observers, the broker last.
         self._stack.callback(self.stop_instances)
+        client = setup.client.resolved
         self.lag = GroupLag(
-            self.bootstrap_servers, self.names.application_id, self.names.input_topic
+            self.bootstrap_servers, self.names.application_id, self.names.input_topic, client
         )
         self._stack.callback(self.lag.close)
-        self.output = OutputTail(self.bootstrap_servers, self.names.output_topic).start()
+        self.output = OutputTail(self.bootstrap_servers, self.names.output_topic, client).start()
         self._stack.callback(self.output.stop)
 
     def create_topics(self) -> None:
         """Create (or reconcile) the four topics with the project's reconciler."""
-        replication = min(STACK_REPLICATION_FACTOR, broker_count(self.bootstrap_servers))
+        replication = min(
+            STACK_REPLICATION_FACTOR,
+            broker_count(self.bootstrap_servers, self.setup.client.resolved),
+        )
         specs = pipeline_topics(
             application_id=self.names.application_id,
             input_topic=self.names.input_topic,
@@ -172,7 +181,10 @@ class LocalPipeline:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dumps(specs), encoding="utf-8")
         code = topics_cli.main(
-            ["--bootstrap-servers", self.bootstrap_servers, "--specs", str(path)]
+            [
+                *("--bootstrap-servers", self.bootstrap_servers, "--specs", str(path)),
+                *self.setup.client.arguments(),
+            ]
         )
         if code != 0:
             raise RuntimeError(
@@ -211,6 +223,7 @@ class LocalPipeline:
             producer_config(
                 self.bootstrap_servers,
                 one_record_per_batch=self.embedded if one_record is None else one_record,
+                client_config=self.setup.client.resolved,
             ),
         )
         return LoadThread(generator).start()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.client_properties import ClientPropertiesError, load_client_config
+from app.client_properties import ClientConfig, ClientPropertiesError, load_client_config
+from app.local.__main__ import parse_args
 
 
 def test_settings_are_read_and_env_references_resolved(tmp_path: Path) -> None:
@@ -40,3 +41,35 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nope.properties"
     with pytest.raises(ClientPropertiesError, match=f"cannot read --command-config {missing}"):
         load_client_config(missing, {})
+
+
+def test_a_child_process_gets_the_security_settings_as_written(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "password").write_text("s3cret")
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"sasl.password=${{dir:{secret}:password}}\n"
+        "ssl.ca.location=/etc/kafka-ca/ca.crt\n"
+        "client.id=operator\n"
+    )
+    config = ClientConfig.load(path, {})
+    assert config.resolved["sasl.password"] == "s3cret"
+    # A processor instance's properties: security keys only, the reference kept.
+    assert config.security() == {
+        "security.protocol": "SASL_SSL",
+        "sasl.password": f"${{dir:{secret}:password}}",
+        "ssl.ca.location": "/etc/kafka-ca/ca.crt",
+    }
+    assert config.arguments() == ["--command-config", str(path)]
+    assert ClientConfig().arguments() == [] and ClientConfig().security() == {}
+
+
+def test_the_local_run_refuses_command_config_on_the_embedded_broker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(SystemExit):
+        parse_args(["--command-config", str(tmp_path / "client.properties")])
+    assert "the embedded broker runs PLAINTEXT; give --bootstrap-servers" in capsys.readouterr().err

@@ -25,12 +25,17 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     NewTopic,
+    ResourcePatternType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from confluent_kafka.admin import ResourceType as AdminResourceType
 
 from app.acl_reconciler import Binding, grant, read_bindings
 from app.acl_specs import (
@@ -44,8 +49,14 @@ from app.acl_specs import (
     dumps,
     pipeline_users,
 )
+from app.bench.throughput import ThroughputParams, produce_backlog, raw_consume_rate
+from app.client_properties import ClientConfig
 from app.embedded_broker import free_port
+from app.java_properties import load_properties
 from app.kraft_cluster import KAFKA_HOME_ENV, ClusterSecurity, KraftCluster
+from app.loadgen import LoadSettings
+from app.local.instances import InstanceOptions, PipelineNames
+from app.local.pipeline import LocalPipeline, PipelineSetup
 from app.topic_specs import dumps as dump_topics
 from app.topic_specs import pipeline_topics
 from tests.app.processor_harness import (
@@ -454,6 +465,102 @@ def test_the_reconciler_leaves_an_acl_it_did_not_create_and_drops_one_it_did(
         for future in secured.superuser.delete_acls([Binding.of(foreign).to_filter()]).values():
             future.result(30)
         assert secured.reconcile().returncode == 0
+
+
+# --- the local run and the benchmarks on a secured cluster -----------------------------------
+
+OPERATOR = "local-operator"
+
+
+def _add_operator(secured: Secured) -> Path:
+    """A test user that may do everything on topics, groups and transactional ids (what the
+    local run's reconciler, load generator, observers and instance do together), and its
+    client properties as a user writes them: the password by reference to a file."""
+    password = f"{OPERATOR}-{uuid.uuid4().hex}"
+    upsert = UserScramCredentialUpsertion(
+        OPERATOR, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
+    )
+    secured.superuser.alter_user_scram_credentials([upsert])[OPERATOR].result(30)
+    bindings = [
+        AclBinding(restype, name, ResourcePatternType.LITERAL, f"User:{OPERATOR}", "*",
+                   AclOperation.ALL, AclPermissionType.ALLOW)
+        for restype, name in (
+            (AdminResourceType.TOPIC, "*"),
+            (AdminResourceType.GROUP, "*"),
+            (AdminResourceType.TRANSACTIONAL_ID, "*"),
+            (AdminResourceType.BROKER, "kafka-cluster"),
+        )
+    ]  # fmt: skip
+    for future in secured.superuser.create_acls(bindings).values():
+        future.result(30)
+    secret_dir = secured.workdir / "operator-secret"
+    secret_dir.mkdir()
+    (secret_dir / "password").write_text(password)
+    settings = secured.cluster.client_configs(OPERATOR, password)
+    del settings["bootstrap.servers"]
+    settings["sasl.password"] = f"${{dir:{secret_dir}:password}}"
+    path = secured.workdir / "operator.properties"
+    path.write_text(_properties(settings))
+    wait_until(
+        lambda: bool(
+            AdminClient({**secured.cluster.client_configs(OPERATOR, password)})
+            .list_topics(timeout=5)
+            .brokers
+        ),
+        REFUSAL_DEADLINE_S,
+        f"the SCRAM user {OPERATOR} to log in",
+    )
+    return path
+
+
+def test_the_local_run_and_the_bench_clients_take_command_config(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """`python -m app.local --command-config` and the benchmarks: the reconciler, the load
+    generator, the observers and a processor instance all connect with the file's settings,
+    and the instance's properties file keeps the password a reference."""
+    client = ClientConfig.load(_add_operator(secured), os.environ)
+    names = PipelineNames("local-secured", "local-secured-views", "local-secured-counts")
+    setup = PipelineSetup(
+        base_dir=tmp_path / "local",
+        instances=1,
+        partitions=2,
+        bootstrap_servers=secured.cluster.bootstrap_servers,
+        client=client,
+        names=names,
+        options=InstanceOptions(extra={"spark.sql.shuffle.partitions": "1"}),
+    )
+    with LocalPipeline(setup) as pipeline:
+        assert pipeline.output is not None and pipeline.lag is not None
+        pipeline.start_instances()
+        summary = pipeline.load(LoadSettings(rate=500, keys=20, count=1000, seed=3)).join()
+        assert summary.total == 1000 and not summary.failed, summary.first_error
+        wait_until(
+            lambda: (
+                pipeline.output is not None
+                and pipeline.output.snapshot()[0] == dict(summary.per_key)
+            ),
+            DEADLINE_S,
+            "the instance to count the 1,000 views",
+        )
+        assert pipeline.output.snapshot()[2] == 0  # no duplicates
+        assert pipeline.lag.total() == 0
+        written = load_properties(pipeline.instances[0].properties_path.read_text())
+        assert written["sasl.password"] == client.written["sasl.password"]
+        assert written["sasl.username"] == OPERATOR
+        assert (
+            client.resolved["sasl.password"]
+            not in pipeline.instances[0].properties_path.read_text()
+        )
+
+    # The throughput bench's own clients: the backlog producer and the raw consume ceiling.
+    topic = names.input_topic
+    params = ThroughputParams(backlog=500, keys=20)
+    produced = produce_backlog(
+        secured.cluster.bootstrap_servers, topic, params, False, client.resolved
+    )
+    assert sum(produced.values()) == 500
+    assert raw_consume_rate(secured.cluster.bootstrap_servers, topic, 1500, client.resolved) > 0
 
 
 # --- the brokers' readiness sidecar ----------------------------------------------------------
