@@ -9,6 +9,10 @@
    generator adds views at `--latency-rate` for `--latency-s` seconds, and the event time to
    output record time latency of those views gives p50 and p99. The instance's memory (its
    process tree's PSS, `memory.py`) is sampled every second from its start to its stop.
+4. Restore: the instance starts again on an empty state directory (a pod on a new volume), so it
+   restores every partition from the whole changelog. Restore records/s is the changelog records
+   read over the time the source's readers spent reading them, by their own timer
+   (`processor_restore_read_seconds`), beside the restore's time from planning to commit.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ COLUMNS = (
     "latency samples",
     "memory MiB (median)",
     "memory MiB (peak)",
+    "restore records",
+    "restore records/s",
+    "restore s (planning to commit)",
     "broker",
 )
 
@@ -116,6 +123,7 @@ def run_throughput(
                 log.info("raw consume rate: %.0f records/s", raw)
             row, latency_views = measure_instance(pipeline, params, produced)
             produced.update(latency_views)
+            row.update(measure_restore(pipeline, params))
         rows.append(
             {
                 "max.records.per.batch": max_records,
@@ -248,3 +256,42 @@ def measure_instance(
         "memory MiB (peak)": memory.peak_mib(),
     }
     return row, summary.per_key
+
+
+def measure_restore(pipeline: LocalPipeline, params: ThroughputParams) -> dict[str, float | None]:
+    """Start the (stopped) instance on an empty state directory and time its restore of every
+    partition from the changelog: by the readers' own timer, and from planning to commit."""
+    instance = pipeline.instances[0]
+    instance.wipe_state()
+    instance.start()
+    deadline = time.monotonic() + params.ready_timeout_s
+    status = instance.status()
+    while time.monotonic() < deadline and not (
+        status.ready and status.metric("processor_restore_records_total") > 0
+    ):
+        if not instance.running:
+            raise RuntimeError(
+                f"{instance.name} exited during its restore; see {instance.log_path}"
+            )
+        time.sleep(0.5)
+        status = instance.status()
+    pipeline.stop_instances()
+    records = status.metric("processor_restore_records_total")
+    read_s = status.metric("processor_restore_read_seconds_total")
+    if not status.ready:
+        log.warning("restore: %s not ready within %g s", instance.name, params.ready_timeout_s)
+        return {"restore records": None, "restore records/s": None}
+    planning_to_commit = max(
+        (
+            v
+            for k, v in status.metrics.items()
+            if k.startswith("processor_restore_duration_seconds")
+        ),
+        default=None,
+    )
+    log.info("restore: %d changelog records read in %.2f s", records, read_s)
+    return {
+        "restore records": round(records),
+        "restore records/s": round(records / read_s) if read_s else None,
+        "restore s (planning to commit)": planning_to_commit,
+    }

@@ -66,6 +66,8 @@ OUTPUT_SCHEMA = StructType(
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
         StructField("reason", StringType()),
+        # the source's read time of the rows it stands for (a sum: see the source's `read_us`)
+        StructField("read_us", LongType()),
     ]
 )
 STATE_SCHEMA = StructType([StructField("count", LongType()), StructField("epoch", LongType())])
@@ -107,43 +109,46 @@ class PageViewCounter(StatefulProcessor):
                 yield _dlq_row(row)
             return
         restore: Row | None = None
-        restored_records = 0
-        added = 0
+        restored_records = restore_us = 0
+        added = input_us = 0
         last: Row | None = None
         for row in rows:  # one row per page and planned range: `records` says how many
             if row.kind == RESTORE:
                 restored_records += row.records
+                restore_us += row.read_us
                 if restore is None or row.offset > restore.offset:
                     restore = row
             else:
                 added += row.records
+                input_us += row.read_us
                 if last is None or row.offset > last.offset:
                     last = row
         current: int | None = None
         if restore is not None:
             current = int(restore.value.decode("utf-8"))
             self.state.update((current, restore.restore_epoch))
-            yield _output(RESTORED, restore, records=restored_records, page=page, count=current)
+            yield _output(RESTORED, restore, restored_records, restore_us, page=page, count=current)
         if last is not None:
             if current is None:
                 stored = self.state.get()
                 current = stored[0] if stored is not None and stored[1] == last.restore_epoch else 0
             count = current + added
             self.state.update((count, last.restore_epoch))
-            yield _output(COUNT, last, records=added, page=page, count=count)
+            yield _output(COUNT, last, added, input_us, page=page, count=count)
 
     def close(self) -> None:
         """Nothing to release."""
 
 
 def _dlq_row(row: Row) -> Row:
-    return _output(DLQ, row, records=1, key=row.key, value=row.value, reason=row.reason)
+    return _output(DLQ, row, 1, row.read_us, key=row.key, value=row.value, reason=row.reason)
 
 
 def _output(
     kind: str,
     source: Row,
     records: int,
+    read_us: int,
     page: str | None = None,
     count: int | None = None,
     key: bytes | None = None,
@@ -161,4 +166,5 @@ def _output(
         key=key,
         value=value,
         reason=reason,
+        read_us=read_us,
     )

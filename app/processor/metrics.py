@@ -62,7 +62,14 @@ class ProcessorMetrics:
         )
         self.restore_duration = Gauge(
             "processor_restore_duration_seconds",
-            "Duration of the last state restore, per partition.",
+            "Duration of the last state restore, per partition, from planning to commit.",
+            ["partition"],
+            registry=r,
+        )
+        self.restore_read_seconds = Counter(
+            "processor_restore_read_seconds",
+            "Time the source's readers spent reading and folding changelog records for "
+            "restores, per partition (their own timer: restore records / this is the rate).",
             ["partition"],
             registry=r,
         )
@@ -150,9 +157,13 @@ class ProcessorMetrics:
             with contextlib.suppress(KeyError):
                 self.consumer_lag.remove(topic, str(partition))
 
-    def restore_done(self, partition: int, records: int, seconds: float) -> None:
-        """The state of `partition` was restored from `records` changelog records in `seconds`."""
+    def restore_done(
+        self, partition: int, records: int, seconds: float, read_seconds: float
+    ) -> None:
+        """The state of `partition` was restored from `records` changelog records, read in
+        `read_seconds`, in `seconds` from planning to commit."""
         self.restore_records.labels(str(partition)).inc(records)
+        self.restore_read_seconds.labels(str(partition)).inc(read_seconds)
         self.restore_duration.labels(str(partition)).set(seconds)
 
     def transaction(self, committed: bool) -> None:

@@ -332,11 +332,13 @@ class TransactionalSink:
         if not restoring:
             return
         records = _records_by_partition(rows, RESTORED)
+        read_s = _sum_by_partition(rows, RESTORED, "read_us")
         # Spark writes the batch's offsets when it plans the batch: its age is the restore's.
         planned = batch_offsets_path(self.checkpoint_dir, batch_id).stat().st_mtime
         seconds = max(0.0, time.time() - planned)
         for p in sorted(restoring):
-            self.metrics.restore_done(p, records[p], seconds)
+            read = read_s[p] / 1e6
+            self.metrics.restore_done(p, records[p], seconds, read)
             start = end.positions[p].restore_from
             if not records[p]:
                 log.info(
@@ -349,26 +351,32 @@ class TransactionalSink:
                 )
                 continue
             log.info(
-                "partition %s-%d: state restored from %d changelog records (%s), %.2f s from "
-                "planning to commit (%.0f/s)",
+                "partition %s-%d: state restored from %d changelog records (%s): read in %.2f s "
+                "(%.0f/s by the readers' own timer), %.2f s from planning to commit",
                 self.topics.input,
                 p,
                 records[p],
                 "the whole changelog, no copy here"
                 if start == FROM_BEGINNING
                 else f"the tail after this instance's copy at offset {start}",
+                read,
+                records[p] / read if read else 0.0,
                 seconds,
-                records[p] / seconds if seconds else 0.0,
             )
 
 
 def _records_by_partition(rows: pa.Table, kind: str) -> Counter[int]:
     """How many source records the rows of `kind` stand for, per partition."""
+    return _sum_by_partition(rows, kind, "records")
+
+
+def _sum_by_partition(rows: pa.Table, kind: str, column: str) -> Counter[int]:
+    """The sum of `column` over the rows of `kind`, per partition."""
     found: Counter[int] = Counter()
     for p, row_kind, n in zip(
         rows.column("partition").to_pylist(),
         rows.column("kind").to_pylist(),
-        rows.column("records").to_pylist(),
+        rows.column(column).to_pylist(),
         strict=True,
     ):
         if row_kind == kind:

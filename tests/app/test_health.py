@@ -140,7 +140,7 @@ def test_metrics_show_every_event_with_its_labels(
     )
     metrics.dlq("undecodable key")
     metrics.lag("page-views", 0, 42)
-    metrics.restore_done(1, records=300, seconds=2.5)
+    metrics.restore_done(1, records=300, seconds=2.5, read_seconds=0.004)
     metrics.transaction(committed=True)
     metrics.transaction(committed=False)
     metrics.batch_skipped()
@@ -158,6 +158,7 @@ def test_metrics_show_every_event_with_its_labels(
         "processor_batch_duration_seconds_count 1.0",
         'processor_restore_records_total{partition="1"} 300.0',
         'processor_restore_duration_seconds{partition="1"} 2.5',
+        'processor_restore_read_seconds_total{partition="1"} 0.004',
         "processor_rebalances_total 1.0",
         "processor_partitions_assigned_total 2.0",
         "processor_partitions_revoked_total 0.0",
