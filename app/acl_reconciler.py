@@ -21,7 +21,7 @@ import json
 import logging
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import Enum, StrEnum
@@ -737,17 +737,26 @@ def _upsert_credentials(
         upserts.append(UserScramCredentialUpsertion(step.user, info, passwords[step.user].encode()))
     futures = admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s)
     failures = []
-    for user, future in futures.items():
-        try:
-            future.result()
-        except KafkaException as exc:
+    for user, failure in _outcomes(futures):
+        if failure is not None:
             failures.append(
                 f"SCRAM user {user}: setting its {SCRAM_MECHANISM} credential failed "
-                f"({error_text(exc)}); the reconciler needs ALTER on the cluster"
+                f"({error_text(failure)}); the reconciler needs ALTER on the cluster"
             )
         else:
             log.info("set the %s credential of SCRAM user %s", SCRAM_MECHANISM, user)
     return failures
+
+
+def _outcomes(futures: Mapping[Any, Future[Any]]) -> Iterator[tuple[Any, KafkaException | None]]:
+    """Each admin request's key and how it ended: its failure, or None when it succeeded."""
+    for key, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            yield key, exc
+        else:
+            yield key, None
 
 
 def _create_ledger(admin: AdminClient, brokers: int, timeout_s: float) -> list[str]:
@@ -778,15 +787,11 @@ def grant(
         return []
     bindings = {Binding.of(spec).to_admin(): spec for spec in specs}
     futures = admin.create_acls(list(bindings), request_timeout=timeout_s)
-    failures = []
-    for binding, future in futures.items():
-        try:
-            future.result()
-        except KafkaException as exc:
-            failures.append(
-                f"ACL {bindings[binding].describe()}: create failed ({error_text(exc)})"
-            )
-    return failures
+    return [
+        f"ACL {bindings[binding].describe()}: create failed ({error_text(failure)})"
+        for binding, failure in _outcomes(futures)
+        if failure is not None
+    ]
 
 
 def _create_acls(
@@ -818,14 +823,12 @@ def _settle(
     """Wait for each ACL's result: record it in the ledger when done, else name the failure."""
     verb = "create" if created else "delete"
     failures = []
-    for key, future in futures.items():
+    for key, failure in _outcomes(futures):
         step = steps[key]
-        try:
-            future.result()
-        except KafkaException as exc:
+        if failure is not None:
             failures.append(
                 f"ACL {step.subject} {step.binding.describe() if step.binding else ''}: {verb} "
-                f"failed ({error_text(exc)}); check the reconciler's rights (ALTER on the "
+                f"failed ({error_text(failure)}); check the reconciler's rights (ALTER on the "
                 "cluster) and rerun"
             )
             continue
