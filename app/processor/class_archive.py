@@ -34,6 +34,20 @@ TRAINING_TIMEOUT_S = 300.0
 DUMP_TIMEOUT_S = 180.0
 PID_FILE = "jvm.pid"
 AUTO = "auto"
+# The training source's rows, as SQL over the rate source's `value`: one column per field of the
+# real source's schema (`kafka_source.SCHEMA`, in its order), cast to that field's type, so the
+# training runs the processor's own plan (a new source field fails here, by name, not later).
+TRAINING_COLUMNS = {
+    "key": "concat('/page/', cast(value % 50 as string))",
+    "value": "'{}'",
+    "partition": "value % 2",
+    "offset": "value",
+    "records": "1",
+    "kind": "'input'",
+    "restore_epoch": "0",
+    "reason": "null",
+    "read_us": "0",
+}
 
 
 def default_path() -> Path:
@@ -66,6 +80,7 @@ def _train(out: Path, work_dir: Path) -> int:
 
     from app.java_properties import format_properties
     from app.processor.counting import count_page_views
+    from app.processor.kafka_source import SCHEMA
     from app.processor.pipeline import spark_session
     from app.processor.settings import parse_settings
 
@@ -90,16 +105,10 @@ def _train(out: Path, work_dir: Path) -> int:
         .option("rowsPerSecond", "200")
         .load()
         .select(
-            F.concat(F.lit("/page/"), (F.col("value") % 50).cast("string"))
-            .cast("binary")
-            .alias("key"),
-            F.lit(b"{}").alias("value"),
-            (F.col("value") % 2).cast("int").alias("partition"),
-            F.col("value").alias("offset"),
-            F.lit(1).cast("long").alias("records"),
-            F.lit("input").alias("kind"),
-            F.lit(0).cast("long").alias("restore_epoch"),
-            F.lit(None).cast("string").alias("reason"),
+            *(
+                F.expr(TRAINING_COLUMNS[field.name]).cast(field.dataType).alias(field.name)
+                for field in SCHEMA.fields
+            )
         )
     )
     batches: list[int] = []

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.processor import class_archive
+from app.processor.kafka_source import SCHEMA
 from app.processor.pipeline import _with_class_archive
 from app.processor.settings import parse_settings
 from app.processor.startup import StartupClock
@@ -126,3 +127,9 @@ def test_the_start_breakdown_names_each_phase_and_is_logged_once(
     assert [name for name, _, _ in phases] == ["SparkSession", "query start", "first batch"]
     # The phases cover the start from the process start on, without a gap (0.05 s rounding each).
     assert sum(float(took) for _, took, _ in phases) == pytest.approx(total, abs=0.15)
+
+
+def test_the_training_query_reads_every_column_of_the_real_source() -> None:
+    # A source field the training lacks fails the archive build, which `make setup` only warns
+    # about: every start would then go without the archive.
+    assert list(class_archive.TRAINING_COLUMNS) == [field.name for field in SCHEMA.fields]
