@@ -21,7 +21,7 @@ import json
 import logging
 import shlex
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import Enum, StrEnum
@@ -61,7 +61,7 @@ from app.acl_specs import (
     PatternType,
     ResourceType,
 )
-from app.topic_reconciler import error_text, plan_table
+from app.topic_reconciler import error_text, outcomes, plan_table
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +287,11 @@ class AclPlan:
     def of(self, action: AclAction) -> list[AclStep]:
         """The steps of one action."""
         return [s for s in self.steps if s.action is action]
+
+    @property
+    def credential_changes(self) -> list[AclStep]:
+        """The SCRAM credentials to set: created, then updated."""
+        return self.of(AclAction.CREATE_CREDENTIAL) + self.of(AclAction.UPDATE_CREDENTIAL)
 
 
 class AclReconcileError(RuntimeError):
@@ -707,10 +712,7 @@ def _await_visible(
             ]
         time.sleep(0.2)
     if can_check_logins(client_config):
-        changed = the_plan.of(AclAction.CREATE_CREDENTIAL) + the_plan.of(
-            AclAction.UPDATE_CREDENTIAL
-        )
-        for step in changed:
+        for step in the_plan.credential_changes:
             assert step.user is not None, "a credential step names its user"
             left = max(1.0, deadline - time.monotonic())
             while not logs_in(client_config, step.user, passwords[step.user], left):
@@ -726,7 +728,7 @@ def _await_visible(
 def _upsert_credentials(
     admin: AdminClient, the_plan: AclPlan, passwords: Mapping[str, str], timeout_s: float
 ) -> list[str]:
-    steps = the_plan.of(AclAction.CREATE_CREDENTIAL) + the_plan.of(AclAction.UPDATE_CREDENTIAL)
+    steps = the_plan.credential_changes
     if not steps:
         return []
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
@@ -737,7 +739,7 @@ def _upsert_credentials(
         upserts.append(UserScramCredentialUpsertion(step.user, info, passwords[step.user].encode()))
     futures = admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s)
     failures = []
-    for user, failure in _outcomes(futures):
+    for user, failure in outcomes(futures):
         if failure is not None:
             failures.append(
                 f"SCRAM user {user}: setting its {SCRAM_MECHANISM} credential failed "
@@ -746,17 +748,6 @@ def _upsert_credentials(
         else:
             log.info("set the %s credential of SCRAM user %s", SCRAM_MECHANISM, user)
     return failures
-
-
-def _outcomes(futures: Mapping[Any, Future[Any]]) -> Iterator[tuple[Any, KafkaException | None]]:
-    """Each admin request's key and how it ended: its failure, or None when it succeeded."""
-    for key, future in futures.items():
-        try:
-            future.result()
-        except KafkaException as exc:
-            yield key, exc
-        else:
-            yield key, None
 
 
 def _create_ledger(admin: AdminClient, brokers: int, timeout_s: float) -> list[str]:
@@ -789,7 +780,7 @@ def grant(
     futures = admin.create_acls(list(bindings), request_timeout=timeout_s)
     return [
         f"ACL {bindings[binding].describe()}: create failed ({error_text(failure)})"
-        for binding, failure in _outcomes(futures)
+        for binding, failure in outcomes(futures)
         if failure is not None
     ]
 
@@ -823,7 +814,7 @@ def _settle(
     """Wait for each ACL's result: record it in the ledger when done, else name the failure."""
     verb = "create" if created else "delete"
     failures = []
-    for key, failure in _outcomes(futures):
+    for key, failure in outcomes(futures):
         step = steps[key]
         if failure is not None:
             failures.append(

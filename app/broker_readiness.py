@@ -120,15 +120,16 @@ class BootstrapAcls:
         """Grant the file's ACLs unless this content was granted; None when done, else why not."""
         try:
             text = self.path.read_text(encoding="utf-8")
+            # Parsed only when new: the file is read on every judgement, and rarely changes.
+            digest = sha256(text.encode()).hexdigest()
+            if digest == self._granted:
+                return None
             users = acl_specs.loads(text)
         except (OSError, ValueError) as exc:
             return (
                 f"bootstrap ACLs {self.path}: unreadable ({exc}); mount the kafka-bootstrap "
                 "ConfigMap there, or drop --grant-acls"
             )
-        digest = sha256(text.encode()).hexdigest()
-        if digest == self._granted:
-            return None
         specs = [acl for user in users for acl in user.acls]
         failures = grant(admin, specs, METADATA_TIMEOUT_S)
         if failures:

@@ -8,6 +8,7 @@ the Pulumi CLI installs from `policies/` alone, so the codec has to live there).
 from policies.rules.java_properties import (
     PropertyLine,
     format_properties,
+    is_credential_key,
     load_properties,
     parse_properties,
     resolve_env,
@@ -16,6 +17,7 @@ from policies.rules.java_properties import (
 __all__ = [
     "PropertyLine",
     "format_properties",
+    "is_credential_key",
     "load_properties",
     "parse_properties",
     "resolve_env",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -394,15 +394,24 @@ def _wait_for(
 ) -> list[str]:
     """Wait for each topic's result: log `done` for a success, collect `failure(topic, error)`."""
     failures = []
-    for key, future in futures.items():
+    for key, error in outcomes(futures):
         topic = key if isinstance(key, str) else key.name
-        try:
-            future.result()
-        except KafkaException as exc:
-            failures.append(failure(topic, error_text(exc)))
+        if error is not None:
+            failures.append(failure(topic, error_text(error)))
         else:
             log.info(done, topic)
     return failures
+
+
+def outcomes(futures: Mapping[Any, Future[Any]]) -> Iterator[tuple[Any, KafkaException | None]]:
+    """Each admin request's key and how it ended: its failure, or None when it succeeded."""
+    for key, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            yield key, exc
+        else:
+            yield key, None
 
 
 # --- presenting ------------------------------------------------------------------------------

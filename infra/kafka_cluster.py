@@ -41,6 +41,10 @@ TLS_DIR = "/etc/kafka/tls"
 BOOTSTRAP_DIR = "/etc/kafka/bootstrap"
 FORMAT_FILE = "server.properties"
 BOOTSTRAP_ACLS_FILE = "bootstrap-acls.json"
+# Read by the format step and the readiness sidecar alike.
+BOOTSTRAP_MOUNT = k8s.core.v1.VolumeMountArgs(
+    name="bootstrap", mount_path=BOOTSTRAP_DIR, read_only=True
+)
 # The image runs as uid 1000 (appuser); its files are world-readable, so any non-root uid works.
 KAFKA_UID = 10001
 
@@ -316,7 +320,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 ),
                 credentials.users_volume("users"),
                 k8s.core.v1.VolumeArgs(
-                    name="bootstrap",
+                    name=BOOTSTRAP_MOUNT.name,
                     config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=bootstrap.metadata.name),
                 ),
             ]
@@ -333,9 +337,7 @@ class KafkaCluster(pulumi.ComponentResource):
                     security_context=security,
                     volume_mounts=[
                         k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
-                        k8s.core.v1.VolumeMountArgs(
-                            name="bootstrap", mount_path=BOOTSTRAP_DIR, read_only=True
-                        ),
+                        BOOTSTRAP_MOUNT,
                         k8s.core.v1.VolumeMountArgs(
                             name="users", mount_path=USERS_DIR, read_only=True
                         ),
@@ -428,11 +430,7 @@ class KafkaCluster(pulumi.ComponentResource):
             connect = ["--bootstrap-server", f"localhost:{INTERNAL_PORT}", "--tls-dir", TLS_DIR]
             if args.bootstrap_users:
                 connect += ["--grant-acls", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_ACLS_FILE}"]
-                mounts.append(
-                    k8s.core.v1.VolumeMountArgs(
-                        name="bootstrap", mount_path=BOOTSTRAP_DIR, read_only=True
-                    )
-                )
+                mounts.append(BOOTSTRAP_MOUNT)
         return k8s.core.v1.ContainerArgs(
             name="broker-readiness",
             image=args.readiness_image,

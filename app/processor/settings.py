@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 import confluent_kafka
 
-from app.java_properties import parse_properties, resolve_env
+from app.java_properties import is_credential_key, parse_properties, resolve_env
 from app.processor import class_archive
 from app.processor.defaults import (
     DEFAULTS,
@@ -138,7 +138,6 @@ REQUIRED_VALUES: Mapping[str, tuple[str, str]] = MappingProxyType(
 
 _INT = re.compile(r"[+-]?\d+")
 _LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
-_SECRET_WORDS = ("password", "secret", "token")
 
 
 class SettingsError(ValueError):
@@ -240,10 +239,11 @@ class ProcessorSettings:
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether a key's value must never be printed (passwords, SASL settings, secrets)."""
+    """Whether a key's value must never be printed: SASL settings and every credential
+    (`java_properties.is_credential_key`: passwords, secrets, tokens, private keys)."""
     lowered = key.lower()
     bare = _strip_client_prefix(lowered)
-    return bare.startswith("sasl.") or any(word in lowered for word in _SECRET_WORDS)
+    return bare.startswith("sasl.") or is_credential_key(key)
 
 
 def _strip_client_prefix(key: str) -> str:
