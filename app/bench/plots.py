@@ -61,15 +61,24 @@ def lag_and_output(
 def throughput_bars(
     path: Path, labels: Sequence[str], rates: Sequence[float], ceiling: float
 ) -> None:
-    """Events per second per configuration, with the raw consume rate as a line."""
+    """Events per second per configuration, each bar labelled with its rate and its ratio to
+    the raw consume rate, which is drawn as a line."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.bar(labels, rates, color="tab:blue")
-    ax.axhline(ceiling, color="tab:red", linestyle="--", label=f"raw consume {ceiling:,.0f}/s")
+    bars = ax.bar(labels, rates, color="tab:blue")
+    ceiling_label = f"raw consume {ceiling:,.0f}/s" if ceiling else "raw consume not measured"
+    ax.bar_label(bars, labels=rate_labels(rates, ceiling), padding=3)
+    ax.axhline(ceiling, color="tab:red", linestyle="--", label=ceiling_label)
     ax.set_ylabel("events per second (one instance)")
-    ax.set_yscale("log")
-    ax.legend()
+    # Linear from zero: bar heights compare as the rates do.
+    ax.set_ylim(0, (max([ceiling, *rates]) or 1.0) * 1.25)
+    ax.legend(loc="upper left")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def rate_labels(rates: Sequence[float], ceiling: float) -> list[str]:
+    """A bar's label: its rate, and its ratio to the raw consume rate when that was measured."""
+    return [f"{r:,.0f}/s" + (f" ({r / ceiling:.2f})" if ceiling else "") for r in rates]

@@ -17,6 +17,7 @@ import pytest
 
 from app.bench.__main__ import parse_args
 from app.bench.measure import PeriodicSampler, output_latencies
+from app.bench.plots import rate_labels, throughput_bars
 from app.bench.rolling_restart import CASES, BenchParams, run_matrix
 from app.embedded_broker import EmbeddedBroker
 from app.kraft_cluster import KraftCluster
@@ -228,3 +229,13 @@ def test_a_sampler_block_stops_sampling_before_an_error_leaves_it() -> None:
     assert stopped_at >= 2, "the sampler never sampled"
     assert not sampler._thread.is_alive()
     sampler.stop()  # stopping twice is harmless
+
+
+def test_throughput_bars_carry_rate_and_ratio_and_are_drawn_without_a_ceiling(
+    tmp_path: Path,
+) -> None:
+    assert rate_labels([121_453.0, 87_261.5], 174_523.0) == ["121,453/s (0.70)", "87,262/s (0.50)"]
+    assert rate_labels([121_453.0], 0.0) == ["121,453/s"]  # no raw rate: no ratio
+    for name, rates, ceiling in (("rates", [121_453.0], 174_523.0), ("none", [0.0], 0.0)):
+        throughput_bars(tmp_path / f"{name}.png", ["500000/1000ms"], rates, ceiling)
+        assert (tmp_path / f"{name}.png").read_bytes().startswith(b"\x89PNG")
