@@ -79,8 +79,3 @@ def _read(path: Path) -> list[PropertyLine]:
         raise ClientPropertiesError(f"cannot read {FLAG} {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise ClientPropertiesError(f"invalid {FLAG} {path}: {exc}") from exc
-
-
-def load_client_config(path: Path | None, env: Mapping[str, str]) -> dict[str, str]:
-    """Client properties from `path` (none: no settings), references resolved."""
-    return dict(ClientConfig.load(path, env).resolved)

@@ -393,7 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             malformed_ratio=args.malformed_ratio,
             seed=args.seed,
         )
-        client_config = client_properties.load_client_config(args.command_config, os.environ)
+        client_config = client_properties.ClientConfig.load(
+            args.command_config, os.environ
+        ).resolved
     except ValueError as exc:  # ClientPropertiesError is one
         print(f"python -m app.loadgen: {exc}", file=sys.stderr)
         return 2

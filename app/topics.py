@@ -192,7 +192,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     users, passwords = load_acl_inputs(args.acls, args.scram_passwords_dir)
     try:
         client_config = {
-            **client_properties.load_client_config(args.command_config, env),
+            **client_properties.ClientConfig.load(args.command_config, env).resolved,
             "bootstrap.servers": args.bootstrap_servers,
         }
     except client_properties.ClientPropertiesError as exc:

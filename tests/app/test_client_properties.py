@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.client_properties import ClientConfig, ClientPropertiesError, load_client_config
+from app.client_properties import ClientConfig, ClientPropertiesError
 from app.local.__main__ import parse_args
 
 
@@ -15,7 +15,7 @@ def test_settings_are_read_and_env_references_resolved(tmp_path: Path) -> None:
     path.write_text(
         "security.protocol=SASL_SSL\nsasl.username=loadgen\nsasl.password=${env:SASL_PASSWORD}\n"
     )
-    config = load_client_config(path, {"SASL_PASSWORD": "s3cret"})
+    config = ClientConfig.load(path, {"SASL_PASSWORD": "s3cret"}).resolved
     assert config == {
         "security.protocol": "SASL_SSL",
         "sasl.username": "loadgen",
@@ -24,14 +24,14 @@ def test_settings_are_read_and_env_references_resolved(tmp_path: Path) -> None:
 
 
 def test_no_file_means_no_settings() -> None:
-    assert load_client_config(None, {}) == {}
+    assert ClientConfig.load(None, {}).resolved == {}
 
 
 def test_an_unset_variable_names_the_file_line_key_and_variable(tmp_path: Path) -> None:
     path = tmp_path / "client.properties"
     path.write_text("security.protocol=SASL_SSL\nsasl.password=${env:UNSET_PASSWORD}\n")
     with pytest.raises(ClientPropertiesError) as raised:
-        load_client_config(path, {})
+        ClientConfig.load(path, {})
     message = str(raised.value)
     assert f"--command-config {path}:2 sasl.password" in message
     assert "UNSET_PASSWORD" in message
@@ -40,7 +40,7 @@ def test_an_unset_variable_names_the_file_line_key_and_variable(tmp_path: Path) 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nope.properties"
     with pytest.raises(ClientPropertiesError, match=f"cannot read --command-config {missing}"):
-        load_client_config(missing, {})
+        ClientConfig.load(missing, {})
 
 
 def test_a_child_process_gets_the_security_settings_as_written(tmp_path: Path) -> None:
