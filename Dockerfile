@@ -4,7 +4,7 @@
 #   docker build -t stateful-streaming/processor:0.1.0 .
 #
 # Only what the processor and the topic reconciler run goes in (pyproject group `runtime`; the
-# local run, the load generator, the benchmarks and the embedded broker are in `app` only). The
+# local run, the load generator, the benchmarks and the local Apache Kafka are in `app` only). The
 # Pulumi program and the policy pack have their own, incompatible environment (protobuf 5 vs 6,
 # see DESIGN.md). Pin the base by digest in a fork (`python:3.11.14-slim-bookworm@sha256:...`):
 # a tag can move. CI sets the OCI labels' build arguments:

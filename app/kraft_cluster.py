@@ -1,12 +1,13 @@
-"""A throwaway Apache Kafka KRaft cluster on loopback ports, started from a Kafka distribution.
+"""A throwaway Apache Kafka KRaft cluster on loopback ports: the project's default broker.
 
-Some facts the processor relies on only hold on Apache Kafka (static member replacement without
-a rebalance, takeover after the session timeout, transactional fencing of a zombie): the embedded
-broker deviates there (DESIGN.md, "The embedded broker and its limits"). This module starts the
-real thing from the distribution a user already has (`KAFKA_HOME`, Apache Kafka 3.9 or newer;
-4.x is what the project deploys), with the broker settings of the production design:
+Every guarantee the processor gives rests on Apache Kafka's group and transaction coordinators
+(static membership, the hand-off to a warm standby, fencing, exactly-once output, compaction), so
+the local run, the tests and the benchmarks run the real broker: the released jars that
+`app.kafka_release` resolves from Maven Central (or the distribution named by `KAFKA_HOME`),
+started as plain JVMs (`java -cp 'libs/*' kafka.Kafka`, storage formatted by
+`kafka.tools.StorageTool`), with the broker settings of the production design:
 
-    cluster = KraftCluster.from_env()          # KAFKA_HOME names the distribution
+    cluster = KraftCluster()                    # the project's release (or $KAFKA_HOME)
     with cluster:                               # format, start, wait until usable
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         cluster.kill_node(2)                    # SIGKILL one node
@@ -15,7 +16,7 @@ real thing from the distribution a user already has (`KAFKA_HOME`, Apache Kafka 
 
 Every node is a combined broker+controller (as in the Kubernetes StatefulSet), all three form
 a dynamic controller quorum (KIP-853: `controller.quorum.bootstrap.servers` and
-`kafka-storage.sh format --initial-controllers`). Data, configs and logs live in one temporary
+`StorageTool format --initial-controllers`). Data, configs and logs live in one temporary
 directory; the processes are killed on `close()` (also at interpreter exit), the directory is
 removed unless asked to keep it for a post-mortem.
 
@@ -29,10 +30,11 @@ from __future__ import annotations
 import atexit
 import base64
 import logging
-import os
-import re
+import random
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -47,17 +49,45 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app import kafka_security
 from app.acl_specs import SCRAM_MECHANISM
-from app.embedded_broker import free_port
+from app.kafka_release import KafkaRelease, java_command
+from app.kafka_release import ensure as ensure_release
 from app.local_tls import write_broker_tls
 
 log = logging.getLogger(__name__)
 
-KAFKA_HOME_ENV = "KAFKA_HOME"
 HOST = "127.0.0.1"
 # `--initial-controllers` (dynamic quorum, KIP-853) appeared in 3.9.
 MIN_KAFKA_VERSION = (3, 9)
 # Small but enough for tests: three JVMs fit next to Spark on a 2-core, few-GiB machine.
 DEFAULT_HEAP_OPTS = "-Xms256m -Xmx384m"
+# What `kafka-run-class.sh` gives a broker besides its heap (KAFKA_JVM_PERFORMANCE_OPTS).
+JVM_PERFORMANCE_OPTS = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
+# The broker logs to server.log in its node's folder; the storage tool only its warnings.
+BROKER_LOG4J2 = """\
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+"""
+TOOLS_LOG4J2 = """\
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = err
+"""
 
 # The broker configuration of the production design (DESIGN.md, "Kafka cluster").
 PRODUCTION_BROKER_CONFIGS: Mapping[str, str] = {
@@ -80,6 +110,10 @@ TEST_BROKER_CONFIGS: Mapping[str, str] = {
     # as the classic protocol allows (defaults: at least 45 s and 5 s), to keep tests short.
     "group.consumer.min.session.timeout.ms": "6000",
     "group.consumer.min.heartbeat.interval.ms": "1000",
+    # The internal topics are created on first use (the first group, the first transaction):
+    # 6 partitions instead of 50 make that a second on a new cluster instead of several.
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.num.partitions": "6",
     # Fewer threads than the defaults (3 network, 8 I/O): three brokers share two cores.
     "num.network.threads": "2",
     "num.io.threads": "2",
@@ -130,34 +164,54 @@ def kafka_uuid() -> str:
             return text
 
 
-def kafka_version(kafka_home: Path) -> tuple[int, int]:
-    """The (major, minor) version of the distribution at `kafka_home`, from its client jar."""
-    for jar in sorted((kafka_home / "libs").glob("kafka-clients-*.jar")):
-        match = re.fullmatch(r"kafka-clients-(\d+)\.(\d+)\.\d+.*\.jar", jar.name)
-        if match:
-            return int(match[1]), int(match[2])
-    raise KraftClusterError(
-        f"{KAFKA_HOME_ENV}={kafka_home} is not an Apache Kafka distribution: no "
-        "libs/kafka-clients-<version>.jar; point it at an unpacked kafka_2.13-<version> folder"
-    )
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux; 32768 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
-def check_distribution(kafka_home: Path) -> Path:
-    """`kafka_home` if it holds a usable Kafka (3.9+, with its scripts), else a clear error."""
-    script = kafka_home / "bin" / "kafka-server-start.sh"
-    if not script.is_file():
-        raise KraftClusterError(
-            f"{KAFKA_HOME_ENV}={kafka_home} has no bin/kafka-server-start.sh; set it to an "
-            "unpacked Apache Kafka distribution (for example /opt/kafka_2.13-4.1.0)"
-        )
-    version = kafka_version(kafka_home)
+# Ports are picked below the kernel's ephemeral range: a port found free there can still be taken
+# by any client's outgoing connection before the broker binds it (seen: a node failing with
+# "Address already in use" while other clusters' clients connected); below it only an explicit
+# bind competes. Ports handed out by this process are never handed out again.
+_PORTS_FROM = 10_000
+_handed_out: set[int] = set()
+_random_ports = random.Random()
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port on `host` that was free a moment ago, outside the ephemeral range."""
+    low = _ephemeral_low()
+    if low <= _PORTS_FROM:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
+    for _ in range(1000):
+        port = _random_ports.randrange(_PORTS_FROM, low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise KraftClusterError(f"no free port on {host} in {_PORTS_FROM}-{low - 1} after 1000 tries")
+
+
+def check_release(release: KafkaRelease) -> KafkaRelease:
+    """`release` if its Kafka can form this cluster's quorum (3.9+), else a clear error."""
+    version = tuple(int(part) for part in release.version.split(".")[:2])
     if version < MIN_KAFKA_VERSION:
         wanted = ".".join(map(str, MIN_KAFKA_VERSION))
         raise KraftClusterError(
-            f"{KAFKA_HOME_ENV}={kafka_home} is Kafka {version[0]}.{version[1]}; the test "
-            f"cluster needs {wanted} or newer (dynamic KRaft quorum): use Apache Kafka 4.x"
+            f"{release.home} is Kafka {release.version}; the cluster needs {wanted} or newer "
+            "(dynamic KRaft quorum): unset KAFKA_HOME to use the project's own release"
         )
-    return kafka_home
+    return release
 
 
 @dataclass
@@ -220,7 +274,7 @@ class KraftCluster:
 
     def __init__(
         self,
-        kafka_home: Path | str,
+        release: KafkaRelease | None = None,
         nodes: int = 3,
         *,
         broker_configs: Mapping[str, str] | None = None,
@@ -230,7 +284,8 @@ class KraftCluster:
     ) -> None:
         if nodes < 1:
             raise KraftClusterError(f"nodes={nodes}: a cluster needs at least 1 node (3 for RF 3)")
-        self.kafka_home = check_distribution(Path(kafka_home))
+        self.release = check_release(release or ensure_release())
+        self.java = java_command()
         self.heap_opts = heap_opts
         self.cluster_id = kafka_uuid()
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="kraft-cluster-"))
@@ -264,22 +319,6 @@ class KraftCluster:
             for node_id in range(1, nodes + 1)
         ]
         self._closed = False
-
-    @classmethod
-    def from_env(
-        cls,
-        nodes: int = 3,
-        heap_opts: str = DEFAULT_HEAP_OPTS,
-        security: ClusterSecurity | None = None,
-    ) -> KraftCluster:
-        """A cluster from the distribution named by $KAFKA_HOME (a clear error when unset)."""
-        kafka_home = os.environ.get(KAFKA_HOME_ENV)
-        if not kafka_home:
-            raise KraftClusterError(
-                f"{KAFKA_HOME_ENV} is not set; set it to an unpacked Apache Kafka 4.x "
-                "distribution (for example /opt/kafka_2.13-4.1.0)"
-            )
-        return cls(kafka_home, nodes, heap_opts=heap_opts, security=security)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -339,17 +378,19 @@ class KraftCluster:
     def start(self, timeout_s: float = 120.0) -> KraftCluster:
         """Write configs, format storage, start every node, wait until the cluster is usable."""
         started = time.monotonic()
-        version = ".".join(map(str, kafka_version(self.kafka_home)))
         log.info(
-            "starting a %d-node KRaft cluster (Kafka %s from %s) in %s",
+            "starting a %d-node KRaft cluster (Apache Kafka %s from %s) in %s",
             len(self.nodes),
-            version,
-            self.kafka_home,
+            self.release.version,
+            self.release.home,
             self.work_dir,
         )
         atexit.register(self.close)
         if self.security is not None:
             write_broker_tls(self.tls_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._log4j2_path("broker").write_text(BROKER_LOG4J2, encoding="utf-8")
+        self._log4j2_path("tools").write_text(TOOLS_LOG4J2, encoding="utf-8")
         for node in self.nodes:
             node.log_dir.mkdir(parents=True, exist_ok=True)
             node.config_path.write_text(self._server_properties(node))
@@ -374,22 +415,18 @@ class KraftCluster:
         node = self.node(node_id)
         if node.process is not None:
             raise KraftClusterError(f"node {node_id} is already running (pid {node.process.pid})")
-        env = {
-            **os.environ,
-            "KAFKA_HEAP_OPTS": self.heap_opts,
-            "LOG_DIR": str(node.log_dir),  # else the scripts write into $KAFKA_HOME/logs
-        }
-        env.pop("JMX_PORT", None)  # one JMX port cannot serve three JVMs
+        command = [
+            *_DIE_WITH_PARENT,
+            *self._java("broker", *shlex.split(self.heap_opts), *JVM_PERFORMANCE_OPTS),
+            f"-Dkafka.logs.dir={node.log_dir}",
+            "kafka.Kafka",
+            str(node.config_path),
+        ]
         with node.console_path.open("ab") as console:
             node.process = subprocess.Popen(
-                [
-                    *_DIE_WITH_PARENT,
-                    str(self.kafka_home / "bin" / "kafka-server-start.sh"),
-                    str(node.config_path),
-                ],
+                command,
                 stdout=console,
                 stderr=subprocess.STDOUT,
-                env=env,
                 # Its own session: a Ctrl-C in the terminal reaches pytest, which then kills it.
                 start_new_session=True,
             )
@@ -571,7 +608,8 @@ class KraftCluster:
         )
         commands = {
             node.node_id: [
-                str(self.kafka_home / "bin" / "kafka-storage.sh"),
+                *self._java("tools", "-Xmx256m", "-XX:TieredStopAtLevel=1"),
+                "kafka.tools.StorageTool",
                 "format",
                 "--cluster-id",
                 self.cluster_id,
@@ -584,11 +622,8 @@ class KraftCluster:
             for node in self.nodes
         }
         # One JVM start each (about 2 s): run them side by side.
-        env = {**os.environ, "LOG_DIR": str(self.work_dir)}
         running = {
-            node_id: subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
-            )
+            node_id: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             for node_id, command in commands.items()
         }
         for node_id, process in running.items():
@@ -602,6 +637,20 @@ class KraftCluster:
                     f"formatting node {node_id} failed ({shown}):\n"
                     + output.decode(errors="replace")
                 )
+
+    def _log4j2_path(self, kind: str) -> Path:
+        return self.work_dir / f"log4j2-{kind}.properties"
+
+    def _java(self, log4j2: str, *options: str) -> list[str]:
+        """`java` with `options`, the release's jars and a log4j2 configuration of this
+        cluster (`broker` or `tools`); the main class and its arguments follow."""
+        return [
+            self.java,
+            *options,
+            f"-Dlog4j2.configurationFile={self._log4j2_path(log4j2)}",
+            "-cp",
+            self.release.classpath,
+        ]
 
     def _signal_node(self, node_id: int, signum: signal.Signals, timeout_s: float) -> None:
         node = self.node(node_id)

@@ -1,17 +1,16 @@
 """`python -m app.bench rolling-restart|throughput`: the benchmarks (tables and graphs).
 
-    python -m app.bench rolling-restart [--bootstrap-servers HOST:PORT [--command-config FILE]
-        | --kafka-home DIR]
+    python -m app.bench rolling-restart [--bootstrap-servers HOST:PORT [--command-config FILE]]
         [--cases a,b] [--session-timeout-ms 20000] [--rate 100] [--out build/bench]
     python -m app.bench throughput [--bootstrap-servers HOST:PORT]
         [--configs 5000:1000,20000:250] [--backlog 100000] [--partitions 6] [--keys 10000]
         [--out build/bench]
 
-Without --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) one embedded broker serves every case;
-the cases it cannot run honestly say so in the table. --kafka-home starts 3 local KRaft nodes from
-an Apache Kafka distribution and runs on them; the broker-roll case restarts them under load.
+Without --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) the bench starts 3 local KRaft nodes of
+the project's Apache Kafka release (`app.kafka_release`; $KAFKA_HOME names another distribution)
+and runs every case on them; the broker-roll and broker-kill cases restart them under load.
 --command-config names a secured cluster's client properties (security.protocol, sasl.*, ssl.*)
-for every client of the bench, as for `python -m app.local`.
+for every client of the bench, as for `python -m app.local`. Every row names its broker.
 Speeds are reported, never asserted.
 """
 
@@ -30,7 +29,6 @@ from app import client_properties
 from app.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
 from app.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
 from app.client_properties import ClientConfig, ClientPropertiesError
-from app.embedded_broker import EmbeddedBroker
 from app.kraft_cluster import KraftCluster
 from app.processor.defaults import DEFAULTS
 
@@ -80,7 +78,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--bootstrap",
         default=os.environ.get(BOOTSTRAP_ENV),
         metavar="HOST:PORT[,...]",
-        help=f"a running Apache Kafka (default ${BOOTSTRAP_ENV}; unset: the embedded broker)",
+        help=f"a running Apache Kafka (default ${BOOTSTRAP_ENV}; unset: the bench starts 3 "
+        "KRaft nodes of the project's Apache Kafka release)",
     )
     client_properties.add_argument(common)
     common.add_argument(
@@ -88,13 +87,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         default=Path("build/bench"),
         help="where the tables (Markdown, CSV) and graphs go (default build/bench)",
-    )
-    common.add_argument(
-        "--kafka-home",
-        type=Path,
-        metavar="DIR",
-        help="an Apache Kafka 4.x distribution: the bench starts it as 3 local KRaft nodes and "
-        "runs on them (instead of --bootstrap-servers); the broker-roll case needs it",
     )
     restart = sub.add_parser("rolling-restart", parents=[common], help="the restart matrix")
     restart.add_argument(
@@ -160,14 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--command-config {client.path}: for a secured cluster named by "
                 "--bootstrap-servers; the bench's own brokers run PLAINTEXT"
             )
-        if args.kafka_home is not None:
-            if bootstrap:
-                raise SystemExit("--kafka-home and --bootstrap-servers: choose one")
-            brokers = stack.enter_context(KraftCluster(args.kafka_home))
+        if bootstrap:
+            broker = f"the cluster at {bootstrap}"
+        else:
+            brokers = stack.enter_context(KraftCluster())
             bootstrap = brokers.bootstrap_servers
-        embedded = not bootstrap
-        if embedded:
-            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
+            broker = f"Apache Kafka {brokers.release.version}, 3 local KRaft nodes"
         if args.bench == "rolling-restart":
             params = replace(
                 BenchParams(),
@@ -190,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 broker_down_s=args.broker_down_s,
             )
             chosen = [c for c in CASES if c.name in args.cases]
-            results = run_matrix(chosen, params, out, bootstrap, embedded, brokers, client)
+            results = run_matrix(chosen, params, out, bootstrap, broker, brokers, client)
             return 0 if all(r.ok for r in results) else 1
         params_tp = replace(
             ThroughputParams(),
@@ -200,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             latency_rate=args.latency_rate,
             latency_s=args.latency_s,
         )
-        run_throughput(args.configs, params_tp, out, bootstrap, embedded, client)
+        run_throughput(args.configs, params_tp, out, bootstrap, broker, client)
         return 0
 
 

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from app.local.instances import InstanceStatus
-from app.local.observe import CountRecord, PartitionLag
+from app.local.observe import CountRecord, OutputGaps, PartitionLag
 from app.local.pipeline import LocalPipeline
 
 SAMPLE_INTERVAL_S = 0.5
@@ -132,17 +131,20 @@ def output_latencies(
 def zero_output_gaps(
     records: Sequence[CountRecord], partitions: Sequence[int], since_ms: int, until_ms: int
 ) -> dict[int, float]:
-    """Per partition, the longest time in [since, until] with no output record (seconds)."""
-    gaps = {}
-    for p in partitions:
-        times = sorted(r.timestamp_ms for r in records if r.partition == p)
-        edges = [since_ms, *(t for t in times if since_ms < t < until_ms), until_ms]
-        # Output before `since` counts as the start of the first gap.
-        earlier = [t for t in times if t <= since_ms]
-        if earlier:
-            edges[0] = earlier[-1]
-        gaps[p] = max(b - a for a, b in itertools.pairwise(edges)) / 1000
-    return gaps
+    """Per partition, the longest time in [since, until] with no output record (seconds): the
+    local run's live `OutputGaps`, fed after the fact."""
+    gaps = OutputGaps(partitions)
+    for record in sorted(records, key=lambda r: r.timestamp_ms):
+        if record.timestamp_ms >= until_ms:
+            break
+        if gaps.since_ms is None and record.timestamp_ms > since_ms:
+            gaps.open(since_ms)
+        if record.partition in partitions:
+            gaps.record(record.partition, record.timestamp_ms)
+    if gaps.since_ms is None:
+        gaps.open(since_ms)
+    gaps.close(until_ms)
+    return gaps.seconds(until_ms)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:

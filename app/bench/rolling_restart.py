@@ -10,10 +10,9 @@ processes, `app.local`) through the scenario matrix and measures, per case:
   comparison, the largest latency of the other instances' partitions meanwhile);
 - rebalances and revoked partitions the other instances saw, and changelog records restored.
 
-Honest about the broker: on the embedded Tansu broker, multi-member static membership with
-cooperative-sticky does not hand over revoked partitions (DESIGN.md), so the cases that depend on
-Apache Kafka's group coordinator are not run there; their row says so. Run them with
-`--bootstrap-servers` pointing at a real cluster.
+Every case runs on Apache Kafka: the bench's own 3 KRaft nodes (`app.kraft_cluster`), or the
+cluster `--bootstrap-servers` names; the broker cases need the bench's own nodes, which it
+restarts. Every row names its broker.
 """
 
 from __future__ import annotations
@@ -44,21 +43,14 @@ from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, InstanceStatus, PipelineNames
 from app.local.observe import CountCheck, CountRecord, PartitionLag, check_counts
 from app.local.pipeline import LocalPipeline, PipelineSetup
+from app.local.roll import RollFailed, RollStep, roll_instances
 from app.processor.defaults import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
 
 log = logging.getLogger("app.bench")
 
-NEEDS_HANDOVER = (
-    "needs Apache Kafka's group coordinator: the embedded broker does not hand a leaving "
-    "member's partitions to the others (DESIGN.md); run with --bootstrap-servers"
-)
 NEEDS_BROKERS = (
-    "needs brokers the bench can restart: run with --kafka-home (an Apache Kafka 4.x "
-    "distribution it starts as 3 KRaft nodes)"
-)
-NEEDS_COORDINATOR = (
-    "needs Apache Kafka's group coordinator: the embedded broker does not hand revoked "
-    "partitions over between static members (DESIGN.md); run with --bootstrap-servers"
+    "needs brokers the bench can restart: run without --bootstrap-servers (the bench then "
+    "starts 3 KRaft nodes of its own)"
 )
 
 
@@ -82,7 +74,6 @@ class Case:
     broker_roll: bool = False
     # Instead, one broker killed (SIGKILL, a lost node) and started `broker_down_s` later.
     broker_kill: bool = False
-    needs_apache: str | None = None
 
     def standby_replicas(self, params: BenchParams) -> int:
         """The case's `num.standby.replicas`."""
@@ -106,7 +97,6 @@ CASES: tuple[Case, ...] = (
         "static-failover",
         "static membership, down longer than the session timeout (failover)",
         outlive_session=True,
-        needs_apache=NEEDS_COORDINATOR,
     ),
     Case(
         "standby-failover",
@@ -114,14 +104,12 @@ CASES: tuple[Case, ...] = (
         "take its partitions over from their warm copies",
         standbys=True,
         outlive_session=True,
-        needs_apache=NEEDS_COORDINATOR,
     ),
     Case(
         "handoff",
         "membership.mode=handoff: leaves the group on SIGTERM, restarts warm, then joins; "
         "state kept",
         membership_mode=MEMBERSHIP_HANDOFF,
-        needs_apache=NEEDS_HANDOVER,
     ),
     Case(
         "rollout-static",
@@ -133,14 +121,12 @@ CASES: tuple[Case, ...] = (
         "rolling update of every instance, membership.mode=handoff, state kept",
         membership_mode=MEMBERSHIP_HANDOFF,
         rollout=True,
-        needs_apache=NEEDS_HANDOVER,
     ),
     Case(
         "broker-roll",
         "rolling restart of the 3 brokers under load (highest node first, each once back in "
         "every ISR); the instances keep running",
         broker_roll=True,
-        needs_apache=NEEDS_BROKERS,
     ),
     Case(
         "broker-kill",
@@ -148,7 +134,6 @@ CASES: tuple[Case, ...] = (
         "--broker-down-s; the instances keep running",
         broker_roll=True,
         broker_kill=True,
-        needs_apache=NEEDS_BROKERS,
     ),
     Case(
         "stateless-leave",
@@ -230,21 +215,19 @@ def run_matrix(
     params: BenchParams,
     out_dir: Path,
     bootstrap_servers: str,
-    embedded: bool,
+    broker: str,
     brokers: KraftCluster | None = None,
     client: ClientConfig | None = None,
 ) -> list[CaseResult]:
     """Run the cases, one pipeline per kind (membership, standbys) with one restart per case in
-    it; write the table (Markdown, CSV) and a graph per case; the results. `brokers`: the local
-    cluster behind `bootstrap_servers`, which the broker-roll case restarts."""
+    it; write the table (Markdown, CSV) and a graph per case; the results. `broker` names the
+    cluster in every row; `brokers`: the local cluster behind `bootstrap_servers`, which the
+    broker-roll case restarts."""
     results: dict[str, CaseResult] = {}
     runnable = []
     for case in cases:
-        # The broker cases need the bench's own cluster, the others any Apache Kafka.
-        missing = case.needs_apache if embedded or (case.broker_roll and brokers is None) else None
-        if missing:
-            broker = "embedded" if embedded else "apache"
-            row = {"case": case.name, "broker": broker, "note": f"not run: {missing}"}
+        if case.broker_roll and brokers is None:
+            row = {"case": case.name, "broker": broker, "note": f"not run: {NEEDS_BROKERS}"}
             results[case.name] = CaseResult(case, row)
         else:
             runnable.append(case)
@@ -254,9 +237,7 @@ def run_matrix(
 
     for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
         group = [c for c in runnable if kind(c) == pipeline_kind]
-        for result in run_group(
-            group, params, out_dir, bootstrap_servers, embedded, brokers, client
-        ):
+        for result in run_group(group, params, out_dir, bootstrap_servers, broker, brokers, client):
             results[result.case.name] = result
     ordered = [results[c.name] for c in cases]
     text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
@@ -283,7 +264,7 @@ class Restart:
 
 def run_group(
     cases: Sequence[Case], params: BenchParams, out_dir: Path, bootstrap_servers: str,
-    embedded: bool, brokers: KraftCluster | None = None, client: ClientConfig | None = None,
+    broker: str, brokers: KraftCluster | None = None, client: ClientConfig | None = None,
 ) -> list[CaseResult]:  # fmt: skip
     """One pipeline (own topics and group), one restart (or roll) per case."""
     stateful, mode = cases[0].stateful, cases[0].membership_mode
@@ -294,7 +275,6 @@ def run_group(
         instances=params.instances,
         partitions=params.partitions,
         bootstrap_servers=bootstrap_servers,
-        one_record_per_batch=embedded,
         client=client or ClientConfig(),
         names=PipelineNames(prefix, f"{prefix}-page-views", f"{prefix}-page-view-counts"),
         options=InstanceOptions(
@@ -342,7 +322,7 @@ def run_group(
     results = []
     overcounted = any(latest.get(page, 0) > n for page, n in summary.per_key.items())
     for event in restarts:
-        row = _row(event, check, records, latencies, params, embedded)
+        row = _row(event, check, records, latencies, params, broker)
         if drained is None and not check.ok:
             # Not an exactness failure unless a page was counted too often or twice.
             row["match"] = "NO" if overcounted or check.duplicates else "lag not drained"
@@ -414,20 +394,19 @@ def rollout(
     every = tuple(sorted(p for s in sample.instances for p in (s.partitions or ())))
     log.info("case %s: %s (partitions %s)", case.name, case.description, list(every))
     stopped_at = time.time()
-    started_at = stopped_at
-    for target in reversed(pipeline.instances):
-        log.info("case %s: stopping %s", case.name, target.name)
-        target.stop()
-        started_at = time.time()
-        target.start()
-        ready = wait_until(
-            timeline, params.recovery_timeout_s, lambda s, n=target.name: _status(s, n).ready
+    started = [stopped_at]
+
+    def note_start(step: RollStep) -> None:
+        if step.waiting_for == "ready":
+            started.append(time.time())
+
+    try:
+        roll_instances(
+            pipeline.instances, params.min_ready_s, params.recovery_timeout_s, note_start
         )
-        if ready is None:
-            log.warning("case %s: %s not ready within %g s", case.name, target.name,
-                        params.recovery_timeout_s)  # fmt: skip
-            break
-        time.sleep(params.min_ready_s)
+    except RollFailed as exc:
+        log.warning("case %s: %s", case.name, exc)
+    started_at = started[-1]
     at_end = timeline.take()
     event = Restart(case, "every instance", every, before, stopped_at, started_at)
     recovered = wait_until(
@@ -500,7 +479,7 @@ def _row(
     records: Sequence[CountRecord],
     latencies: Sequence[Latency],
     params: BenchParams,
-    embedded: bool,
+    broker: str,
 ) -> dict[str, object]:
     end = (event.recovered_at or event.started_at) + params.tail_s
     window = (int(event.stopped_at * 1000), int(end * 1000))
@@ -516,17 +495,9 @@ def _row(
         notes.append(f"instances that exited: {', '.join(event.exited) or 'none'}")
     if event.recovered_at is None:
         notes.append(f"not processed again within {params.recovery_timeout_s:g} s")
-    handed_over = _grown(event, others, "processor_partitions_assigned_total")
-    if embedded and not event.case.stateful and not handed_over:
-        notes.append(
-            "embedded broker: the leaving member's partitions were not handed to the others "
-            "(Apache Kafka moves them at once), so the gap is the restart itself"
-        )
-    if embedded and restored_records:
-        notes.append("embedded broker: no compaction, a restore reads every changelog record")
     return {
         "case": event.case.name,
-        "broker": "embedded" if embedded else "apache",
+        "broker": broker,
         "standby replicas": event.case.standby_replicas(params),
         "produced": check.produced,
         "counted": check.counted,

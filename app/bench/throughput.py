@@ -84,10 +84,11 @@ def run_throughput(
     params: ThroughputParams,
     out_dir: Path,
     bootstrap_servers: str,
-    embedded: bool,
+    broker: str,
     client: ClientConfig | None = None,
 ) -> list[dict[str, float | str | None]]:
-    """Run every configuration; write the table and the graph; the rows."""
+    """Run every configuration; write the table and the graph (`broker` names the cluster in
+    every row); the rows."""
     client = client or ClientConfig()
     run_id = uuid.uuid4().hex[:6]
     input_topic = f"tp-{run_id}-page-views"
@@ -101,7 +102,6 @@ def run_throughput(
             instances=1,
             partitions=params.partitions,
             bootstrap_servers=bootstrap_servers,
-            one_record_per_batch=embedded,
             client=client,
             names=PipelineNames(prefix, input_topic, f"{prefix}-page-view-counts"),
             options=InstanceOptions(
@@ -113,9 +113,7 @@ def run_throughput(
         with LocalPipeline(setup) as pipeline:
             if raw is None:
                 produced.update(
-                    produce_backlog(
-                        bootstrap_servers, input_topic, params, embedded, client.resolved
-                    )
+                    produce_backlog(bootstrap_servers, input_topic, params, client.resolved)
                 )
                 raw = raw_consume_rate(
                     bootstrap_servers, input_topic, params.backlog, client.resolved
@@ -131,7 +129,7 @@ def run_throughput(
                 **row,
                 "raw consume/s": round(raw),
                 "ratio": f"{row['events/s'] / raw:.3f}" if row["events/s"] else None,
-                "broker": "embedded" if embedded else "apache",
+                "broker": broker,
             }
         )
     text = write_table(out_dir, "throughput", COLUMNS, rows)
@@ -150,7 +148,6 @@ def produce_backlog(
     bootstrap_servers: str,
     topic: str,
     params: ThroughputParams,
-    embedded: bool,
     client_config: Mapping[str, str] | None = None,
 ) -> Mapping[str, int]:
     """`params.backlog` page views, as fast as the producer goes; views per page."""
@@ -158,9 +155,7 @@ def produce_backlog(
         LoadSettings(
             topic=topic, rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed
         ),
-        producer_config(
-            bootstrap_servers, one_record_per_batch=embedded, client_config=client_config
-        ),
+        producer_config(bootstrap_servers, client_config=client_config),
     )
     summary = generator.run()
     if summary.failed:

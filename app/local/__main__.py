@@ -1,16 +1,22 @@
 """`python -m app.local`: the pipeline on this machine, live, until Ctrl-C or `--duration`.
 
-    python -m app.local [--instances 2] [--rate 200] [--keys 50] [--partitions 6]
-        [--bootstrap-servers HOST:PORT [--command-config client.properties]] [--duration S]
+    python -m app.local [--instances 3] [--rate 1000] [--keys 10000] [--partitions 6]
+        [--membership-mode handoff] [--standby-replicas 1] [--roll-after 30 | --no-roll]
+        [--bootstrap-servers HOST:PORT [--command-config client.properties]]
+        [--duration S | --until-rolled]
         [--state-dir build/local]
 
-Starts the embedded broker (or uses --bootstrap-servers / $KAFKA_BOOTSTRAP_SERVERS), creates the
-topics with the project's reconciler, starts the load generator and N processor instances (each
-with its own state directory, health port and log file, as the StatefulSet's pods have), prints
-progress every few seconds, and on Ctrl-C or after --duration stops in order: load generator,
-wait for the lag to reach 0, SIGTERM to the instances, the broker last. The final check compares
-the counts in the read_committed output with what was produced; `<state-dir>/report.json` holds
-it. Exit code 0 when the counts match.
+Starts a local Apache Kafka of 3 KRaft nodes (`app.kraft_cluster`; or uses --bootstrap-servers /
+$KAFKA_BOOTSTRAP_SERVERS), creates the topics with the project's reconciler, starts the load
+generator and N processor instances (each with its own state directory, health port and log
+file, as the StatefulSet's pods have) and prints progress every few seconds. Once every instance
+is ready and caught up, and `--roll-after` seconds later, it rolls them as the StatefulSet
+controller rolls pods (`app.local.roll`: highest ordinal first, each once the previous one has
+been ready for `--min-ready-s`) and shows, per partition, the longest time without output during
+the roll. On Ctrl-C or after --duration it stops in order: load generator, wait for the lag to
+reach 0, SIGTERM to the instances, the brokers last. The final check compares the counts in the
+read_committed output with what was produced; `<state-dir>/report.json` holds it and the roll's
+gaps. Exit code 0 when the counts match.
 
 On a secured cluster, `--command-config` names the client properties (`security.protocol`,
 `sasl.*`, `ssl.*`) every client of the run uses: the reconciler, the load generator, the
@@ -37,6 +43,8 @@ from app.local.instances import InstanceOptions
 from app.local.observe import check_counts
 from app.local.pipeline import LocalPipeline, PipelineSetup
 from app.local.progress import Sample, format_progress, now
+from app.local.roll import LocalController
+from app.processor.defaults import MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
 
 log = logging.getLogger("app.local")
 
@@ -47,8 +55,9 @@ EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 # How a stopped instance may end: 0, or ended by the stop's SIGTERM before it installed its
-# handler (its first second, imports), when it had read nothing yet.
-CLEAN_STOP_CODES = (0, -signal.SIGTERM)
+# handler (its first second, imports), when it had read nothing yet; None: a stop during the
+# ordered start came before it was started.
+CLEAN_STOP_CODES = (0, -signal.SIGTERM, None)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -58,9 +67,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Run the page-view pipeline locally: broker, topics, load, N processors.",
         epilog="exit codes: 0 counts match, 1 mismatch or an instance failed, 2 usage",
     )
-    parser.add_argument("--instances", type=int, default=2, help="processor instances (pods)")
-    parser.add_argument("--rate", type=float, default=200.0, help="page views per second")
-    parser.add_argument("--keys", type=int, default=50, help="distinct pages")
+    parser.add_argument("--instances", type=int, default=3, help="processor instances (pods)")
+    parser.add_argument("--rate", type=float, default=1000.0, help="page views per second")
+    parser.add_argument("--keys", type=int, default=10_000, help="distinct pages")
     parser.add_argument("--skew", type=float, default=1.1, help="Zipf exponent of the pages")
     parser.add_argument(
         "--partitions",
@@ -72,7 +81,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--bootstrap-servers",
         default=os.environ.get(BOOTSTRAP_ENV),
         metavar="HOST:PORT[,...]",
-        help=f"a running Kafka (default ${BOOTSTRAP_ENV}; unset: the embedded broker)",
+        help=f"a running Kafka (default ${BOOTSTRAP_ENV}; unset: 3 local KRaft nodes of the "
+        "project's Apache Kafka release)",
     )
     client_properties.add_argument(parser)
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
@@ -80,14 +90,50 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--session-timeout-ms", type=int, default=30_000, help="consumer.session.timeout.ms"
     )
+    parser.add_argument(
+        "--membership-mode",
+        choices=(MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC),
+        default=MEMBERSHIP_HANDOFF,
+        help="membership.mode of the instances (default handoff: a stopping instance hands its "
+        "partitions to the warm standby copies at once)",
+    )
+    parser.add_argument(
+        "--standby-replicas",
+        type=int,
+        default=1,
+        help="num.standby.replicas: warm copies of each partition's state (default 1)",
+    )
+    roll = parser.add_mutually_exclusive_group()
+    roll.add_argument(
+        "--roll-after",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="roll every instance once, this long after all are ready and caught up (default 30)",
+    )
+    roll.add_argument("--no-roll", action="store_true", help="never roll the instances")
+    parser.add_argument(
+        "--until-rolled",
+        action="store_true",
+        help="stop (as on Ctrl-C) once the roll is done: a run that shows the roll and ends",
+    )
+    parser.add_argument(
+        "--min-ready-s",
+        type=float,
+        default=10.0,
+        help="the roll's minReadySeconds: how long a replaced instance stays ready before the "
+        "next one is replaced (default 10, the dev stack's)",
+    )
     args = parser.parse_args(argv)
+    if args.until_rolled and args.no_roll:
+        parser.error("--until-rolled --no-roll: there is no roll to wait for")
     if args.instances < 1 or args.partitions < 1:
         parser.error(
             f"--instances {args.instances} --partitions {args.partitions}: both must be at least 1"
         )
     if args.command_config is not None and not args.bootstrap_servers:
         parser.error(
-            f"--command-config {args.command_config}: the embedded broker runs PLAINTEXT; give "
+            f"--command-config {args.command_config}: the local cluster runs PLAINTEXT; give "
             "--bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) of the secured cluster too"
         )
     if args.instances > args.partitions:
@@ -133,15 +179,20 @@ def sample(pipeline: LocalPipeline) -> Sample:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """The local run; the exit code."""
+def run(args: argparse.Namespace, began: float) -> int:
+    """The local run (`began`: when the command started, on the `now()` clock); the exit code."""
     setup = PipelineSetup(
         base_dir=args.state_dir.resolve(),
         instances=args.instances,
         partitions=args.partitions,
         bootstrap_servers=args.bootstrap_servers or None,
         client=ClientConfig.load(args.command_config, os.environ),
-        options=InstanceOptions(session_timeout_ms=args.session_timeout_ms),
+        options=InstanceOptions(
+            membership_mode=args.membership_mode,
+            num_standby_replicas=args.standby_replicas,
+            session_timeout_ms=args.session_timeout_ms,
+        ),
+        keep_output_records=False,
     )
     load = LoadSettings(rate=args.rate, keys=args.keys, skew=args.skew)
     request = StopRequest()
@@ -149,8 +200,10 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request)
     with LocalPipeline(setup) as pipeline:
         assert pipeline.output is not None and pipeline.lag is not None
-        # Counts already in the output (a reused cluster): the check adds this run's views.
-        pipeline.output.wait_until_caught_up(30.0, quiet_s=1.0)
+        # Counts already in the output (a reused cluster): the check adds this run's views. A
+        # cluster this run started has none.
+        if pipeline.cluster is None:
+            pipeline.output.wait_until_caught_up(30.0, quiet_s=1.0)
         baseline, _, _ = pipeline.output.snapshot()
         if request.stop.is_set():
             print(
@@ -158,32 +211,55 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             return EXIT_OK
-        pipeline.start_instances()
+        # Caught up: at most about two batches' worth of input not yet processed.
+        controller = LocalController(
+            pipeline,
+            None if args.no_roll else args.roll_after,
+            args.min_ready_s,
+            round(2 * args.rate) + 100,
+        ).start()
         loader = pipeline.load(load)
+        cluster = pipeline.cluster
+        broker = (
+            f"Apache Kafka {cluster.release.version}, 3 local KRaft nodes"
+            if cluster is not None
+            else "the given cluster"
+        )
         print(
-            f"broker {pipeline.bootstrap_servers}"
-            f"{' (embedded Tansu, in memory)' if pipeline.embedded else ''}; "
-            f"{args.instances} instances, {args.rate:g} page views/s over {args.keys} pages. "
+            f"broker {pipeline.bootstrap_servers} ({broker}); {args.instances} instances "
+            f"(membership.mode={args.membership_mode}, {args.standby_replicas} standby), "
+            f"{args.rate:g} page views/s over {args.keys} pages. "
             "Logs: " + ", ".join(str(i.log_path) for i in pipeline.instances),
             flush=True,
         )
         print(
-            "Each instance starts Spark, joins the group and runs its first batch (25-30 s "
-            "with two on 2 cores): counts appear after 30-45 s. "
-            "Ctrl-C stops.",
+            "The instances start in order (OrderedReady), each once the one before is ready: "
+            "Spark, the group, a first batch. Ctrl-C stops.",
             flush=True,
         )
         started = now()
+        first_counts: float | None = None
         previous: Sample | None = None
         while not request.stop.wait(PROGRESS_INTERVAL_S):
             current = sample(pipeline)
             print(format_progress(previous, current, started), flush=True)
+            if first_counts is None and current.latest_counts:
+                first_counts = now() - began
+                print(f"          first counts {first_counts:.0f} s after the command", flush=True)
+            print(f"          {controller.describe()}", flush=True)
             previous = current
             if args.duration is not None and now() - started >= args.duration:
                 break
-            if all(not i.running for i in pipeline.instances):
+            if args.until_rolled and controller.done:
+                print("the roll is done: stopping", flush=True)
+                break
+            if controller.error is not None or (
+                controller.done and not any(i.running for i in pipeline.instances)
+            ):
                 log.error("every instance has exited; see the logs above")
                 break
+        controller.stop()
+        print(controller.describe(), flush=True)
         summary = loader.stop()
         print(f"load generator stopped: {summary.total} page views produced", flush=True)
         drained = wait_for_lag(pipeline, request)
@@ -195,7 +271,9 @@ def run(args: argparse.Namespace) -> int:
         codes = {i.name: i.returncode for i in pipeline.instances}
         report = {
             "bootstrap_servers": pipeline.bootstrap_servers,
-            "embedded_broker": pipeline.embedded,
+            "local_cluster": cluster is not None,
+            "first_counts_s": first_counts,
+            "roll": roll_report(controller),
             "lag_drained": drained,
             "output_caught_up": caught_up,
             "produced": summary.to_json(),
@@ -221,6 +299,21 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if check.ok and clean else EXIT_MISMATCH
 
 
+def roll_report(roll: LocalController) -> dict[str, object] | None:
+    """The roll's part of report.json: when, and the longest gap per partition (seconds)."""
+    if roll.started_ms is None:
+        return None
+    gaps = roll.gaps()
+    return {
+        "started_ms": roll.started_ms,
+        "ended_ms": roll.ended_ms,
+        "completed": roll.done and roll.error is None,
+        "error": roll.error,
+        "longest_gap_s": {str(p): g for p, g in sorted(gaps.items())},
+        "max_gap_s": max(gaps.values(), default=None),
+    }
+
+
 def wait_for_lag(pipeline: LocalPipeline, request: StopRequest) -> bool:
     """Wait until the group has processed every input record (or the drain is skipped)."""
     assert pipeline.lag is not None
@@ -243,9 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout
     )
+    began = now()
     args = parse_args(argv)
     try:
-        return run(args)
+        return run(args, began)
     except ValueError as exc:
         print(f"python -m app.local: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -24,8 +24,8 @@ from typing import IO
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.embedded_broker import free_port
 from app.java_properties import format_properties
+from app.kraft_cluster import free_port
 from app.processor import assignment_file
 from app.processor.defaults import (
     DEFAULTS,
@@ -33,6 +33,7 @@ from app.processor.defaults import (
     MEMBERSHIP_STATIC,
     TRANSACTIONAL_ID_KEY,
 )
+from app.processor.settings import load_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_TIMEOUT_S = 2.0
@@ -165,7 +166,8 @@ class ProcessorProcess:
         return None if self._process is None else self._process.poll()
 
     def write_properties(self) -> Path:
-        """Write this instance's properties file; its path."""
+        """Write this instance's properties file and check it as the processor does at start
+        (`SettingsError` names each refused setting); its path."""
         properties = instance_properties(
             self.names, self.bootstrap_servers, self.state_dir, self.health_port, self.options
         )
@@ -174,7 +176,12 @@ class ProcessorProcess:
             format_properties(properties, f"{self.name}: written by python -m app.local"),
             encoding="utf-8",
         )
+        load_settings(self.properties_path, {**os.environ, **self._identity()})
         return self.properties_path
+
+    def _identity(self) -> dict[str, str]:
+        """What the StatefulSet gives a pod's environment: its name."""
+        return {"POD_NAME": self.name}
 
     def start(self) -> None:
         """Start the process (again); its output is appended to `log_path`."""
@@ -185,7 +192,7 @@ class ProcessorProcess:
         self._log = self.log_path.open("ab")
         env = {
             **os.environ,
-            "POD_NAME": self.name,
+            **self._identity(),
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
             ),

@@ -6,6 +6,8 @@
 - `OutputTail`: the output topic read with `isolation.level=read_committed` from the beginning,
   on a background thread: every count record with its partition and timestamp, the newest count
   per page, and the records that repeat or go back (duplicates: exactly-once forbids them).
+- `OutputGaps`: per partition, the longest time without an output record in a window (a roll),
+  kept up to date as records arrive, so a live display can show it while the window is open.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -133,11 +135,66 @@ class CountRecord:
     count: int
 
 
+@dataclass
+class OutputGaps:
+    """Per partition, the longest time without output between `open()` and `close()`: what a
+    downstream reader of the table saw of a roll. A partition's last record before the window
+    starts its first gap. The benchmarks' `zero_output_gaps` is the same measure after the fact."""
+
+    partitions: Sequence[int]
+    since_ms: int | None = None
+    until_ms: int | None = None
+    _last_ms: dict[int, int] = field(default_factory=dict)
+    _longest_ms: dict[int, int] = field(default_factory=dict)
+
+    def open(self, at_ms: int) -> None:
+        """Start the window now: every partition's current gap counts from its last output."""
+        self.since_ms, self.until_ms = at_ms, None
+        self._longest_ms = {}
+        for p in self.partitions:
+            self._last_ms.setdefault(p, at_ms)
+
+    def close(self, at_ms: int) -> None:
+        """End the window: the gaps open now end here."""
+        if self.since_ms is not None and self.until_ms is None:
+            for p in self.partitions:
+                self._extend(p, at_ms)
+            self.until_ms = at_ms
+
+    def record(self, partition: int, timestamp_ms: int) -> None:
+        """An output record of `partition` at `timestamp_ms`."""
+        if self.since_ms is not None and self.until_ms is None:
+            self._extend(partition, timestamp_ms)
+        self._last_ms[partition] = max(timestamp_ms, self._last_ms.get(partition, timestamp_ms))
+
+    def seconds(self, now_ms: int) -> dict[int, float]:
+        """The longest gap of each partition so far (an open one counts up to `now_ms`);
+        empty before the window opens."""
+        if self.since_ms is None:
+            return {}
+        end = now_ms if self.until_ms is None else self.until_ms
+        return {
+            p: max(self._longest_ms.get(p, 0), end - self._last_ms.get(p, end)) / 1000
+            for p in self.partitions
+        }
+
+    def _extend(self, partition: int, until_ms: int) -> None:
+        gap = until_ms - self._last_ms.get(partition, until_ms)
+        self._longest_ms[partition] = max(self._longest_ms.get(partition, 0), gap)
+
+
 class OutputTail:
-    """Reads the output topic on a background thread (see the module docstring)."""
+    """Reads the output topic on a background thread (see the module docstring).
+
+    `keep_records=False` keeps the newest counts, the duplicates and `gaps` but not every
+    record: a run that lasts hours (the local run) does not grow without bound."""
 
     def __init__(
-        self, bootstrap_servers: str, topic: str, client_config: Mapping[str, str] | None = None
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        client_config: Mapping[str, str] | None = None,
+        keep_records: bool = True,
     ) -> None:
         config = {
             **_observer_config(
@@ -151,7 +208,10 @@ class OutputTail:
         self._consumer.assign(
             [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
         )
+        self.keep_records = keep_records
         self.records: list[CountRecord] = []
+        self.read = 0
+        self.gaps = OutputGaps(range(self.partitions))
         self.latest: dict[str, int] = {}
         self.duplicates: list[CountRecord] = []
         self._at_end: dict[int, bool] = dict.fromkeys(range(self.partitions), False)
@@ -200,7 +260,10 @@ class OutputTail:
                 page=page,
                 count=int(message.value()),  # type: ignore[attr-defined]
             )
-            self.records.append(record)
+            self.read += 1
+            if self.keep_records:
+                self.records.append(record)
+            self.gaps.record(partition, record.timestamp_ms)
             if record.count <= self.latest.get(page, 0):
                 self.duplicates.append(record)
             self.latest[page] = max(record.count, self.latest.get(page, 0))
@@ -209,7 +272,7 @@ class OutputTail:
         """(newest count per page, records read, duplicates found) now."""
         self._raise_if_failed()
         with self._lock:
-            return dict(self.latest), len(self.records), len(self.duplicates)
+            return dict(self.latest), self.read, len(self.duplicates)
 
     def wait_until_caught_up(self, timeout_s: float, quiet_s: float = 2.0) -> bool:
         """Wait until every partition is read to its end and nothing arrived for `quiet_s`."""
@@ -223,6 +286,22 @@ class OutputTail:
                 return True
             time.sleep(0.2)
         return False
+
+    def open_gaps(self, at_ms: int) -> None:
+        """Start measuring the output's gaps (`gaps`) now."""
+        with self._lock:
+            self.gaps.open(at_ms)
+
+    def close_gaps(self, at_ms: int) -> dict[int, float]:
+        """Stop measuring; the longest gap per partition in the window (seconds)."""
+        with self._lock:
+            self.gaps.close(at_ms)
+            return self.gaps.seconds(at_ms)
+
+    def gap_seconds(self, now_ms: int) -> dict[int, float]:
+        """The longest gap per partition in the window so far (seconds)."""
+        with self._lock:
+            return self.gaps.seconds(now_ms)
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:

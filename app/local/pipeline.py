@@ -1,11 +1,11 @@
 """The whole pipeline on one machine: broker, topics, load generator, processor instances.
 
 Used by `python -m app.local` (the README's main command) and by the benchmarks. With no
-bootstrap servers given it starts the embedded broker (Tansu, in memory); otherwise it uses the
-named cluster. Topics are created by the project's own reconciler (`python -m app.topics`), from
-the same `pipeline_topics(...)` specs the Pulumi program deploys: replication factor 3 and
-`min.insync.replicas=2` (what the stacks declare) on a cluster of 3 or more brokers, 1 and 1 on
-a smaller one (the embedded broker).
+bootstrap servers given it starts a local Apache Kafka of 3 KRaft nodes (`app.kraft_cluster`,
+the project's release); otherwise it uses the named cluster. Topics are created by the project's
+own reconciler (`python -m app.topics`), from the same `pipeline_topics(...)` specs the Pulumi
+program deploys: replication factor 3 and `min.insync.replicas=2` (what the stacks declare) on a
+cluster of 3 or more brokers, one replica per broker on a smaller one.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from app import topics as topics_cli
 from app.client_properties import ClientConfig
-from app.embedded_broker import ONE_RECORD_PER_REQUEST, EmbeddedBroker
+from app.kraft_cluster import KraftCluster
 from app.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
 from app.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
 from app.local.observe import GroupLag, OutputTail
@@ -51,14 +51,14 @@ class PipelineSetup:
     base_dir: Path
     instances: int = 2
     partitions: int = 4
-    bootstrap_servers: str | None = None  # None: start the embedded broker
+    bootstrap_servers: str | None = None  # None: start a local 3-node Apache Kafka
     # A secured cluster's client settings (`--command-config`), for every client of the run.
     client: ClientConfig = field(default_factory=ClientConfig)
-    # One record per produce request (the embedded broker's ListOffsets needs it); None: only
-    # when this pipeline starts the embedded broker.
-    one_record_per_batch: bool | None = None
     names: PipelineNames = field(default_factory=PipelineNames)
     options: InstanceOptions = field(default_factory=InstanceOptions)
+    # Every output record kept (the benchmarks' measures), or only counts and gaps (a run of
+    # hours must not grow without bound).
+    keep_output_records: bool = True
 
     def __post_init__(self) -> None:
         if self.instances < 1:
@@ -108,16 +108,11 @@ class LocalPipeline:
         self.setup = setup
         self.names = setup.names
         self._stack = ExitStack()
-        self.broker: EmbeddedBroker | None = None
+        self.cluster: KraftCluster | None = None  # the local cluster this pipeline started
         self.bootstrap_servers = setup.bootstrap_servers or ""
         self.instances: list[ProcessorProcess] = []
         self.lag: GroupLag | None = None
         self.output: OutputTail | None = None
-
-    @property
-    def embedded(self) -> bool:
-        """Whether the pipeline runs on the embedded broker (its deviations apply)."""
-        return self.broker is not None
 
     def __enter__(self) -> LocalPipeline:
         try:
@@ -133,23 +128,19 @@ class LocalPipeline:
     def _start(self) -> None:
         setup = self.setup
         if setup.bootstrap_servers is None:
-            self.broker = self._stack.enter_context(EmbeddedBroker())
-            self.bootstrap_servers = self.broker.bootstrap_servers
-            log.info("embedded broker (Tansu, in memory) on %s", self.bootstrap_servers)
+            self.cluster = self._stack.enter_context(KraftCluster())
+            self.bootstrap_servers = self.cluster.bootstrap_servers
         self.create_topics()
         # The instances' files get the settings as written: references stay references.
         options = replace(setup.options, extra={**setup.client.security(), **setup.options.extra})
-        if self.embedded:
-            # The sink's changelog writes must be one record per request too, or the embedded
-            # broker's end offsets are wrong and a restore stops short of the changelog's end.
-            producer = {f"producer.{k}": v for k, v in ONE_RECORD_PER_REQUEST.items()}
-            options = replace(options, extra={**producer, **options.extra})
         self.instances = [
             ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, options)
             for i in range(setup.instances)
         ]
-        if self.embedded:
-            # A new in-memory broker: checkpoints of an earlier run refer to data that is gone.
+        for instance in self.instances:
+            instance.write_properties()  # refused settings stop the run before anything starts
+        if self.cluster is not None:
+            # A new cluster: checkpoints of an earlier run refer to data that is gone.
             for instance in self.instances:
                 shutil.rmtree(instance.state_dir, ignore_errors=True)
         # Stopped last-in first-out: instances before the observers, the broker last.
@@ -159,7 +150,12 @@ class LocalPipeline:
             self.bootstrap_servers, self.names.application_id, self.names.input_topic, client
         )
         self._stack.callback(self.lag.close)
-        self.output = OutputTail(self.bootstrap_servers, self.names.output_topic, client).start()
+        self.output = OutputTail(
+            self.bootstrap_servers,
+            self.names.output_topic,
+            client,
+            keep_records=setup.keep_output_records,
+        ).start()
         self._stack.callback(self.output.stop)
 
     def create_topics(self) -> None:
@@ -214,16 +210,10 @@ class LocalPipeline:
             log.info("%s stopped (exit code %s)", instance.name, code)
 
     def load(self, settings: LoadSettings) -> LoadThread:
-        """Start the load generator on a thread (one record per request on the embedded broker:
-        its ListOffsets is wrong for batched produces)."""
+        """Start the load generator on a thread."""
         settings = replace(settings, topic=self.names.input_topic)
-        one_record = self.setup.one_record_per_batch
         generator = LoadGenerator(
             settings,
-            producer_config(
-                self.bootstrap_servers,
-                one_record_per_batch=self.embedded if one_record is None else one_record,
-                client_config=self.setup.client.resolved,
-            ),
+            producer_config(self.bootstrap_servers, client_config=self.setup.client.resolved),
         )
         return LoadThread(generator).start()

@@ -25,7 +25,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.embedded_broker import ONE_RECORD_PER_REQUEST, free_port
+from app.kraft_cluster import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 30.0
@@ -102,23 +102,16 @@ class Pipeline:
 
 
 def produce_page_views(
-    bootstrap: Kafka, topic: str, events: int, pages: int, seed: int, one_per_request: bool = True
+    bootstrap: Kafka, topic: str, events: int, pages: int, seed: int
 ) -> Counter[str]:
-    """Produce `events` valid page views over `pages` pages; the true count per page.
-
-    `one_per_request`: one record per produce request (`batch.num.messages=1`), which the
-    embedded broker needs: its ListOffsets is wrong after multi-record batches (DESIGN.md).
-    """
-    batching = dict(ONE_RECORD_PER_REQUEST) if one_per_request else {}
+    """Produce `events` valid page views over `pages` pages; the true count per page."""
     failed: list[KafkaError] = []
 
     def on_delivery(error: KafkaError | None, _message: Message) -> None:
         if error is not None:
             failed.append(error)
 
-    producer = Producer(
-        {**client_settings(bootstrap), "acks": "all", "on_delivery": on_delivery, **batching}
-    )
+    producer = Producer({**client_settings(bootstrap), "acks": "all", "on_delivery": on_delivery})
     rnd = random.Random(seed)
     truth: Counter[str] = Counter()
     for i in range(events):
@@ -142,8 +135,8 @@ def produce_page_views(
 def produce_raw(
     bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]
 ) -> None:
-    """Produce records exactly as given (key, value), one per request."""
-    producer = Producer({"bootstrap.servers": bootstrap, **ONE_RECORD_PER_REQUEST})
+    """Produce records exactly as given (key, value), in order."""
+    producer = Producer({"bootstrap.servers": bootstrap})
     for key, value in records:
         producer.produce(topic, key=key, value=value)
     _flush(producer)

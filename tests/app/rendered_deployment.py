@@ -33,12 +33,31 @@ from typing import Any
 
 import yaml
 
+from app.kafka_release import KafkaRelease, java_command
 from tests.app.pod_runtime import Image, Node, PodSpec, RunningPod
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA_PYTHON = REPO / ".venv" / "infra" / "bin" / "python"
 KAFKA_DOCKER_DIR_ENV = "KAFKA_DOCKER_DIR"
 PROCESSOR_IMAGE_FOLDERS = {"/app": REPO, "/opt/venv": Path(sys.prefix)}
+
+
+def distribution_with_scripts(release: KafkaRelease, folder: Path) -> Path:
+    """`release` as the `/opt/kafka` the image's scripts call: the release's own folder when it
+    is a distribution (it has `bin/kafka-storage.sh`), else `folder` with its `libs/` and the
+    one script the format step runs, which starts what the distribution's does
+    (`kafka-run-class.sh kafka.tools.StorageTool`)."""
+    if (release.home / "bin" / "kafka-storage.sh").is_file():
+        return release.home
+    (folder / "bin").mkdir(parents=True, exist_ok=True)
+    (folder / "libs").symlink_to(release.libs)
+    script = folder / "bin" / "kafka-storage.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'exec "{java_command()}" -cp "$(dirname "$0")/../libs/*" kafka.tools.StorageTool "$@"\n'
+    )
+    script.chmod(0o755)
+    return folder
 
 
 def render(stack: str, out: Path) -> None:

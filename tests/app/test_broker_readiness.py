@@ -1,8 +1,8 @@
 """A broker is ready when it is an unfenced member of the cluster and in sync on what it hosts.
 
-The embedded broker shows the answers and the HTTP endpoint; a 3-node Apache Kafka shows the
-point of it: a restarted broker is not ready until it is back in every ISR, and the others stay
-ready meanwhile.
+Node 1 of the tests' 3-node Apache Kafka shows the answers and the HTTP endpoint; a restart
+shows the point of it: a restarted broker is not ready until it is back in every ISR, and the
+others stay ready meanwhile.
 """
 
 from __future__ import annotations
@@ -19,35 +19,35 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.broker_readiness import BootstrapAcls, ReadinessCache, client_configs, judge, serve
-from app.embedded_broker import EmbeddedBroker, free_port
-from app.kraft_cluster import HOST, KraftCluster
+from app.kraft_cluster import HOST, KraftCluster, free_port
 from tests.app.processor_harness import wait_until
 
-TANSU_NODE_ID = 111  # the embedded broker's node.id
+NODE_ID = 1  # the node the judging sidecar sits beside
 DEADLINE_S = 180.0
 
 
 @pytest.fixture(scope="module")
-def admin() -> Iterator[AdminClient]:
-    with EmbeddedBroker() as broker:
-        client = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-        client.create_topics([NewTopic("hosted", 2, 1)])["hosted"].result(timeout=30)
-        yield client
+def admin(kraft_cluster: KraftCluster) -> Iterator[AdminClient]:
+    """An admin client of node 1 alone, as its readiness sidecar has (`localhost:<port>`)."""
+    node = kraft_cluster.node(NODE_ID)
+    client = AdminClient({"bootstrap.servers": f"{HOST}:{node.broker_port}"})
+    topic = "hosted-by-every-node"
+    client.create_topics([NewTopic(topic, 2, 3)])[topic].result(timeout=30)
+    yield client
+    client.delete_topics([topic])[topic].result(timeout=30)
 
 
 def test_a_broker_in_sync_on_what_it_hosts_is_ready(admin: AdminClient) -> None:
-    readiness = judge(admin, TANSU_NODE_ID)
+    readiness = judge(admin, NODE_ID)
     assert readiness.ready, readiness.reason
     assert readiness.hosted >= 2 and readiness.lagging == ()
-    assert (
-        f"in sync on all {readiness.hosted} partitions on node {TANSU_NODE_ID}" in readiness.reason
-    )
+    assert f"in sync on all {readiness.hosted} partitions on node {NODE_ID}" in readiness.reason
 
 
 def test_a_node_the_cluster_does_not_list_is_not_ready_and_says_so(admin: AdminClient) -> None:
     readiness = judge(admin, 7)
     assert not readiness.ready
-    assert f"node 7 is not an unfenced broker of the cluster (brokers [{TANSU_NODE_ID}])" in (
+    assert "node 7 is not an unfenced broker of the cluster (brokers [1, 2, 3])" in (
         readiness.reason
     )
 
@@ -62,7 +62,7 @@ def test_a_broker_whose_bootstrap_acls_cannot_be_read_is_not_ready_and_says_whic
     path = tmp_path / "bootstrap-acls.json"
     if content is not None:
         path.write_text(content)
-    readiness = ReadinessCache(admin, TANSU_NODE_ID, bootstrap_acls=BootstrapAcls(path)).current()
+    readiness = ReadinessCache(admin, NODE_ID, bootstrap_acls=BootstrapAcls(path)).current()
     assert not readiness.ready
     assert readiness.reason.startswith(f"bootstrap ACLs {path}: unreadable (")
     assert problem in readiness.reason
@@ -77,7 +77,7 @@ def test_a_broker_that_does_not_answer_is_not_ready() -> None:
 
 
 def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) -> None:
-    server = serve(ReadinessCache(admin, TANSU_NODE_ID), "127.0.0.1", 0)
+    server = serve(ReadinessCache(admin, NODE_ID), "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
@@ -98,7 +98,6 @@ def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) 
         server.shutdown()
 
 
-@pytest.mark.apache_kafka(reason="replicas, ISRs and a broker restarted in a cluster of three")
 def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(
     kraft_cluster: KraftCluster,
 ) -> None:

@@ -66,10 +66,10 @@ def test_a_child_process_gets_the_security_settings_as_written(tmp_path: Path) -
     assert ClientConfig().arguments() == [] and ClientConfig().security() == {}
 
 
-def test_the_local_run_refuses_command_config_on_the_embedded_broker(
+def test_the_local_run_refuses_command_config_on_its_own_plaintext_cluster(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     with pytest.raises(SystemExit):
         parse_args(["--command-config", str(tmp_path / "client.properties")])
-    assert "the embedded broker runs PLAINTEXT; give --bootstrap-servers" in capsys.readouterr().err
+    assert "the local cluster runs PLAINTEXT; give --bootstrap-servers" in capsys.readouterr().err

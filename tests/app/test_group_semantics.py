@@ -1,5 +1,5 @@
 """The Kafka facts the processor's design rests on, measured on a real Apache Kafka with plain
-confluent-kafka clients (the embedded broker's group coordinator and transactions deviate).
+confluent-kafka clients.
 
 - A static member (`group.instance.id`) replaced within its session timeout gets its partitions
   back and nobody else notices: no rebalance, no callback on the other members. This is why a
@@ -44,11 +44,6 @@ from confluent_kafka.admin import (
 
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
-
-pytestmark = pytest.mark.apache_kafka(
-    reason="Apache Kafka's group coordinator (static membership, cooperative rebalancing) "
-    "and transaction fencing"
-)
 
 PARTITIONS = 6
 # Short enough to keep the module at a few minutes, above the broker's minimum (6 s).
@@ -149,7 +144,7 @@ class ConsumerGroup:
                 f"the cluster refuses consumer.session.timeout.ms={self.session_timeout_s:.0f} s"
                 f" for a KIP-848 group ({exc.args[0].str()}); lower the broker's "
                 "group.consumer.min.session.timeout.ms and group.consumer.min.heartbeat."
-                "interval.ms (the KAFKA_HOME test cluster does)"
+                "interval.ms (the test cluster, app.kraft_cluster, does)"
             )
 
 
@@ -200,8 +195,8 @@ def form_group(group: ConsumerGroup, static: bool) -> tuple[Member, Member]:
 
 
 @pytest.fixture
-def topic(apache_kafka: str) -> str:
-    return create_topic(apache_kafka)
+def topic(kafka_bootstrap: str) -> str:
+    return create_topic(kafka_bootstrap)
 
 
 @pytest.fixture(params=["classic", "consumer"])
@@ -211,9 +206,9 @@ def group_protocol(request: pytest.FixtureRequest) -> str:
 
 
 def test_static_member_replaced_within_session_timeout_causes_no_rebalance(
-    apache_kafka: str, topic: str, group_protocol: str
+    kafka_bootstrap: str, topic: str, group_protocol: str
 ) -> None:
-    group = ConsumerGroup(apache_kafka, topic, group_protocol)
+    group = ConsumerGroup(kafka_bootstrap, topic, group_protocol)
     a, b = form_group(group, static=True)
     owned_by_a = set(a.assigned)
 
@@ -238,9 +233,9 @@ def test_static_member_replaced_within_session_timeout_causes_no_rebalance(
 
 
 def test_static_member_away_past_session_timeout_loses_only_its_partitions(
-    apache_kafka: str, topic: str, group_protocol: str
+    kafka_bootstrap: str, topic: str, group_protocol: str
 ) -> None:
-    group = ConsumerGroup(apache_kafka, topic, group_protocol)
+    group = ConsumerGroup(kafka_bootstrap, topic, group_protocol)
     a, b = form_group(group, static=True)
     owned_by_a = set(a.assigned)
     owned_by_b = set(b.assigned)
@@ -268,9 +263,9 @@ def test_static_member_away_past_session_timeout_loses_only_its_partitions(
 
 
 def test_dynamic_member_leaves_on_close_and_its_partitions_move_at_once(
-    apache_kafka: str, topic: str, group_protocol: str
+    kafka_bootstrap: str, topic: str, group_protocol: str
 ) -> None:
-    group = ConsumerGroup(apache_kafka, topic, group_protocol, DYNAMIC_SESSION_TIMEOUT_S)
+    group = ConsumerGroup(kafka_bootstrap, topic, group_protocol, DYNAMIC_SESSION_TIMEOUT_S)
     a, b = form_group(group, static=False)
     owned_by_a = set(a.assigned)
 
@@ -334,15 +329,15 @@ def committed_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     return values
 
 
-def test_second_producer_with_same_transactional_id_fences_the_first(apache_kafka: str) -> None:
-    output = create_topic(apache_kafka, partitions=1)
+def test_second_producer_with_same_transactional_id_fences_the_first(kafka_bootstrap: str) -> None:
+    output = create_topic(kafka_bootstrap, partitions=1)
     transactional_id = f"processor-0-{uuid.uuid4().hex[:6]}"
-    zombie = transactional_producer(apache_kafka, transactional_id)
+    zombie = transactional_producer(kafka_bootstrap, transactional_id)
     zombie.begin_transaction()
     zombie.produce(output, b"from the zombie")
     zombie.flush(10)
 
-    successor = transactional_producer(apache_kafka, transactional_id)  # bumps the epoch
+    successor = transactional_producer(kafka_bootstrap, transactional_id)  # bumps the epoch
     successor.begin_transaction()
     successor.produce(output, b"from the successor")
     successor.commit_transaction(30)
@@ -353,7 +348,7 @@ def test_second_producer_with_same_transactional_id_fences_the_first(apache_kafk
     print(f"\nthe fenced producer's commit failed: {error.name()} (fatal={error.fatal()})")
     assert error.fatal()
     assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
-    assert committed_values(apache_kafka, output, expected=1) == [b"from the successor"]
+    assert committed_values(kafka_bootstrap, output, expected=1) == [b"from the successor"]
 
 
 def consume(member: Member, count: int) -> list[Message]:
@@ -392,15 +387,15 @@ def next_offsets(messages: list[Message]) -> list[TopicPartition]:
     return [TopicPartition(topic, partition, end) for (topic, partition), end in ends.items()]
 
 
-def test_offsets_sent_to_a_transaction_are_committed_with_it(apache_kafka: str) -> None:
-    source = create_topic(apache_kafka, partitions=3)
-    output = create_topic(apache_kafka, partitions=3)
-    produce_input(apache_kafka, source, 30)
-    member = ConsumerGroup(apache_kafka, source).join("processor-0")
+def test_offsets_sent_to_a_transaction_are_committed_with_it(kafka_bootstrap: str) -> None:
+    source = create_topic(kafka_bootstrap, partitions=3)
+    output = create_topic(kafka_bootstrap, partitions=3)
+    produce_input(kafka_bootstrap, source, 30)
+    member = ConsumerGroup(kafka_bootstrap, source).join("processor-0")
     messages = consume(member, 30)
     offsets = next_offsets(messages)
 
-    producer = transactional_producer(apache_kafka, f"processor-0-{uuid.uuid4().hex[:6]}")
+    producer = transactional_producer(kafka_bootstrap, f"processor-0-{uuid.uuid4().hex[:6]}")
     producer.begin_transaction()
     for message in messages:
         _, partition, _ = position(message)
@@ -412,16 +407,16 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it(apache_kafka: str) 
     assert sorted((tp.partition, tp.offset) for tp in committed) == sorted(
         (tp.partition, tp.offset) for tp in offsets
     )
-    assert len(committed_values(apache_kafka, output, expected=30)) == 30
+    assert len(committed_values(kafka_bootstrap, output, expected=30)) == 30
     member.consumer.close()
 
 
 def test_group_metadata_of_a_replaced_static_member_cannot_commit_offsets(
-    apache_kafka: str,
+    kafka_bootstrap: str,
 ) -> None:
-    source = create_topic(apache_kafka, partitions=3)
-    produce_input(apache_kafka, source, 3)
-    group = ConsumerGroup(apache_kafka, source)
+    source = create_topic(kafka_bootstrap, partitions=3)
+    produce_input(kafka_bootstrap, source, 3)
+    group = ConsumerGroup(kafka_bootstrap, source)
     old = group.join("processor-0")
     offsets = next_offsets(consume(old, 3))
     zombie_metadata = old.consumer.consumer_group_metadata()
@@ -430,7 +425,7 @@ def test_group_metadata_of_a_replaced_static_member_cannot_commit_offsets(
     replacement = group.join("processor-0")
     poll_until([replacement], lambda: len(replacement.assigned) == 3, 30, "the replacement")
 
-    producer = transactional_producer(apache_kafka, f"processor-0-{uuid.uuid4().hex[:6]}")
+    producer = transactional_producer(kafka_bootstrap, f"processor-0-{uuid.uuid4().hex[:6]}")
     producer.begin_transaction()
     with pytest.raises(KafkaException) as raised:
         producer.send_offsets_to_transaction(offsets, zombie_metadata, 30)
@@ -446,16 +441,16 @@ def test_group_metadata_of_a_replaced_static_member_cannot_commit_offsets(
 
 
 def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offsets(
-    apache_kafka: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """The processor's `GroupMember`: while the sink holds the partitions, a cooperative
     revocation waits, and the transaction commits with the revoking generation's metadata
     (no deadlock between the sink and the rebalance callback, no abort)."""
-    source = create_topic(apache_kafka)
-    output = create_topic(apache_kafka, partitions=1)
+    source = create_topic(kafka_bootstrap)
+    output = create_topic(kafka_bootstrap, partitions=1)
     group_id = f"member-{uuid.uuid4().hex[:8]}"
     config = {
-        "bootstrap.servers": apache_kafka,
+        "bootstrap.servers": kafka_bootstrap,
         "group.id": group_id,
         "group.instance.id": "processor-0",
         "partition.assignment.strategy": "cooperative-sticky",
@@ -469,8 +464,8 @@ def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offset
     while member.assignment() != set(range(PARTITIONS)):
         assert time.monotonic() < deadline, "the member never owned every partition"
         time.sleep(0.2)
-    producer = transactional_producer(apache_kafka, f"processor-0-{uuid.uuid4().hex[:6]}")
-    newcomer = ConsumerGroup(apache_kafka, source, name=group_id).join("processor-1")
+    producer = transactional_producer(kafka_bootstrap, f"processor-0-{uuid.uuid4().hex[:6]}")
+    newcomer = ConsumerGroup(kafka_bootstrap, source, name=group_id).join("processor-1")
 
     with member.hold() as owned:
         producer.begin_transaction()
@@ -489,7 +484,7 @@ def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offset
         [TopicPartition(source, p) for p in range(PARTITIONS)], 10
     )
     assert [tp.offset for tp in committed] == [0] * PARTITIONS
-    assert committed_values(apache_kafka, output, expected=1) == [
+    assert committed_values(kafka_bootstrap, output, expected=1) == [
         b"written while a revocation waits"
     ]
     newcomer.consumer.close()

@@ -1,7 +1,7 @@
 """A Ctrl-C or a SIGTERM stops a test run: it prints its summary and stops what it started.
 
-The test runs pytest on a test that holds an embedded broker (a process in a session of its own,
-as every broker and instance the tests start is) and interrupts it once the broker is up.
+The test runs pytest on a test that holds a one-node Apache Kafka (a process in a session of its
+own, as every broker and instance the tests start is) and interrupts it once the broker is up.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import os
 import threading
 from pathlib import Path
 
-from app.embedded_broker import EmbeddedBroker
+from app.kraft_cluster import KraftCluster
 
 
 def test_holds_a_broker_until_interrupted():
-    with EmbeddedBroker() as broker:
-        Path(os.environ["BROKER_PID_FILE"]).write_text(str(broker.pid))
+    with KraftCluster(nodes=1) as cluster:
+        Path(os.environ["BROKER_PID_FILE"]).write_text(str(cluster.nodes[0].process.pid))
         threading.Event().wait(600)
 """
 

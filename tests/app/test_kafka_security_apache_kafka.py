@@ -51,9 +51,8 @@ from app.acl_specs import (
 )
 from app.bench.throughput import ThroughputParams, produce_backlog, raw_consume_rate
 from app.client_properties import ClientConfig
-from app.embedded_broker import free_port
 from app.java_properties import load_properties
-from app.kraft_cluster import KAFKA_HOME_ENV, ClusterSecurity, KraftCluster
+from app.kraft_cluster import ClusterSecurity, KraftCluster, free_port
 from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, PipelineNames
 from app.local.pipeline import LocalPipeline, PipelineSetup
@@ -69,7 +68,6 @@ from tests.app.processor_harness import (
 )
 
 pytestmark = [
-    pytest.mark.apache_kafka(reason="SASL_SSL, SCRAM and the StandardAuthorizer"),
     pytest.mark.timeout(900),
 ]
 
@@ -144,11 +142,9 @@ def _properties(settings: Mapping[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    if not os.environ.get(KAFKA_HOME_ENV):
-        pytest.skip(f"needs {KAFKA_HOME_ENV}: an Apache Kafka 4.x distribution to start")
     workdir = tmp_path_factory.mktemp("secured")
     security = ClusterSecurity(scram_users={RECONCILER: RECONCILER_PASSWORD})
-    with KraftCluster.from_env(security=security) as cluster:
+    with KraftCluster(security=security) as cluster:
         topics = pipeline_topics(
             application_id=APPLICATION_ID,
             input_topic=f"{APPLICATION_ID}-page-views",
@@ -300,9 +296,7 @@ def test_the_processor_counts_exactly_once_with_only_its_own_acls(
         tmp_path, "secured", properties, env={"SASL_PASSWORD": secured.passwords[APPLICATION_ID]}
     )
     started.append(processor)
-    truth = produce_page_views(
-        secured.user_configs(LOAD_PRODUCER), input_topic, 3000, 50, seed=1, one_per_request=False
-    )
+    truth = produce_page_views(secured.user_configs(LOAD_PRODUCER), input_topic, 3000, 50, seed=1)
     try:
         took = wait_for_counts(
             processor, secured.cluster.superuser_configs(), pipeline.topics["output.topic"],
@@ -556,9 +550,7 @@ def test_the_local_run_and_the_bench_clients_take_command_config(
     # The throughput bench's own clients: the backlog producer and the raw consume ceiling.
     topic = names.input_topic
     params = ThroughputParams(backlog=500, keys=20)
-    produced = produce_backlog(
-        secured.cluster.bootstrap_servers, topic, params, False, client.resolved
-    )
+    produced = produce_backlog(secured.cluster.bootstrap_servers, topic, params, client.resolved)
     assert sum(produced.values()) == 500
     assert raw_consume_rate(secured.cluster.bootstrap_servers, topic, 1500, client.resolved) > 0
 

@@ -6,13 +6,10 @@ from __future__ import annotations
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from app.kraft_cluster import KraftCluster
-
-pytestmark = pytest.mark.apache_kafka
 
 
 def create_topic(admin: AdminClient, partitions: int) -> str:

@@ -53,8 +53,7 @@ class Settings(TypedDict, total=False):
 
 
 def generate(bootstrap: str, topic: str, **settings: Unpack[Settings]) -> loadgen.ProducedSummary:
-    # The embedded broker needs one record per request; a real Kafka takes either.
-    config = producer_config(bootstrap, one_record_per_batch=True)
+    config = producer_config(bootstrap)
     return LoadGenerator(LoadSettings(topic=topic, rate=2000, **settings), config).run()
 
 
@@ -117,7 +116,7 @@ def test_command_line_writes_the_summary_json(
     out = tmp_path / "summary.json"
     code = loadgen.main(
         ["--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--rate", "1000",
-         "--keys", "7", "--count", "120", "--one-record-per-batch", "--summary-json", str(out)]
+         "--keys", "7", "--count", "120", "--summary-json", str(out)]
     )  # fmt: skip
     assert code == 0
     summary = json.loads(out.read_text())
@@ -138,7 +137,6 @@ def test_command_config_settings_reach_the_producer_under_its_own_settings(
                          "--command-config", str(path)]) == 2  # fmt: skip
     config = producer_config(
         "kafka:9092",
-        one_record_per_batch=False,
         client_config={"security.protocol": "SASL_SSL", "bootstrap.servers": "elsewhere:9092"},
     )
     # The security settings are the file's; where to connect is the command line's.

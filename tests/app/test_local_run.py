@@ -1,8 +1,9 @@
-"""The README's main command, `python -m app.local`, run as a newcomer runs it (its own embedded
-broker, two instances) for a minute: the final check passes and the report and logs exist.
+"""The README's main command, `python -m app.local`, run as a newcomer runs it (its own 3-node
+Apache Kafka, instances in hand-off mode rolled once mid-run), smaller: the roll completes, the
+final check passes and the report and logs exist.
 
-LONG: two real processor instances (Spark JVMs) start, process and stop; a few minutes on 2
-cores. Timings are printed by the command, never asserted here.
+LONG: two real processor instances (Spark JVMs) start, are rolled one after the other, and stop;
+a few minutes on 2 cores. Timings are printed by the command, never asserted here.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from app.local.instances import REPO_ROOT
 RUN_TIMEOUT_S = 600
 
 
-def test_local_run_counts_every_page_view_exactly_once(tmp_path: Path) -> None:
+def test_local_run_rolls_the_instances_and_counts_every_page_view_exactly_once(
+    tmp_path: Path,
+) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
     state = tmp_path / "local"
     run = subprocess.run(
         [sys.executable, "-m", "app.local", "--instances", "2", "--partitions", "2",
-         "--rate", "30", "--keys", "10", "--duration", "60", "--state-dir", str(state)],
+         "--rate", "50", "--keys", "20", "--roll-after", "2", "--min-ready-s", "2",
+         "--until-rolled", "--state-dir", str(state)],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
     print(run.stdout[-4000:])
@@ -37,13 +41,19 @@ def test_local_run_counts_every_page_view_exactly_once(tmp_path: Path) -> None:
     check = report["check"]
     assert check["ok"] and check["duplicates"] == 0
     assert check["produced"] == check["counted"] == report["produced"]["valid"] > 0
-    assert report["embedded_broker"] is True
+    assert report["local_cluster"] is True
+    roll = report["roll"]
+    assert roll["completed"] and roll["error"] is None, roll
+    assert set(roll["longest_gap_s"]) == {"0", "1"}, roll
+    assert roll["max_gap_s"] == max(roll["longest_gap_s"].values()) > 0, roll
+    assert "roll done in" in run.stdout
     for instance in report["instances"].values():
         assert instance["exit_code"] == 0
         assert Path(instance["log"]).stat().st_size > 0
     for i in (0, 1):
         properties = (state / "config" / f"page-view-counter-{i}.properties").read_text()
-        assert "consumer.group.instance.id=${env:POD_NAME}" in properties
+        assert "membership.mode=handoff" in properties
+        assert "num.standby.replicas=1" in properties
         assert f"state.dir={state / f'page-view-counter-{i}'}" in properties
 
 
@@ -68,7 +78,7 @@ def test_local_run_defaults_to_the_dev_stacks_partitions() -> None:
 
 @pytest.mark.parametrize(
     "marker",
-    ["embedded broker (Tansu", "Ctrl-C stops."],
+    ["change(s) applied", "Ctrl-C stops."],
     ids=["before-the-instances", "while-they-start"],
 )
 def test_a_ctrl_c_at_any_moment_of_the_start_stops_cleanly(marker: str, tmp_path: Path) -> None:

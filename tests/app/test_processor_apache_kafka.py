@@ -1,8 +1,9 @@
 """The processor's group semantics against a real Apache Kafka (3 KRaft nodes).
 
-The embedded broker cannot show these (DESIGN.md): static membership across a replacement,
-partitions taken over after the session timeout, and transaction fencing of a zombie. Each test
-runs real `python -m app.processor` instances, like pods of the StatefulSet.
+What the design rests on (DESIGN.md): static membership across a replacement, partitions
+taken over after the session timeout, transaction fencing of a zombie, the hand-off, a broker
+lost under running instances. Each test runs real `python -m app.processor` instances, like pods
+of the StatefulSet.
 """
 
 from __future__ import annotations
@@ -56,9 +57,7 @@ class Group:
         self.runs += 1
         topic = self.pipeline.topics["input.topic"]
         self.truth.update(
-            produce_page_views(
-                self.pipeline.bootstrap, topic, events, PAGES, seed=self.runs, one_per_request=False
-            )
+            produce_page_views(self.pipeline.bootstrap, topic, events, PAGES, seed=self.runs)
         )
 
     def start(self, instance: str, state: str | None = None, **extra: str) -> ProcessorProcess:
@@ -88,8 +87,8 @@ def _ready(processor: ProcessorProcess) -> bool:
 
 
 @pytest.fixture
-def group(apache_kafka: str, tmp_path: Path) -> Group:
-    return _make_group(apache_kafka, tmp_path)
+def group(kafka_bootstrap: str, tmp_path: Path) -> Group:
+    return _make_group(kafka_bootstrap, tmp_path)
 
 
 @dataclass
@@ -108,7 +107,6 @@ def started() -> Iterator[Started]:
     running.stop_all()
 
 
-@pytest.mark.apache_kafka(reason="static membership and the group coordinator's session timeout")
 def test_static_replacement_causes_no_rebalance_and_a_lost_instance_is_taken_over(
     group: Group, started: Started
 ) -> None:
@@ -151,7 +149,6 @@ def test_static_replacement_causes_no_rebalance_and_a_lost_instance_is_taken_ove
     assert code == 0, first.log()[-3000:]
 
 
-@pytest.mark.apache_kafka(reason="transaction fencing and FENCED_INSTANCE_ID")
 def test_a_zombie_instance_is_fenced(group: Group, started: Started) -> None:
     zombie = group.start("page-view-counter-0", state="zombie-volume")
     started.processors.append(zombie)
@@ -190,7 +187,6 @@ def _start_hand_off_pair(
     return first, second
 
 
-@pytest.mark.apache_kafka(reason="a hand-off moves partitions between live members at once")
 def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, started: Started) -> None:
     first, second = _start_hand_off_pair(group, started, events=4000)
 
@@ -224,7 +220,6 @@ def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, starte
         assert code == 0, processor.log()[-3000:]
 
 
-@pytest.mark.apache_kafka(reason="a broker lost and back under running instances")
 def test_a_broker_lost_and_back_keeps_the_instances_up_and_counts_exact(
     kraft_cluster: KraftCluster, tmp_path: Path, started: Started
 ) -> None:

@@ -2,8 +2,8 @@
 
 Runs the `format-storage` init container's script from the rendered prod manifests against the
 rendered format settings (TLS listeners, SCRAM, authorizer) with Apache Kafka's own
-`kafka-storage.sh`, so Kafka itself validates the secured configuration the brokers start with.
-Needs an Apache Kafka 4.x distribution ($KAFKA_HOME).
+`kafka-storage.sh` (the project's release, or the distribution $KAFKA_HOME names), so Kafka
+itself validates the secured configuration the brokers start with.
 """
 
 from __future__ import annotations
@@ -12,13 +12,9 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from app.java_properties import format_properties, load_properties
-from app.kraft_cluster import KAFKA_HOME_ENV
-from tests.app.rendered_deployment import Manifests, render
-
-pytestmark = pytest.mark.apache_kafka
+from app.kafka_release import ensure as ensure_release
+from tests.app.rendered_deployment import Manifests, distribution_with_scripts, render
 
 # Where the rendered pod mounts them; the test puts each under its own temporary folder.
 MOUNTS = {
@@ -39,9 +35,7 @@ def _format_step(manifests: Manifests) -> tuple[str, str]:
 
 
 def test_the_rendered_format_step_bootstraps_every_scram_user(tmp_path: Path) -> None:
-    kafka_home = os.environ.get(KAFKA_HOME_ENV)
-    if not kafka_home:
-        pytest.skip(f"needs {KAFKA_HOME_ENV}: an Apache Kafka 4.x distribution")
+    kafka_home = distribution_with_scripts(ensure_release(), tmp_path / "kafka")
     render("prod", tmp_path / "manifests")
     script, settings = _format_step(Manifests.load(tmp_path / "manifests"))
     folders = {path: tmp_path / name for path, name in MOUNTS.items()}

@@ -1,6 +1,6 @@
 """The sink's transactions: a failure inside one leaves none open, so the next batch commits.
 
-Real clients on the embedded broker: the processor's `GroupMember` joins a group, its
+Real clients on the tests' Apache Kafka: the processor's `GroupMember` joins a group, its
 `TransactionalSink` writes batches; no Spark (the rows are what a batch's plan would produce).
 """
 
@@ -17,7 +17,6 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.embedded_broker import EmbeddedBroker
 from app.processor.counting import COUNT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
@@ -35,9 +34,8 @@ DEADLINE_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def bootstrap() -> Iterator[str]:
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap_servers
+def bootstrap(kafka_bootstrap: str) -> str:
+    return kafka_bootstrap
 
 
 @contextmanager
@@ -82,8 +80,6 @@ def joined_sink(
         "transactional.id": prefix,
         "enable.idempotence": "true",
         "acks": "all",
-        # The embedded broker's ListOffsets is wrong after multi-record batches (DESIGN.md).
-        "batch.num.messages": "1",
     }
     try:
         yield TransactionalSink(producer, topics, tmp_path / "checkpoint", member, metrics)
@@ -150,11 +146,10 @@ def test_a_kafka_error_inside_a_transaction_aborts_it_and_the_batch_can_be_repla
     assert [(r.key, r.value) for r in output] == [(b"/a", b"1")]
 
 
-@pytest.mark.apache_kafka(reason="transaction fencing of a producer by its successor")
 def test_a_fenced_producer_is_known_by_its_error_code_and_never_replaced(
-    apache_kafka: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    with joined_sink(apache_kafka, tmp_path, replication=3) as sink:
+    with joined_sink(kafka_bootstrap, tmp_path, replication=3) as sink:
         sink._transaction(1, counts({"/a": 1}), {0: 1})
         # A successor with the same transactional.id (the pod's replacement) fences this one.
         successor = Producer(sink._config)

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from app.embedded_broker import free_port
+from app.kraft_cluster import free_port
 from app.topic_reconciler import (
     Action,
     Plan,
@@ -197,11 +197,10 @@ def test_partition_increase_is_refused_without_the_flag(
     assert "--allow-partition-increase" in refusal.detail
 
 
-@pytest.mark.apache_kafka(reason="CreatePartitions (KIP-195)")
 def test_partition_increase_is_applied_with_the_flag(
-    apache_kafka: str, name: Callable[[str], str]
+    kafka_bootstrap: str, name: Callable[[str], str]
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": apache_kafka})
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     topic_name = name("grow")
     reconcile(admin, [topic(topic_name, partitions=2)])
     the_plan = reconcile(admin, [topic(topic_name, partitions=3)], allow=True)

@@ -1,4 +1,4 @@
-"""The processor end to end against the session's broker (embedded Tansu by default), one member.
+"""The processor end to end against the session's Apache Kafka, one member.
 
 Each fixture below is one real run of `python -m app.processor`, building on the previous run's
 state directory (the same pod restarted), so the whole module costs four Spark starts:
@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded_broker import ONE_RECORD_PER_REQUEST
 from app.processor.settings import INSTANCE_ID_KEY
 from app.processor.source_offsets import newest_batch
 from tests.app.processor_harness import (
@@ -44,9 +43,6 @@ pytestmark = pytest.mark.timeout(600)
 INSTANCE = "page-view-counter-0"
 PAGES = 40
 RUN_TIMEOUT_S = 180.0
-# The embedded broker's ListOffsets is wrong after multi-record batches (DESIGN.md), and the
-# restore reads the changelog up to its end offset: one record per produce request.
-TANSU_PRODUCER = {f"producer.{k}": v for k, v in ONE_RECORD_PER_REQUEST.items()}
 
 MALFORMED = [
     (None, b'{"page": "/page/1"}', "null-key"),
@@ -80,7 +76,7 @@ class Scenario:
         )
 
     def start(self, name: str) -> ProcessorProcess:
-        properties = self.pipeline.properties(INSTANCE, self.state_dir, **TANSU_PRODUCER)
+        properties = self.pipeline.properties(INSTANCE, self.state_dir)
         return ProcessorProcess(self.workdir, name, properties)
 
     def wait_exact(self, processor: ProcessorProcess) -> float:
@@ -268,7 +264,8 @@ def test_sigkill_mid_batch_loses_and_doubles_nothing(restarted_run: list[RunRepo
 def test_lost_state_volume_is_rebuilt_from_the_changelog(lost_volume_run: RunReport) -> None:
     assert lost_volume_run.output == lost_volume_run.truth
     assert lost_volume_run.changelog == lost_volume_run.truth
-    # No compaction on the embedded broker: the restore reads every changelog record.
+    # Every changelog record is still there (the active segment, 64 MiB, is never compacted):
+    # the restore reads them all.
     assert lost_volume_run.restore_records == lost_volume_run.changelog_records > 0
     assert "state restored from" in lost_volume_run.log
 
