@@ -243,8 +243,8 @@ def run(args: argparse.Namespace, began: float) -> int:
         while not request.stop.wait(PROGRESS_INTERVAL_S):
             current = sample(pipeline)
             print(format_progress(previous, current, started), flush=True)
-            if first_counts is None and current.latest_counts:
-                first_counts = now() - began
+            if first_counts is None and pipeline.output.first_read_at is not None:
+                first_counts = pipeline.output.first_read_at - began
                 print(f"          first counts {first_counts:.0f} s after the command", flush=True)
             print(f"          {controller.describe()}", flush=True)
             previous = current

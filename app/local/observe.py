@@ -211,6 +211,7 @@ class OutputTail:
         self.keep_records = keep_records
         self.records: list[CountRecord] = []
         self.read = 0
+        self.first_read_at: float | None = None  # time.monotonic() of the first count read
         self.gaps = OutputGaps(range(self.partitions))
         self.latest: dict[str, int] = {}
         self.duplicates: list[CountRecord] = []
@@ -261,6 +262,8 @@ class OutputTail:
                 count=int(message.value()),  # type: ignore[attr-defined]
             )
             self.read += 1
+            if self.first_read_at is None:
+                self.first_read_at = time.monotonic()
             if self.keep_records:
                 self.records.append(record)
             self.gaps.record(partition, record.timestamp_ms)
