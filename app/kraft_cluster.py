@@ -376,7 +376,15 @@ class KraftCluster:
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self, timeout_s: float = 120.0) -> KraftCluster:
-        """Write configs, format storage, start every node, wait until the cluster is usable."""
+        """Write configs, format storage, start every node, wait until the cluster is usable.
+        On a failure every node is killed and the files are kept for a post-mortem."""
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.close(keep_files=True)
+            raise
+
+    def _start(self, timeout_s: float) -> KraftCluster:
         started = time.monotonic()
         log.info(
             "starting a %d-node KRaft cluster (Apache Kafka %s from %s) in %s",
@@ -468,11 +476,7 @@ class KraftCluster:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> KraftCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.close(keep_files=True)
-            raise
+        return self.start()
 
     def __exit__(
         self,

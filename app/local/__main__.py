@@ -193,6 +193,7 @@ def run(args: argparse.Namespace, began: float) -> int:
             session_timeout_ms=args.session_timeout_ms,
         ),
         keep_output_records=False,
+        first_instance_with_brokers=args.membership_mode == MEMBERSHIP_HANDOFF,
     )
     load = LoadSettings(rate=args.rate, keys=args.keys, skew=args.skew)
     request = StopRequest()
