@@ -208,7 +208,7 @@ def run(args: argparse.Namespace, began: float) -> int:
         baseline, _, _ = pipeline.output.snapshot()
         if request.stop.is_set():
             print(
-                "stopped before the instances started: nothing produced, nothing to check",
+                "stopped before the load started: nothing produced, nothing to check",
                 flush=True,
             )
             return EXIT_OK
@@ -254,9 +254,10 @@ def run(args: argparse.Namespace, began: float) -> int:
             if args.until_rolled and controller.done:
                 print("the roll is done: stopping", flush=True)
                 break
-            if controller.error is not None or (
-                controller.done and not any(i.running for i in pipeline.instances)
-            ):
+            if controller.error is not None:
+                log.error("stopping: %s", controller.error)
+                break
+            if not controller.busy and not any(i.running for i in pipeline.instances):
                 log.error("every instance has exited; see the logs above")
                 break
         controller.stop()

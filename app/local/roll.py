@@ -164,6 +164,11 @@ class LocalController:
             self._output().close_gaps(self.ended_ms)
 
     @property
+    def busy(self) -> bool:
+        """Whether it is still starting, waiting to roll or rolling."""
+        return self._thread.is_alive()
+
+    @property
     def done(self) -> bool:
         """Whether the roll has ended (every instance replaced, or failed)."""
         return self.ended_ms is not None
