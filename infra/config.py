@@ -580,6 +580,14 @@ def _validate_session_timeout(config: StackConfig) -> None:
             f"must be at most the brokers' group.max.session.timeout.ms ({maximum}); "
             "shorten the restart budget or raise kafka.configs.group.max.session.timeout.ms",
         )
+    poll = props.get("consumer.max.poll.interval.ms")
+    if poll is not None and int(poll) < effective:
+        raise setting_error(
+            "processor.properties.consumer.max.poll.interval.ms",
+            poll,
+            f"must be at least the session timeout, {effective} ms (librdkafka's rule; the "
+            "processor refuses it at start); remove it to use the computed value",
+        )
 
 
 def _validate_security(config: StackConfig) -> None:

@@ -57,6 +57,12 @@ def processor_properties(
         # Computed from this StatefulSet: a static member that restarts is never dropped.
         "consumer.session.timeout.ms": str(session_timeout_ms),
         "consumer.heartbeat.interval.ms": str(min(HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3)),
+        # librdkafka refuses a max.poll.interval.ms below the session timeout, and so does the
+        # processor at start: a long restart budget raises it too (prod's 475 s over the 300 s
+        # default).
+        "consumer.max.poll.interval.ms": str(
+            max(int(DEFAULTS["consumer.max.poll.interval.ms"]), session_timeout_ms)
+        ),
         TRANSACTIONAL_ID_KEY: "${env:POD_NAME}",
         "spark.master": f"local[{processor.cores}]",
         # One per core: the stateful tasks run in one wave (see the processor's defaults).

@@ -79,12 +79,22 @@ def test_properties_carry_the_group_and_state_settings(stack: RecordedStack) -> 
     assert props["dlq.topic"] == f"{APP}-dlq"
     assert props["consumer.partition.assignment.strategy"] == "cooperative-sticky"
     assert props["consumer.isolation.level"] == "read_committed"
-    assert props["consumer.max.poll.interval.ms"] == "300000"
     assert props["processing.guarantee"] == "exactly_once_v2"
     assert props["spark.sql.streaming.stateStore.providerClass"].endswith(
         "RocksDBStateStoreProvider"
     )
     assert props["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
+
+
+def test_max_poll_interval_is_raised_to_a_session_timeout_above_the_default(
+    dev: RecordedStack, prod: RecordedStack
+) -> None:
+    # librdkafka (and the processor at start) refuse max.poll.interval.ms < session.timeout.ms.
+    dev_props, prod_props = properties(dev), properties(prod)
+    assert int(dev_props["consumer.session.timeout.ms"]) <= 300000
+    assert dev_props["consumer.max.poll.interval.ms"] == "300000"
+    assert int(prod_props["consumer.session.timeout.ms"]) > 300000
+    assert prod_props["consumer.max.poll.interval.ms"] == prod_props["consumer.session.timeout.ms"]
 
 
 def test_spark_parallelism_follows_the_cpu_limit(dev: RecordedStack, prod: RecordedStack) -> None:

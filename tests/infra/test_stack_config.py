@@ -71,6 +71,14 @@ from infra.render import record_stack
             ["consumer.session.timeout.ms = '10000'", "worst-case restart of one pod, 195000 ms"],
         ),
         (
+            "prod",
+            {"processor": {"properties": {"consumer.max.poll.interval.ms": "300000"}}},
+            [
+                "consumer.max.poll.interval.ms = '300000'",
+                "at least the session timeout, 475000 ms (librdkafka's rule",
+            ],
+        ),
+        (
             "dev",
             {"processor": {"terminationGracePeriodSeconds": 3600}},
             ["consumer.session.timeout.ms", "group.max.session.timeout.ms (1800000)"],
