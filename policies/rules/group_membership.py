@@ -30,6 +30,7 @@ CLIENT_DEFAULTS = {
     "consumer.heartbeat.interval.ms": "3000",
     "consumer.partition.assignment.strategy": "range,roundrobin",
     "consumer.isolation.level": "read_committed",
+    "consumer.max.poll.interval.ms": "300000",
 }
 # Client settings the consumer protocol moves to the broker (the client rejects them there).
 BROKER_SIDE_UNDER_KIP_848 = (
@@ -244,6 +245,31 @@ def check_heartbeat(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterat
             )
 
 
+def check_poll_interval(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
+    """max.poll.interval.ms at least the session timeout: librdkafka refuses a smaller one, so
+    the processor would refuse to start (a long restart budget raises the session above the
+    300 s default)."""
+    for processor in StackView(args.resources).processors():
+        if _uses_kip_848(processor):
+            continue  # the session timeout is the broker's then, not the client's
+        subject, urn = _properties_subject(processor)
+        key, session_key = "consumer.max.poll.interval.ms", "consumer.session.timeout.ms"
+        poll = number(_setting(processor, key))
+        session = number(_setting(processor, session_key))
+        if poll is None or (session is not None and poll < session):
+            yield (
+                violation(
+                    subject,
+                    key,
+                    fmt(poll) if key in processor.properties else f"absent (default {fmt(poll)})",
+                    f">= {session_key} ({fmt(session)})",
+                    f"raise {key} to at least the session timeout: librdkafka refuses a smaller "
+                    "one, so every pod would fail at start",
+                ),
+                urn,
+            )
+
+
 def check_cooperative(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
     """Incremental rebalancing: only the moving partitions pause."""
     for processor in StackView(args.resources).processors():
@@ -332,6 +358,16 @@ POLICIES = [
                 1,
             )
         ],
+    ),
+    stack_rule(
+        name="group-max-poll-interval",
+        description=(
+            "max.poll.interval.ms is at least session.timeout.ms: librdkafka refuses a smaller "
+            "one, so a processor whose restart budget raised its session timeout above the "
+            "300 s default would fail at start in every pod."
+        ),
+        level=MANDATORY,
+        check=check_poll_interval,
     ),
     stack_rule(
         name="group-cooperative-assignor",

@@ -227,6 +227,13 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "(200000) / 3 = 66667",
     ),
     (
+        "group-max-poll-interval",
+        "processor-config",
+        with_properties({"consumer.max.poll.interval.ms": "150000"}),
+        "consumer.max.poll.interval.ms is 150000; required: >= consumer.session.timeout.ms "
+        "(200000)",
+    ),
+    (
         "group-cooperative-assignor",
         "processor-config",
         with_properties({"consumer.partition.assignment.strategy": "range"}),
@@ -371,7 +378,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 38
+    assert len(policies) == 39
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:
