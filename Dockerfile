@@ -26,7 +26,7 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 COPY app/ /app/app/
 # The properties codec the processor shares with the policy pack (standard library only).
 COPY policies/__init__.py /app/policies/
-COPY policies/rules/__init__.py policies/rules/java_properties.py /app/policies/rules/
+COPY policies/rules/__init__.py policies/rules/java_properties.py policies/rules/tls_settings.py /app/policies/rules/
 RUN python -m compileall -q /app/app /app/policies
 
 FROM ${PYTHON_IMAGE}

@@ -78,6 +78,13 @@ class AclSpec:
     def __post_init__(self) -> None:
         if not self.principal.startswith("User:") or len(self.principal) <= len("User:"):
             raise AclSpecError(f"ACL principal {self.principal!r}: must be User:<name>")
+        if "*" in self.principal:
+            # Kafka matches User:* to every principal, User:ANONYMOUS and future users included.
+            raise AclSpecError(
+                f"ACL principal {self.principal!r}: contains a wildcard (User:* is every user, "
+                "present and future, User:ANONYMOUS included); name the one user that needs "
+                "it, User:<name> (least privilege)"
+            )
         object.__setattr__(self, "resource_type", ResourceType(self.resource_type))
         object.__setattr__(self, "pattern_type", PatternType(self.pattern_type))
         object.__setattr__(self, "operation", Operation(self.operation))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from app.java_properties import PropertyLine, parse_properties, resolve_env
 from app.processor.settings import CLIENT_COMMON_KEYS, CLIENT_COMMON_PREFIXES
+from policies.rules.tls_settings import tls_weakenings
 
 FLAG = "--command-config"
 HELP = (
@@ -48,6 +49,12 @@ class ClientConfig:
         if path is None:
             return cls()
         entries = _read(path)
+        for entry in entries:
+            for weakening in tls_weakenings({entry.key: entry.value}):
+                raise ClientPropertiesError(
+                    f"{FLAG} {path}:{entry.line} {entry.key}={entry.value!r}: must be "
+                    f"{weakening.required}: {weakening.why}; remove it"
+                )
         resolved = {}
         for entry in entries:
             try:

@@ -49,6 +49,33 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 
 
+# Broker settings this module derives from the client listener's protocol: a stack's own broker
+# configs may not set them, or the cluster would run with a security the stack does not declare
+# (and that the policy pack and the clients were not checked against).
+SECURITY_OWNED_KEYS = frozenset(
+    {
+        "listeners",
+        "advertised.listeners",
+        "listener.security.protocol.map",
+        "inter.broker.listener.name",
+        "security.inter.broker.protocol",
+        "controller.listener.names",
+        "authorizer.class.name",
+        "allow.everyone.if.no.acl.found",
+        "super.users",
+        "principal.builder.class",
+        "sasl.mechanism.inter.broker.protocol",
+        "sasl.mechanism.controller.protocol",
+    }
+)
+SECURITY_OWNED_PREFIXES = ("listener.name.", "ssl.", "sasl.")
+
+
+def owned_by_security(key: str) -> bool:
+    """Whether a broker setting belongs to the listeners' security, set here and nowhere else."""
+    return key in SECURITY_OWNED_KEYS or key.startswith(SECURITY_OWNED_PREFIXES)
+
+
 def listener_protocols(client_protocol: str) -> dict[str, str]:
     """Listener name -> security protocol (`listener.security.protocol.map`'s entries)."""
     if client_protocol not in CLIENT_LISTENER_PROTOCOLS:

@@ -27,6 +27,10 @@ class TopicRole(StrEnum):
 CO_PARTITIONED_ROLES = frozenset({TopicRole.INPUT, TopicRole.OUTPUT, TopicRole.CHANGELOG})
 
 
+# Topic-level override of the broker setting; true trades acknowledged writes for availability.
+UNCLEAN_ELECTION = "unclean.leader.election.enable"
+
+
 class TopicSpecError(ValueError):
     """A topic spec or a set of specs that cannot be deployed safely."""
 
@@ -53,6 +57,13 @@ class TopicSpec:
         object.__setattr__(self, "role", TopicRole(self.role))
         configs = {str(k): str(v) for k, v in self.configs.items()}
         object.__setattr__(self, "configs", MappingProxyType(dict(sorted(configs.items()))))
+        if configs.get(UNCLEAN_ELECTION, "false").strip().lower() != "false":
+            raise TopicSpecError(
+                f"topic {self.name}: {UNCLEAN_ELECTION}={configs[UNCLEAN_ELECTION]}, must be "
+                "false (or absent: the brokers' false applies): an out-of-sync replica elected "
+                "leader silently drops the acknowledged writes it lacks, and with them "
+                "exactly-once (remove it from topics.configs)"
+            )
         if self.role is TopicRole.CHANGELOG and "compact" not in configs.get(
             "cleanup.policy", ""
         ).split(","):

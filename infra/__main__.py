@@ -91,6 +91,7 @@ topics = TopicReconciliation(
         image=config.processor.image,
         image_pull_policy=config.processor.image_pull_policy,
         allow_partition_increase=config.topics.allow_partition_increase,
+        kafka_egress=kafka.client_egress,
         users=config.kafka_users,
         credentials=credentials,
     ),
@@ -107,6 +108,7 @@ processor = Processor(
         namespace=config.namespace,
         config=config.processor,
         properties=processor_properties(config, kafka.bootstrap_servers, access.properties),
+        kafka_egress=kafka.client_egress,
         access=access,
     ),
     # The processor starts against topics that exist with the right configs.

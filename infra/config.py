@@ -21,9 +21,11 @@ import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
 from app.acl_specs import KafkaUser, pipeline_users
-from app.kafka_security import PLAINTEXT
+from app.kafka_security import PLAINTEXT, owned_by_security
 from app.topic_specs import TopicSpec, TopicSpecError, pipeline_topics
+from policies.rules.credential_values import find_credentials
 from policies.rules.java_properties import is_credential_key, is_reference
+from policies.rules.tls_settings import tls_weakenings
 
 PROJECT = "stateful-streaming"
 
@@ -111,6 +113,15 @@ class TopicsConfig:
     configs: Mapping[str, Mapping[str, str]] = _key("configs")
 
 
+# A dynamic member that crashes holds its partitions until its session expires, and so does one
+# restarted at once (it joins as a new member). 10 s puts them on a warm standby within the 15 s
+# target (the rebalance and the tail restore after it measured 1-3 s) and leaves 10 heartbeats
+# (1 s, sent by librdkafka's own thread, so a long batch never delays them) of slack.
+DYNAMIC_SESSION_TIMEOUT_MS = 10000
+# The longest a hand-off member's session may be: a crash stops its partitions that long.
+MAX_HANDOFF_SESSION_TIMEOUT_MS = 12000
+
+
 @dataclass(frozen=True)
 class ProcessorConfig:
     """The stateful processor StatefulSet and its properties file."""
@@ -145,6 +156,9 @@ class ProcessorConfig:
     # `podMonitor` creates a PodMonitor (clusters with the Prometheus Operator), `annotations`
     # sets the conventional prometheus.io/* pod annotations, `none` leaves scraping to you.
     metrics_scrape: Literal["podMonitor", "annotations", "none"] = _key("metricsScrape")
+    # The namespace whose pods may reach the health port (/metrics, /ready, /live): where
+    # Prometheus runs. Selected by its `kubernetes.io/metadata.name` label, never all namespaces.
+    metrics_namespace: str = _key("metricsNamespace")
     # Processor properties (the contract's names), merged over the computed ones.
     properties: Mapping[str, str] = _key("properties")
 
@@ -158,9 +172,21 @@ class ProcessorConfig:
         )
 
     @property
+    def static_member(self) -> bool:
+        """Whether the processor joins with a `group.instance.id` (stateful, static mode)."""
+        return self.stateful and self.membership_mode == "static"
+
+    @property
     def computed_session_timeout_ms(self) -> int:
-        """A session timeout that a restarting static member never outlives."""
-        return (self.restart_budget_seconds + self.session_timeout_margin_seconds) * 1000
+        """The session timeout this member's failure path needs.
+
+        A static member is waited for: its session covers the worst-case restart, or every pod
+        restart rebalances. A dynamic member (hand-off mode, stateless) leaves the group on
+        SIGTERM, so its session only decides how long a crashed one holds its partitions.
+        """
+        if self.static_member:
+            return (self.restart_budget_seconds + self.session_timeout_margin_seconds) * 1000
+        return DYNAMIC_SESSION_TIMEOUT_MS
 
     @property
     def cores(self) -> int:
@@ -288,13 +314,14 @@ _BASE: dict[str, Any] = {
         # Opt-in: a PodMonitor needs the Prometheus Operator's CRD, annotations a scrape job
         # that reads them; neither is there on every cluster.
         "metricsScrape": "none",
+        "metricsNamespace": "monitoring",
         "properties": {},
     },
     "security": {
         "clientListener": "PLAINTEXT",
         "certificates": "generated",
         "issuerName": "",
-        "issuerKind": "ClusterIssuer",
+        "issuerKind": "Issuer",
         "credentialsRevision": 1,
     },
 }
@@ -547,6 +574,13 @@ def _validate(config: StackConfig) -> None:
         raise setting_error(
             "processor.applicationId", processor.application_id, "must be a DNS label"
         )
+    if not _DNS_LABEL.match(processor.metrics_namespace):
+        raise setting_error(
+            "processor.metricsNamespace",
+            processor.metrics_namespace,
+            "must be the name of the namespace Prometheus scrapes from (a DNS label); only its "
+            "pods may reach the processor's health and metrics port",
+        )
     for key in ("cpu", "memory", "storage"):
         for section, obj in (("kafka", kafka), ("processor", processor)):
             try:
@@ -557,28 +591,47 @@ def _validate(config: StackConfig) -> None:
     _validate_security(config)
 
 
+# Node settings the cluster component derives from the StatefulSet (identity, quorum, storage).
+_NODE_OWNED_KEYS = frozenset(
+    {"process.roles", "node.id", "broker.id", "controller.quorum.voters", "log.dirs", "log.dir"}
+)
+
+
 def _validate_session_timeout(config: StackConfig) -> None:
-    props = config.processor.properties
-    budget_ms = config.processor.restart_budget_seconds * 1000
+    processor = config.processor
+    props = processor.properties
+    key = "processor.properties.consumer.session.timeout.ms"
     session = props.get("consumer.session.timeout.ms")
-    if session is not None and int(session) < budget_ms:
+    budget_ms = processor.restart_budget_seconds * 1000
+    if session is not None and processor.static_member and int(session) < budget_ms:
         raise setting_error(
-            "processor.properties.consumer.session.timeout.ms",
+            key,
             session,
             f"must cover the worst-case restart of one pod, {budget_ms} ms "
-            "(terminationGracePeriodSeconds + startup probe budget + minReadySeconds); "
-            "remove it to use the computed value",
+            "(terminationGracePeriodSeconds + startup probe budget + minReadySeconds): a static "
+            "member's session that ends before it is back rebalances at every restart; remove "
+            "it to use the computed value",
         )
-    maximum = int(config.broker_configs["group.max.session.timeout.ms"])
-    effective = (
-        int(session) if session is not None else config.processor.computed_session_timeout_ms
-    )
-    if effective > maximum:
+    handoff = processor.stateful and processor.membership_mode == "handoff"
+    if session is not None and handoff and int(session) > MAX_HANDOFF_SESSION_TIMEOUT_MS:
         raise setting_error(
-            "processor.properties.consumer.session.timeout.ms",
+            key,
+            session,
+            f"must be at most {MAX_HANDOFF_SESSION_TIMEOUT_MS} ms with membershipMode handoff: "
+            "a crashed instance's partitions stop until its session expires (a stopping one "
+            f"leaves the group at once); remove it to use {DYNAMIC_SESSION_TIMEOUT_MS}",
+        )
+    effective = int(session) if session is not None else processor.computed_session_timeout_ms
+    minimum = int(config.broker_configs.get("group.min.session.timeout.ms", "6000"))
+    maximum = int(config.broker_configs["group.max.session.timeout.ms"])
+    if not minimum <= effective <= maximum:
+        raise setting_error(
+            key,
             effective,
-            f"must be at most the brokers' group.max.session.timeout.ms ({maximum}); "
-            "shorten the restart budget or raise kafka.configs.group.max.session.timeout.ms",
+            f"must be within the brokers' group.min.session.timeout.ms ({minimum}) and "
+            f"group.max.session.timeout.ms ({maximum}), or the broker refuses the member's "
+            "join (INVALID_SESSION_TIMEOUT); change the restart budget or the session timeout, "
+            "or kafka.configs.group.min/max.session.timeout.ms",
         )
     poll = props.get("consumer.max.poll.interval.ms")
     if poll is not None and int(poll) < effective:
@@ -592,12 +645,55 @@ def _validate_session_timeout(config: StackConfig) -> None:
 
 def _validate_security(config: StackConfig) -> None:
     security = config.security
+    if config.profile == "prod" and not security.secured:
+        raise setting_error(
+            "security.clientListener",
+            security.client_listener,
+            "a prod stack needs SASL_SSL (TLS on every listener, SCRAM users, ACLs that deny "
+            "by default); PLAINTEXT lets every pod that reaches the brokers read and write "
+            "every topic and is for a dev cluster on a laptop; allowed here: SASL_SSL",
+        )
+    for key, value in config.kafka.configs.items():
+        owner = (
+            "the listeners' security, from security.clientListener (app/kafka_security.py)"
+            if owned_by_security(key)
+            else "the cluster's layout (infra/kafka_cluster.py)"
+            if key in _NODE_OWNED_KEYS
+            else None
+        )
+        if owner is not None:
+            raise setting_error(
+                f"kafka.configs.{key}",
+                "****" if is_credential_key(key) else value,
+                f"set by the program from {owner}; remove it. Allowed in kafka.configs: broker "
+                "settings outside listeners, TLS, SASL, authorization and the node layout",
+            )
+    for key, value in config.processor.properties.items():
+        for weakening in tls_weakenings({key: value}):
+            raise setting_error(
+                f"processor.properties.{key}",
+                value,
+                f"must be {weakening.required}: {weakening.why} (the processor refuses it at "
+                "start); remove it",
+            )
     if security.certificates == "cert-manager" and not security.issuer_name:
         raise setting_error(
             "security.issuerName",
             security.issuer_name,
             "certificates from cert-manager need the name of a CA issuer (its Secrets carry "
             "ca.crt, the clients' trust store); allowed: an Issuer or ClusterIssuer name",
+        )
+    if (
+        config.profile == "prod"
+        and security.certificates == "cert-manager"
+        and security.issuer_kind == "ClusterIssuer"
+    ):
+        raise setting_error(
+            "security.issuerKind",
+            security.issuer_kind,
+            "a prod stack needs a namespaced Issuer: a ClusterIssuer signs a CN=kafka-broker "
+            "certificate for whoever asks in any namespace, and every such certificate is a "
+            "super user of these brokers (super.users=User:CN=kafka-broker); allowed here: Issuer",
         )
     if security.credentials_revision < 1:
         raise setting_error(
@@ -614,6 +710,17 @@ def _validate_security(config: StackConfig) -> None:
                 "program creates the processor's user and password (a Secret); your own "
                 "secret goes into a Kubernetes Secret, mounted and referenced as "
                 "${dir:DIRECTORY:FILE}",
+            )
+        # Also inside a value: `-Djavax.net.ssl.keyStorePassword=...` in JVM options.
+        inside = find_credentials(value)
+        if inside:
+            raise setting_error(
+                f"processor.properties.{key}",
+                "****",
+                f"holds a credential in clear in its {inside[0].key} (value not shown); a "
+                "credential never goes into plain stack config: put it into a Kubernetes Secret, "
+                f"mount it and write {inside[0].key}=${{dir:DIRECTORY:FILE}} in the value (the "
+                "processor resolves a reference anywhere in a value)",
             )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -88,8 +87,13 @@ def broker_dns_names(name: str, namespace: str, replicas: int) -> list[str]:
 # Formats the node's storage with every SCRAM user before the image's own start formats it
 # without them (which then finds it formatted, and the image goes on): KRaft writes users
 # given at format into the cluster's first metadata, so they exist before any client connects.
-# The passwords are files (a projected volume of the user Secrets), never environment.
+# The passwords are files (a projected volume of the user Secrets), never environment, and reach
+# a command line only for the first format: a formatted node skips the step at every later start.
 FORMAT_SCRIPT = f"""set -eu
+if [ -f {DATA_DIR}/logs/meta.properties ]; then
+  echo "{DATA_DIR}/logs is formatted already: nothing to do"
+  exit 0
+fi
 config=/tmp/format.properties
 cp {BOOTSTRAP_DIR}/{FORMAT_FILE} "$config"
 echo "node.id=$KAFKA_NODE_ID" >> "$config"
@@ -97,7 +101,7 @@ set --
 for file in {USERS_DIR}/*; do
   set -- "$@" --add-scram "{SCRAM_MECHANISM}=[name=$(basename "$file"),password=$(cat "$file")]"
 done
-echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) SCRAM user(s) unless already formatted"
+echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) SCRAM user(s)"
 exec /opt/kafka/bin/kafka-storage.sh format --cluster-id "$CLUSTER_ID" --config "$config" \
   --ignore-formatted "$@"
 """
@@ -132,6 +136,8 @@ class KafkaCluster(pulumi.ComponentResource):
     """Kafka in KRaft mode: a StatefulSet of broker+controller nodes and everything around it."""
 
     bootstrap_servers: str
+    # The egress rule a client pod needs: the brokers' client port (its NetworkPolicy's).
+    client_egress: k8s.networking.v1.NetworkPolicyEgressRuleArgs
     cluster_id: pulumi.Output[str]
     stateful_set: k8s.apps.v1.StatefulSet
 
@@ -144,6 +150,10 @@ class KafkaCluster(pulumi.ComponentResource):
         headless = f"{name}-headless"
         component_labels = workload.labels(name, "kafka")
         self.bootstrap_servers = f"{name}.{ns}.svc.cluster.local:{CLIENT_PORT}"
+        self.client_egress = k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[workload.pod_peer(workload.selector(name))],
+            ports=workload.tcp_ports(CLIENT_PORT),
+        )
 
         # Generated at the first `pulumi up` and kept in the stack's state: no keepers, so no
         # setting can replace it. A new id would make every broker refuse its existing data.
@@ -467,33 +477,30 @@ class KafkaCluster(pulumi.ComponentResource):
     def _network_policy(
         name: str, ns: str, component_labels: dict[str, str], opts: pulumi.ResourceOptions
     ) -> k8s.networking.v1.NetworkPolicy:
-        """Brokers reach each other on every port; only labelled clients reach the client port."""
+        """Brokers reach each other on every port; only labelled clients reach the client port.
 
-        def peer(match_labels: dict[str, Any]) -> k8s.networking.v1.NetworkPolicyPeerArgs:
-            return k8s.networking.v1.NetworkPolicyPeerArgs(
-                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=match_labels)
-            )
-
-        def ports(*numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
-            return [
-                k8s.networking.v1.NetworkPolicyPortArgs(port=n, protocol="TCP") for n in numbers
-            ]
-
-        return k8s.networking.v1.NetworkPolicy(
+        Out of the pods: the other brokers (replication, the quorum; the readiness sidecar's
+        admin client follows the metadata to them) and the cluster DNS, nothing else.
+        """
+        brokers = workload.pod_peer(workload.selector(name))
+        return workload.network_policy(
             name,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=ns, labels=component_labels),
-            spec=k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(name)),
-                policy_types=["Ingress"],
-                ingress=[
-                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                        from_=[peer(workload.selector(name))],
-                        ports=ports(CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT),
-                    ),
-                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                        from_=[peer(workload.KAFKA_CLIENT_LABEL)], ports=ports(CLIENT_PORT)
-                    ),
-                ],
-            ),
+            ns,
+            component_labels,
+            ingress=[
+                k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                    from_=[brokers],
+                    ports=workload.tcp_ports(CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT),
+                ),
+                k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                    from_=[workload.pod_peer(workload.KAFKA_CLIENT_LABEL)],
+                    ports=workload.tcp_ports(CLIENT_PORT),
+                ),
+            ],
+            egress=[
+                k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                    to=[brokers], ports=workload.tcp_ports(CONTROLLER_PORT, INTERNAL_PORT)
+                )
+            ],
             opts=opts,
         )

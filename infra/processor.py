@@ -25,6 +25,8 @@ class ProcessorArgs:
     namespace: str
     config: ProcessorConfig
     properties: dict[str, str]
+    # Where its pods may connect: the brokers' client port (`KafkaCluster.client_egress`).
+    kafka_egress: k8s.networking.v1.NetworkPolicyEgressRuleArgs
     # Its SCRAM user's password and the cluster's CA (nothing on a PLAINTEXT cluster).
     access: ClientAccess = field(default_factory=ClientAccess)
 
@@ -72,28 +74,19 @@ class Processor(pulumi.ComponentResource):
         )
         workload.disruption_budget(app, ns, component_labels, child)
         workload.service_account(app, ns, component_labels, child)
-        k8s.networking.v1.NetworkPolicy(
+        workload.network_policy(
             app,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=app, namespace=ns, labels=component_labels),
-            spec=k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(app)),
-                policy_types=["Ingress"],
-                # Only the health and metrics port, from anywhere a Prometheus may run.
-                ingress=[
-                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                        from_=[
-                            k8s.networking.v1.NetworkPolicyPeerArgs(
-                                namespace_selector=k8s.meta.v1.LabelSelectorArgs()
-                            )
-                        ],
-                        ports=[
-                            k8s.networking.v1.NetworkPolicyPortArgs(
-                                port=HEALTH_PORT, protocol="TCP"
-                            )
-                        ],
-                    )
-                ],
-            ),
+            ns,
+            component_labels,
+            # Only the health and metrics port, and only from the namespace Prometheus runs in
+            # (the kubelet's probes are not subject to NetworkPolicies).
+            ingress=[
+                k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                    from_=[workload.namespace_peer(cfg.metrics_namespace)],
+                    ports=workload.tcp_ports(HEALTH_PORT),
+                )
+            ],
+            egress=[args.kafka_egress],
             opts=child,
         )
 

@@ -35,6 +35,8 @@ class TopicReconciliationArgs:
     image: str
     image_pull_policy: str
     allow_partition_increase: bool
+    # Where its pod may connect: the brokers' client port (`KafkaCluster.client_egress`).
+    kafka_egress: k8s.networking.v1.NetworkPolicyEgressRuleArgs
     # The users and ACLs to reconcile, and their Secrets; none on a PLAINTEXT cluster.
     users: Sequence[KafkaUser] = ()
     credentials: KafkaCredentials | None = None
@@ -153,14 +155,8 @@ class TopicReconciliation(pulumi.ComponentResource):
             # the specs was applied; a Job deleted behind Pulumi's back would run again.
             opts=child,
         )
-        # The reconciler serves nothing: no ingress at all (its egress to Kafka stays open).
-        k8s.networking.v1.NetworkPolicy(
-            name,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=ns, labels=component_labels),
-            spec=k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(name)),
-                policy_types=["Ingress"],
-            ),
-            opts=child,
+        # The reconciler serves nothing: no ingress at all; out, only the brokers and DNS.
+        workload.network_policy(
+            name, ns, component_labels, ingress=[], egress=[args.kafka_egress], opts=child
         )
         self.register_outputs({"jobName": self.job_name})

@@ -16,6 +16,14 @@ PART_OF = "stateful-streaming"
 # Pods with this label may reach Kafka's client port (the Kafka NetworkPolicy selects it).
 KAFKA_CLIENT_LABEL = {"stateful-streaming.io/kafka-client": "true"}
 
+# The cluster DNS (CoreDNS or kube-dns, labelled k8s-app=kube-dns on kind, GKE, EKS and AKS):
+# the one destination outside its namespace that every pod's egress policy allows.
+DNS_NAMESPACE = "kube-system"
+DNS_POD_LABELS = {"k8s-app": "kube-dns"}
+DNS_PORT = 53
+# Set by Kubernetes on every namespace (1.22+), immutable: selects a namespace by its name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
 # Anti-affinity and spread keys: one pod a node, pods spread over zones.
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 ZONE_TOPOLOGY = "topology.kubernetes.io/zone"
@@ -232,6 +240,71 @@ def service_account(
         name,
         metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=service_labels),
         automount_service_account_token=False,
+        opts=opts,
+    )
+
+
+def pod_peer(match_labels: Mapping[str, str]) -> k8s.networking.v1.NetworkPolicyPeerArgs:
+    """The pods with these labels, in the policy's own namespace."""
+    return k8s.networking.v1.NetworkPolicyPeerArgs(
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(match_labels))
+    )
+
+
+def namespace_peer(namespace: str) -> k8s.networking.v1.NetworkPolicyPeerArgs:
+    """Every pod of one namespace, selected by its name (never `namespaceSelector: {}`)."""
+    return k8s.networking.v1.NetworkPolicyPeerArgs(
+        namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+            match_labels={NAMESPACE_NAME_LABEL: namespace}
+        )
+    )
+
+
+def tcp_ports(*numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
+    """TCP ports of a NetworkPolicy rule."""
+    return [k8s.networking.v1.NetworkPolicyPortArgs(port=n, protocol="TCP") for n in numbers]
+
+
+def dns_egress() -> k8s.networking.v1.NetworkPolicyEgressRuleArgs:
+    """Name lookups: the cluster DNS pods in kube-system, port 53 over UDP and TCP."""
+    return k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+        to=[
+            k8s.networking.v1.NetworkPolicyPeerArgs(
+                namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+                    match_labels={NAMESPACE_NAME_LABEL: DNS_NAMESPACE}
+                ),
+                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=DNS_POD_LABELS),
+            )
+        ],
+        ports=[
+            k8s.networking.v1.NetworkPolicyPortArgs(port=DNS_PORT, protocol=protocol)
+            for protocol in ("UDP", "TCP")
+        ],
+    )
+
+
+def network_policy(
+    name: str,
+    namespace: str,
+    service_labels: Mapping[str, str],
+    *,
+    ingress: Sequence[k8s.networking.v1.NetworkPolicyIngressRuleArgs],
+    egress: Sequence[k8s.networking.v1.NetworkPolicyEgressRuleArgs],
+    opts: pulumi.ResourceOptions,
+) -> k8s.networking.v1.NetworkPolicy:
+    """Both directions of a workload's pods: only `ingress` reaches them, they reach only
+    `egress` and the cluster DNS (an empty list denies that direction)."""
+    return k8s.networking.v1.NetworkPolicy(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=service_labels),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(
+                match_labels=selector(service_labels["app.kubernetes.io/name"])
+            ),
+            policy_types=["Ingress", "Egress"],
+            ingress=list(ingress) or None,
+            egress=[*egress, dns_egress()],
+        ),
         opts=opts,
     )
 

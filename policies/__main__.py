@@ -11,5 +11,5 @@ from rules import PACK_NAME, all_policies
 PolicyPack(
     name=PACK_NAME,
     policies=all_policies(),
-    enforcement_level=EnforcementLevel.ADVISORY,
+    enforcement_level=EnforcementLevel.MANDATORY,
 )

@@ -34,6 +34,7 @@ from app.processor.defaults import (
     MEMBERSHIP_STATIC,
     TRANSACTIONAL_ID_KEY,
 )
+from policies.rules.tls_settings import tls_weakenings
 
 CONSUMER_PREFIX = "consumer."
 PRODUCER_PREFIX = "producer."
@@ -337,6 +338,10 @@ def _validate(values: dict[str, _Value]) -> list[str]:
         problems += _check_key(key, item)
     problems += _check_protocol(values)
     problems += _check_membership(values)
+    problems += [
+        _problem(w.key, values[w.key], f"must be {w.required}: {w.why}; remove it")
+        for w in tls_weakenings({key: item.value for key, item in values.items()})
+    ]
     if not problems:
         # librdkafka is the authority on the client settings: names, ranges, combinations.
         problems += _check_with_librdkafka(values)

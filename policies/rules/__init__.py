@@ -27,8 +27,12 @@ def all_policies() -> list[Policy]:
         credentials,
         group_membership,
         kafka_cluster,
+        network,
+        pod_security,
         processor,
+        secret_mounts,
         stack,
+        tls_verification,
         topics,
         workloads,
     )
@@ -36,11 +40,15 @@ def all_policies() -> list[Policy]:
     return [
         *kafka_cluster.POLICIES,
         *broker_security.POLICIES,
+        *tls_verification.POLICIES,
         *topics.POLICIES,
         *processor.POLICIES,
         *acls.POLICIES,
         *group_membership.POLICIES,
         *workloads.POLICIES,
+        *pod_security.POLICIES,
         *credentials.POLICIES,
+        *secret_mounts.POLICIES,
+        *network.POLICIES,
         *stack.POLICIES,
     ]

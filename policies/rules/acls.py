@@ -1,28 +1,53 @@
-"""The processor's Kafka user holds no more than its own rights in the ACLs the topic Job applies.
+"""Every Kafka user holds no more than its own rights in the ACLs the stack grants.
 
-`acls.json` (written by `app.acl_specs.dumps`) is parsed here with a few lines rather than with
-`app.acl_specs`: the pack runs on its own under `pulumi preview --policy-pack policies`, where
-the repository is not importable, and `AclSpec` rejects some of the very grants (a wildcard
-name) this rule exists to report.
+Two files grant ACLs: `acls.json`, beside the topic specs, which the topic Job reconciles, and
+`bootstrap-acls.json` in the Kafka cluster's bootstrap ConfigMap, which the brokers' readiness
+sidecars grant as the brokers (super users) before any broker is ready. Both are written by
+`app.acl_specs.dumps` and parsed here with a few lines rather than with `app.acl_specs`: the
+pack runs on its own under `pulumi preview --policy-pack policies`, where the repository is not
+importable, and `AclSpec` rejects some of the very grants (a wildcard) this rule exists to
+report.
+
+The users the pack knows, each with rights derived from the stack itself where it can:
+
+- a processor: its `sasl.username` (else `application.id`), its topics, group and
+  transactional ids, all from its processor.properties;
+- the topic reconciler: the `sasl.username` of the client.properties beside a topics.json; the
+  declared topics, its ACL ledger and ledger group, and the cluster's ACL administration;
+- a read-only user (this rule's readOnlyUsers, the observer by default): READ and DESCRIBE on
+  the declared topics, DESCRIBE on a processor's group and on the cluster.
+
+An ACL for a wildcard principal, or for a principal none of these is, is a finding too.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
-from .config import ADVISORY, stack_rule
+from .config import MANDATORY, Threshold, stack_rule
+from .java_properties import load_properties
 from .manifests import CONFIG_MAP, get, label
 from .messages import violation
 from .stack_view import ProcessorDeployment, StackView
+from .topics import topics_of
 
 ACLS_KEY = "acls.json"
+BOOTSTRAP_ACLS_KEY = "bootstrap-acls.json"
+ACL_FILES = (ACLS_KEY, BOOTSTRAP_ACLS_KEY)
+# The reconciler's own client settings, in the ConfigMap that holds the topic specs.
+CLIENT_KEY = "client.properties"
 _FIELDS = ("principal", "resource_type", "resource_name", "pattern_type", "operation")
-_WILDCARD_PRINCIPAL = "User:*"
+# Names `app.acl_specs` fixes (the pack cannot import it; a test asserts they agree): the one
+# CLUSTER resource, and the reconciler's ACL ledger topic and the group id its reader names.
+CLUSTER_RESOURCE = "kafka-cluster"
+ACL_LEDGER_TOPIC = "topic-reconciler-acl-ledger"
+ACL_LEDGER_READER_GROUP = ACL_LEDGER_TOPIC
+OBSERVER = "observer"
 # What the processor does with each of its topics, by the property that names the topic.
 # READ and WRITE imply DESCRIBE in Kafka's authorizer; an explicit DESCRIBE is harmless.
 _TOPIC_OPERATIONS = {
@@ -31,16 +56,33 @@ _TOPIC_OPERATIONS = {
     "output.topic": frozenset({"WRITE", "DESCRIBE"}),
     "dlq.topic": frozenset({"WRITE", "DESCRIBE"}),
 }
-_GROUP_OPERATIONS = frozenset({"READ", "DESCRIBE"})
-_TRANSACTIONAL_OPERATIONS = frozenset({"WRITE", "DESCRIBE"})
-_CLUSTER_OPERATIONS = frozenset({"IDEMPOTENT_WRITE"})
+_PROCESSOR_GROUP = frozenset({"READ", "DESCRIBE"})
+_PROCESSOR_TRANSACTIONAL = frozenset({"WRITE", "DESCRIBE"})
+_PROCESSOR_CLUSTER = frozenset({"IDEMPOTENT_WRITE"})
+# The reconciler creates and configures topics (ALTER: partitions), reads and writes its
+# ledger, finds its ledger reader's coordinator, and administers ACLs and SCRAM credentials.
+_RECONCILER_TOPIC = frozenset({"CREATE", "ALTER", "ALTER_CONFIGS", "DESCRIBE_CONFIGS", "DESCRIBE"})
+_RECONCILER_LEDGER = _RECONCILER_TOPIC | {"READ", "WRITE"}
+_RECONCILER_GROUP = frozenset({"DESCRIBE"})
+_RECONCILER_CLUSTER = frozenset({"ALTER", "DESCRIBE"})
+# Read-only: never WRITE, CREATE, DELETE, ALTER(_CONFIGS), ALL, nor READ on a group (joining
+# or committing offsets into the processor's group would move its consumers).
+_READ_ONLY_TOPIC = frozenset({"READ", "DESCRIBE", "DESCRIBE_CONFIGS"})
+_READ_ONLY_GROUP = frozenset({"DESCRIBE"})
+_READ_ONLY_CLUSTER = frozenset({"DESCRIBE", "DESCRIBE_CONFIGS"})
+_NOUNS = {
+    "TOPIC": "topic",
+    "GROUP": "group",
+    "TRANSACTIONAL_ID": "transactional id",
+    "CLUSTER": "cluster",
+}
 
 Finding = tuple[str, str | None]
 
 
 @dataclass(frozen=True)
 class Acl:
-    """One ALLOW binding of `acls.json`."""
+    """One ALLOW binding of `acls.json` or `bootstrap-acls.json`."""
 
     principal: str
     resource_type: str
@@ -56,11 +98,11 @@ class Acl:
         )
 
 
-def acls_of(resource: PolicyResource) -> list[Acl] | str | None:
-    """The ACLs of a ConfigMap holding `acls.json`; an error text if unreadable; None for others."""
+def acls_of(resource: PolicyResource, key: str = ACLS_KEY) -> list[Acl] | str | None:
+    """The ACLs of a ConfigMap holding the file `key`; an error text if unreadable; else None."""
     if resource.resource_type != CONFIG_MAP:
         return None
-    text = get(resource.props, "data", ACLS_KEY)
+    text = get(resource.props, "data", key)
     if not isinstance(text, str):
         return None
     try:
@@ -82,128 +124,307 @@ def _acl(data: Mapping[str, Any]) -> Acl:
 
 
 @dataclass(frozen=True)
-class ProcessorRights:
-    """Everything the processor's user needs, from the processor's own properties."""
+class Grant:
+    """Operations a user may hold on one resource (or, prefixed, on every name under it)."""
 
+    resource_type: str
+    name: str
+    operations: frozenset[str]
+    prefixed: bool = False
+
+    def covers(self, acl: Acl) -> bool:
+        """Whether the ACL names this resource (an ACL under a prefixed grant's prefix too)."""
+        if acl.resource_type != self.resource_type:
+            return False
+        if not self.prefixed:
+            return acl.pattern_type == "LITERAL" and acl.resource_name == self.name
+        return acl.pattern_type in ("LITERAL", "PREFIXED") and acl.resource_name.startswith(
+            self.name
+        )
+
+    @property
+    def names(self) -> str:
+        """`page-views`, or `names under page-view-counter-` for a prefixed grant."""
+        return f"names under {self.name}" if self.prefixed else self.name
+
+    def describe(self) -> str:
+        """`topic page-views`, `transactional id names under page-view-counter-`, `the cluster`."""
+        if self.resource_type == "CLUSTER":
+            return "the cluster"
+        return f"{_NOUNS.get(self.resource_type, self.resource_type)} {self.names}"
+
+
+@dataclass(frozen=True)
+class UserRights:
+    """Everything one known user needs, and what to do about an ACL beyond it."""
+
+    role: str  # "the processor's user", as a message names it
     user: str
-    application_id: str
-    topics: Mapping[str, frozenset[str]]
-
-    @classmethod
-    def of(cls, processor: ProcessorDeployment) -> ProcessorRights | None:
-        """The rights of a processor whose properties name its application (None otherwise)."""
-        properties = processor.properties
-        application_id = properties.get("application.id", "").strip()
-        if not application_id:
-            return None
-        topics: dict[str, frozenset[str]] = {}
-        for key, operations in _TOPIC_OPERATIONS.items():
-            name = properties.get(key, "").strip()
-            if name:
-                topics[name] = topics.get(name, frozenset()) | operations
-        user = properties.get("sasl.username", "").strip() or application_id
-        return cls(user, application_id, topics)
+    grants: tuple[Grant, ...]
+    fix: str
 
     @property
     def principal(self) -> str:
-        """The principal the authorizer sees for the processor's SCRAM user."""
+        """The principal the authorizer sees for this SCRAM user."""
         return f"User:{self.user}"
 
-    def holds(self, acl: Acl) -> bool:
-        """Whether the ACL applies to the processor's user (its own, or granted to everyone)."""
-        return acl.principal in (self.principal, _WILDCARD_PRINCIPAL)
-
     def summary(self) -> str:
-        """The processor's rights in one line, for a message's `required`."""
-        topics = "; ".join(
-            f"{'/'.join(sorted(ops))} on topic {t}" for t, ops in self.topics.items()
-        )
-        return (
-            f"only {topics}; READ/DESCRIBE on group {self.application_id}; WRITE/DESCRIBE on "
-            f"transactional ids {self.application_id}-* (PREFIXED); IDEMPOTENT_WRITE on the "
-            "cluster"
-        )
+        """The user's rights in one line, for a message's `required`."""
+        parts: dict[str, list[str]] = {}
+        for grant in self.grants:
+            parts.setdefault("/".join(sorted(grant.operations)), []).append(grant.describe())
+        return "only " + "; ".join(f"{ops} on {', '.join(on)}" for ops, on in parts.items())
 
     def excess(self, acl: Acl) -> str | None:
-        """Why an ACL gives more than the processor needs (None: within its rights)."""
-        op, name, literal = acl.operation, acl.resource_name, acl.pattern_type == "LITERAL"
+        """Why an ACL gives more than this user needs (None: within its rights)."""
+        op, name = acl.operation, acl.resource_name
         if op == "ALL":
             return "ALL operations"
         if "*" in name:
             return "a wildcard resource name"
-        if acl.resource_type == "TOPIC":
-            if not literal:
+        same_type = [g for g in self.grants if g.resource_type == acl.resource_type]
+        if not same_type:
+            return f"a {acl.resource_type} resource"
+        named = [g for g in same_type if g.covers(acl)]
+        if not named:
+            if acl.resource_type == "TOPIC" and acl.pattern_type != "LITERAL":
                 return f"a {acl.pattern_type} topic pattern"
-            if name not in self.topics:
-                return "a topic that is none of its input, changelog, output and dead-letter topics"
-            if op not in self.topics[name]:
-                return f"{op} on a topic it only needs {'/'.join(sorted(self.topics[name]))} on"
+            noun = _NOUNS.get(acl.resource_type, acl.resource_type)
+            return f"a {noun} other than its own ({', '.join(g.names for g in same_type)})"
+        if any(op in g.operations for g in named):
             return None
-        if acl.resource_type == "GROUP":
-            if not literal or name != self.application_id:
-                return f"a group other than its own ({self.application_id})"
-            return None if op in _GROUP_OPERATIONS else f"{op} on its group"
-        if acl.resource_type == "TRANSACTIONAL_ID":
-            if not name.startswith(f"{self.application_id}-"):
-                return f"transactional ids not under {self.application_id}-"
-            return None if op in _TRANSACTIONAL_OPERATIONS else f"{op} on its transactional ids"
-        if acl.resource_type == "CLUSTER":
-            return None if op in _CLUSTER_OPERATIONS else f"the CLUSTER operation {op}"
-        return f"a {acl.resource_type} resource"
+        needed = "/".join(sorted(frozenset().union(*(g.operations for g in named))))
+        return f"{op} on {named[0].describe()}, where it needs only {needed}"
 
 
-def check_least_privilege(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
-    """Every ACL the processor's user holds in `acls.json` is one it needs."""
-    view = StackView(args.resources)
-    rights = [r for r in map(ProcessorRights.of, view.processors()) if r is not None]
-    for resource in view.of_type(CONFIG_MAP):
-        acls = acls_of(resource)
-        subject = f"{label(resource.resource_type, resource.props)} data[{ACLS_KEY}]"
-        if isinstance(acls, str):
-            yield (
-                violation(
-                    subject,
-                    "content",
-                    f"unreadable ({acls})",
-                    '{"users": [{"name", "purpose", "acls": [{"principal", "resource_type", '
-                    '"resource_name", "pattern_type", "operation"}]}]}',
-                    "render it with app.acl_specs.dumps",
-                ),
-                resource.urn,
-            )
+_PIPELINE_USERS = "pipeline_users (app/acl_specs.py)"
+_PROCESSOR_FIX = (
+    f"remove the grant from the processor's ACLs in {_PIPELINE_USERS}: a processor that can "
+    "read, write or administer beyond its own topics, group and transactional ids turns one "
+    "leaked password into access to the whole cluster"
+)
+_RECONCILER_FIX = (
+    f"remove the grant from the topic reconciler's ACLs in {_PIPELINE_USERS}, which acls.json "
+    "and the brokers' bootstrap-acls.json are both rendered from: its password administers the "
+    "ACLs already, and a right beyond creating and configuring the declared topics and its "
+    "ledger lets a leaked one read, write or delete at once, without first granting itself an "
+    "ACL that the reconciler's next run would report"
+)
+_READ_ONLY_FIX = (
+    f"remove the grant from the read-only user's ACLs in {_PIPELINE_USERS}: a dashboard or lag "
+    "tool that can write, create, alter or delete, or join the processor's group, can corrupt "
+    "the pipeline it only watches; a user that needs more is not read-only (take it out of "
+    "this rule's readOnlyUsers in policies/config.<stack>.json and describe its rights in "
+    "policies/rules/acls.py)"
+)
+
+
+def processor_rights(processor: ProcessorDeployment) -> UserRights | None:
+    """The rights of a processor whose properties name its application (None otherwise)."""
+    properties = processor.properties
+    application_id = properties.get("application.id", "").strip()
+    if not application_id:
+        return None
+    topics: dict[str, frozenset[str]] = {}
+    for key, operations in _TOPIC_OPERATIONS.items():
+        name = properties.get(key, "").strip()
+        if name:
+            topics[name] = topics.get(name, frozenset()) | operations
+    user = properties.get("sasl.username", "").strip() or application_id
+    grants = (
+        *(Grant("TOPIC", name, ops) for name, ops in topics.items()),
+        Grant("GROUP", application_id, _PROCESSOR_GROUP),
+        # Transactional ids are the pod names, `<application id>-<ordinal>`.
+        Grant("TRANSACTIONAL_ID", f"{application_id}-", _PROCESSOR_TRANSACTIONAL, prefixed=True),
+        Grant("CLUSTER", CLUSTER_RESOURCE, _PROCESSOR_CLUSTER),
+    )
+    return UserRights("the processor's user", user, grants, _PROCESSOR_FIX)
+
+
+def _sasl_username(text: str) -> str:
+    """`sasl.username` of a client.properties, read line by line if the file does not parse.
+
+    An unreadable line is the credentials rule's finding; losing the user over it would make
+    every one of the reconciler's ACLs a finding here too.
+    """
+    try:
+        return load_properties(text).get("sasl.username", "").strip()
+    except ValueError:
+        user = ""
+        for line in text.splitlines():
+            try:
+                user = load_properties(line).get("sasl.username", user)
+            except ValueError:
+                continue
+        return user.strip()
+
+
+def reconciler_rights(resource: PolicyResource) -> UserRights | None:
+    """The rights of the reconciler whose topic specs and client settings a ConfigMap holds."""
+    topics = topics_of(resource.resource_type, resource.props)
+    client = get(resource.props, "data", CLIENT_KEY)
+    if not isinstance(topics, list) or not isinstance(client, str):
+        return None
+    user = _sasl_username(client)
+    if not user:
+        return None
+    grants = (
+        *(Grant("TOPIC", topic.name, _RECONCILER_TOPIC) for topic in topics),
+        Grant("TOPIC", ACL_LEDGER_TOPIC, _RECONCILER_LEDGER),
+        # FindCoordinator of the ledger reader's group id (it never joins: no READ).
+        Grant("GROUP", ACL_LEDGER_READER_GROUP, _RECONCILER_GROUP),
+        # CreateAcls, DeleteAcls, AlterUserScramCredentials (ALTER); DescribeAcls (DESCRIBE).
+        Grant("CLUSTER", CLUSTER_RESOURCE, _RECONCILER_CLUSTER),
+    )
+    return UserRights("the topic reconciler", user, grants, _RECONCILER_FIX)
+
+
+def read_only_rights(
+    user: str, topics: Iterable[str], processors: Iterable[UserRights]
+) -> UserRights:
+    """A user that watches the pipeline: its topics, the processors' groups, the cluster."""
+    groups = dict.fromkeys(
+        grant.name for p in processors for grant in p.grants if grant.resource_type == "GROUP"
+    )
+    grants = (
+        *(Grant("TOPIC", name, _READ_ONLY_TOPIC) for name in dict.fromkeys(topics)),
+        # Committed offsets (lag) of the processor's group, never joining it.
+        *(Grant("GROUP", name, _READ_ONLY_GROUP) for name in groups),
+        Grant("CLUSTER", CLUSTER_RESOURCE, _READ_ONLY_CLUSTER),
+    )
+    return UserRights("the read-only user", user, grants, _READ_ONLY_FIX)
+
+
+def known_users(view: StackView, read_only: Sequence[str]) -> dict[str, list[UserRights]]:
+    """Every user the stack lets the pack attribute ACLs to, by principal."""
+    processors = [r for r in map(processor_rights, view.processors()) if r is not None]
+    config_maps = view.of_type(CONFIG_MAP)
+    reconcilers = [r for r in map(reconciler_rights, config_maps) if r is not None]
+    topics = [
+        topic.name
+        for resource in config_maps
+        if isinstance(found := topics_of(resource.resource_type, resource.props), list)
+        for topic in found
+    ]
+    known: dict[str, list[UserRights]] = {}
+    for rights in [
+        *processors,
+        *reconcilers,
+        *(read_only_rights(str(user).strip(), topics, processors) for user in read_only),
+    ]:
+        known.setdefault(rights.principal, []).append(rights)
+    return known
+
+
+def _unreadable(subject: str, error: str) -> str:
+    return violation(
+        subject,
+        "content",
+        f"unreadable ({error})",
+        '{"users": [{"name", "purpose", "acls": [{"principal", "resource_type", '
+        '"resource_name", "pattern_type", "operation"}]}]}',
+        "render it with app.acl_specs.dumps",
+    )
+
+
+def _wildcard_principal(subject: str, acl: Acl) -> str:
+    return violation(
+        subject,
+        f"ACL {acl.describe()}",
+        "for a wildcard principal: every user holds it, present and future, User:ANONYMOUS "
+        "included",
+        "a principal of one user, User:<name>, within that user's rights",
+        f"grant it to the one user that needs it in {_PIPELINE_USERS}, whose AclSpec refuses "
+        "wildcard principals, and render the file with app.acl_specs.dumps",
+    )
+
+
+def _unknown_principal(subject: str, acl: Acl, known: Mapping[str, list[UserRights]]) -> str:
+    users = "; ".join(
+        f"{rights.role} {principal}" for principal, roles in known.items() for rights in roles
+    )
+    return violation(
+        subject,
+        f"ACL {acl.describe()}",
+        f"for {acl.principal}, a principal the pack cannot attribute to a user of this stack",
+        f"ACLs only for the stack's users, whose rights the pack knows ({users or 'none found'})",
+        f"remove it, or grant it in {_PIPELINE_USERS} to one of those users: the processor is "
+        "its sasl.username (else its application.id), the topic reconciler the sasl.username "
+        "of the client.properties beside topics.json, a read-only user one of this rule's "
+        "readOnlyUsers (policies/config.<stack>.json); a new workload's user needs its rights "
+        "described in policies/rules/acls.py before it holds any",
+    )
+
+
+def _findings(
+    subject: str, acls: Iterable[Acl], known: Mapping[str, list[UserRights]]
+) -> Iterator[str]:
+    """One finding per ACL beyond the rights of the user it is for."""
+    for acl in acls:
+        if "*" in acl.principal:
+            yield _wildcard_principal(subject, acl)
             continue
-        for processor in rights:
-            for acl in acls or ():
-                reason = processor.excess(acl) if processor.holds(acl) else None
-                if reason is None:
-                    continue
-                yield (
-                    violation(
-                        subject,
-                        f"ACL {acl.describe()}",
-                        f"{reason}, more than the processor's user {processor.user} needs",
-                        processor.summary(),
-                        "remove the grant from the processor's ACLs in pipeline_users "
-                        "(app/acl_specs.py): a processor that can read, write or administer "
-                        "beyond its own topics, group and transactional ids turns one leaked "
-                        "password into access to the whole cluster",
-                    ),
-                    resource.urn,
-                )
+        roles = known.get(acl.principal)
+        if not roles:
+            yield _unknown_principal(subject, acl, known)
+            continue
+        reasons = [rights.excess(acl) for rights in roles]
+        if any(reason is None for reason in reasons):
+            continue
+        rights, reason = roles[0], reasons[0]
+        yield violation(
+            subject,
+            f"ACL {acl.describe()}",
+            f"{reason}, more than {rights.role} {rights.user} needs",
+            rights.summary(),
+            rights.fix,
+        )
+
+
+def check_least_privilege(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
+    """Every ACL of acls.json and bootstrap-acls.json is within its user's own rights."""
+    view = StackView(args.resources)
+    known = known_users(view, cfg["readOnlyUsers"])
+    for resource in view.of_type(CONFIG_MAP):
+        for key in ACL_FILES:
+            acls = acls_of(resource, key)
+            if acls is None:
+                continue
+            subject = f"{label(resource.resource_type, resource.props)} data[{key}]"
+            if isinstance(acls, str):
+                yield _unreadable(subject, acls), resource.urn
+                continue
+            for message in _findings(subject, acls, known):
+                yield message, resource.urn
 
 
 POLICIES = [
     stack_rule(
-        name="processor-least-privilege",
+        name="kafka-least-privilege",
         description=(
-            "The processor's Kafka user (its sasl.username, else its application.id) holds in "
-            "the reconciled acls.json only what it needs: READ on the input topic, READ/WRITE "
-            "on the changelog, WRITE on the output and dead-letter topics, READ on its group, "
-            "WRITE on transactional ids under <application.id>-, IDEMPOTENT_WRITE on the "
-            "cluster (DESCRIBE on any of these); no wildcard, prefixed topic, other topic or "
-            "group, ALL, or other cluster operation."
+            "Every ACL in acls.json (reconciled by the topic Job) and bootstrap-acls.json "
+            "(granted by the brokers) is within the rights of the user it is for. The "
+            "processor (its sasl.username, else its application.id): READ on its input, "
+            "READ/WRITE on its changelog, WRITE on its output and dead-letter topics, READ on "
+            "its group, WRITE on transactional ids under <application.id>-, IDEMPOTENT_WRITE "
+            "on the cluster. The topic reconciler (sasl.username of the client.properties "
+            "beside topics.json): CREATE/ALTER/ALTER_CONFIGS/DESCRIBE_CONFIGS on the declared "
+            "topics and its ledger, READ/WRITE on its ledger, DESCRIBE on its ledger group, "
+            "ALTER/DESCRIBE on the cluster. A read-only user (readOnlyUsers): READ/DESCRIBE/"
+            "DESCRIBE_CONFIGS on the declared topics, DESCRIBE on the processor's group and the "
+            "cluster. DESCRIBE where READ, WRITE or ALTER is allowed. No ALL, wildcard name, "
+            "other resource, wildcard principal, or principal of no known user."
         ),
-        level=ADVISORY,
+        level=MANDATORY,
         check=check_least_privilege,
+        thresholds=[
+            Threshold(
+                "readOnlyUsers",
+                "array",
+                [OBSERVER],
+                "Kafka users (SCRAM user names) held to read-only rights: dashboards, lag tools.",
+                items="string",
+            )
+        ],
     ),
 ]

@@ -13,15 +13,18 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
-from .config import ADVISORY, Threshold, resource_rule
+from .config import MANDATORY, Threshold, resource_rule
 from .kafka_cluster import broker_configs, env_name, is_kafka_statefulset
 from .manifests import fmt, label
 from .messages import violation
+from .tls_settings import tls_weakenings
 
 # TLS on the wire: the only protocols a listener between brokers or controllers may use.
 ENCRYPTED_PROTOCOLS = ("SSL", "SASL_SSL")
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS = "User:ANONYMOUS"
+# The subject of the brokers' certificate, as app/kafka_security.py names it (BROKER_PRINCIPAL).
+BROKER_PRINCIPAL = "User:CN=kafka-broker"
 
 _MAP_ENV = env_name("listener.security.protocol.map")
 _CLIENT_FIX = (
@@ -65,17 +68,24 @@ def _protocol(protocols: Mapping[str, str], listener: str) -> str:
     return protocols.get(listener, f"absent from {_MAP_ENV}")
 
 
+def _client_auth(configs: Mapping[str, str], listener: str) -> str:
+    """`ssl.client.auth` as the listener applies it (its `listener.name.` override first)."""
+    scoped = f"listener.name.{listener.lower()}.ssl.client.auth"
+    return configs.get(scoped, configs["ssl.client.auth"]).strip().lower()
+
+
 def check_listener_encryption(
     args: ResourceValidationArgs, cfg: Mapping[str, Any]
 ) -> Iterator[str]:
-    """TLS on the client, inter-broker and controller listeners; clients authenticate."""
+    """Every listener TLS with authenticated peers, and no setting that weakens the TLS."""
     if not is_kafka_statefulset(args):
         return
     subject = label(args.resource_type, args.props)
     configs = broker_configs(args.resource_type, args.props)
     protocols = protocol_map(configs["listener.security.protocol.map"])
     port = cfg["clientPort"]
-    on_client_port = [n for n, p in listener_ports(configs["listeners"]).items() if p == port]
+    ports = listener_ports(configs["listeners"])
+    on_client_port = [n for n, p in ports.items() if p == port]
     if not on_client_port:
         yield violation(
             subject,
@@ -85,23 +95,21 @@ def check_listener_encryption(
             "bind the client listener to the client port, or set this rule's clientPort in "
             "policies/config.<stack>.json to the port the clients use, so it is checked",
         )
-    for name in on_client_port:
-        protocol = _protocol(protocols, name)
-        auth_key = f"listener.name.{name.lower()}.ssl.client.auth"
-        client_auth = configs.get(auth_key, configs["ssl.client.auth"]).strip().lower()
-        if protocol == "SASL_SSL" or (protocol == "SSL" and client_auth == "required"):
-            continue
-        yield violation(
-            subject,
-            f"client listener {name} on port {fmt(port)} (env KAFKA_LISTENERS, {_MAP_ENV})",
-            f"SSL with ssl.client.auth={client_auth}" if protocol == "SSL" else protocol,
-            f"SASL_SSL, or SSL with {auth_key}=required (env {env_name(auth_key)})",
-            _CLIENT_FIX,
-        )
-    broker_listeners: list[tuple[str, str, str]] = []
+    # Each listener once, by the role that explains best why it must be secured.
+    roles: dict[str, tuple[str, str, str]] = {
+        name: (f"client listener {name} on port {fmt(port)}", "KAFKA_LISTENERS", _CLIENT_FIX)
+        for name in on_client_port
+    }
     inter_broker = configs.get("inter.broker.listener.name", "").strip().upper()
     if inter_broker:
-        broker_listeners.append(("inter-broker", inter_broker, "inter.broker.listener.name"))
+        roles.setdefault(
+            inter_broker,
+            (
+                f"inter-broker listener {inter_broker}",
+                env_name("inter.broker.listener.name"),
+                _BROKER_FIX,
+            ),
+        )
     else:
         # Without a listener name the brokers talk over the listener named after this protocol.
         key = "security.inter.broker.protocol"
@@ -114,22 +122,47 @@ def check_listener_encryption(
                 " or ".join(ENCRYPTED_PROTOCOLS),
                 _BROKER_FIX,
             )
-    controllers = configs.get("controller.listener.names", "")
-    broker_listeners += [
-        ("controller", name.strip().upper(), "controller.listener.names")
-        for name in controllers.split(",")
-        if name.strip()
-    ]
-    for role, name, key in broker_listeners:
-        protocol = _protocol(protocols, name)
-        if protocol not in ENCRYPTED_PROTOCOLS:
-            yield violation(
-                subject,
-                f"{role} listener {name} (env {env_name(key)}, {_MAP_ENV})",
-                protocol,
-                " or ".join(ENCRYPTED_PROTOCOLS),
-                _BROKER_FIX,
+    for name in configs.get("controller.listener.names", "").split(","):
+        if name.strip():
+            roles.setdefault(
+                name.strip().upper(),
+                (
+                    f"controller listener {name.strip().upper()}",
+                    env_name("controller.listener.names"),
+                    _BROKER_FIX,
+                ),
             )
+    for name, listener_port in ports.items():
+        roles.setdefault(
+            name,
+            (
+                f"listener {name} on port {fmt(listener_port)}, beside the client, "
+                "inter-broker and controller listeners",
+                "KAFKA_LISTENERS",
+                "remove the listener, or secure it like the client listener: " + _CLIENT_FIX,
+            ),
+        )
+    for name, (role, env, fix) in roles.items():
+        protocol = _protocol(protocols, name)
+        client_auth = _client_auth(configs, name)
+        if protocol == "SASL_SSL" or (protocol == "SSL" and client_auth == "required"):
+            continue
+        auth_key = f"listener.name.{name.lower()}.ssl.client.auth"
+        yield violation(
+            subject,
+            f"{role} (env {env}, {_MAP_ENV})",
+            f"SSL with ssl.client.auth={client_auth}" if protocol == "SSL" else protocol,
+            f"SASL_SSL, or SSL with {auth_key}=required (env {env_name(auth_key)})",
+            fix,
+        )
+    for weakening in tls_weakenings(configs):
+        yield violation(
+            subject,
+            f"broker config {weakening.key} (env {env_name(weakening.key)})",
+            weakening.value or "empty",
+            weakening.required,
+            f"remove {env_name(weakening.key)} from the brokers' environment: {weakening.why}",
+        )
 
 
 def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
@@ -164,19 +197,50 @@ def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
             "resource no ACL names (a new topic, any consumer group) is open to every client, "
             "unauthenticated ones included",
         )
-    super_users = [u.strip() for u in configs["super.users"].split(";") if u.strip()]
-    too_wide = [u for u in super_users if u == ANONYMOUS or "*" in u]
-    if too_wide or (cfg["requireAuthorizer"] and not super_users):
+    yield from _super_user_findings(subject, configs["super.users"], cfg)
+
+
+def _super_user_findings(subject: str, value: str, cfg: Mapping[str, Any]) -> Iterator[str]:
+    """super.users holds the brokers' own principal(s) (threshold superUsers) and nothing else."""
+    allowed = [str(principal).strip() for principal in cfg["superUsers"]]
+    setting = "broker config super.users (env KAFKA_SUPER_USERS)"
+    required = (
+        f"only {', '.join(allowed) or 'no principal'} (the brokers' own principal, "
+        f"this rule's superUsers), never {ANONYMOUS} or a wildcard"
+    )
+    fix = (
+        f"set KAFKA_SUPER_USERS={';'.join(allowed)} (the subject of the broker certificate, as "
+        "app/kafka_security.py renders it)"
+    )
+    super_users = [u.strip() for u in value.split(";") if u.strip()]
+    if cfg["requireAuthorizer"] and not super_users:
         yield violation(
             subject,
-            "broker config super.users (env KAFKA_SUPER_USERS)",
-            configs["super.users"] or "absent",
-            f"the brokers' own principal (e.g. User:CN=kafka-broker), never {ANONYMOUS} or a "
-            "wildcard",
-            "set KAFKA_SUPER_USERS=User:CN=kafka-broker (the subject of the broker certificate): "
-            f"a super user bypasses every ACL, so {ANONYMOUS} makes every unauthenticated "
-            "client one and a wildcard every client, and without the brokers among them "
-            "replication and the controller quorum are denied",
+            setting,
+            "absent",
+            required,
+            f"{fix}: without the brokers among the super users replication and the controller "
+            "quorum are denied",
+        )
+    for user in super_users:
+        # Every entry bypasses every ACL: each one outside the brokers' own is its own finding.
+        if user == ANONYMOUS:
+            what, who = "every client that connects without credentials", "every such client"
+        elif "*" in user:
+            what, who = "a wildcard, every authenticated client", "every client"
+        elif user not in allowed:
+            what, who = "not a broker principal", f"whoever holds {user}'s credentials"
+        else:
+            continue
+        yield violation(
+            subject,
+            f"{setting} entry {user}",
+            f"{what} (super.users is {value})",
+            required,
+            f"{fix}, without {user}: a super user bypasses every ACL, so {who} may read, write "
+            "and delete every topic and group and grant itself any ACL. Give a workload the "
+            "ACLs it needs in pipeline_users (app/acl_specs.py) instead; a further broker "
+            "identity goes into this rule's superUsers in policies/config.<stack>.json",
         )
 
 
@@ -189,7 +253,7 @@ POLICIES = [
             "no record, credential or metadata crosses the network in clear, and no client "
             "connects without proving who it is."
         ),
-        level=ADVISORY,
+        level=MANDATORY,
         check=check_listener_encryption,
         thresholds=[
             Threshold("clientPort", "integer", 9092, "The port the clients connect to.", 1)
@@ -198,12 +262,12 @@ POLICIES = [
     resource_rule(
         name="kafka-authorizer",
         description=(
-            "Where required (prod), the brokers run StandardAuthorizer with the brokers' own "
-            "principal as the only super user; wherever an authorizer runs, "
-            "allow.everyone.if.no.acl.found is false (deny by default) and no super user is "
-            "User:ANONYMOUS or a wildcard."
+            "Where required (prod), the brokers run StandardAuthorizer with super users; "
+            "wherever an authorizer runs, allow.everyone.if.no.acl.found is false (deny by "
+            "default) and every super user is one of the brokers' own principals (superUsers), "
+            "never User:ANONYMOUS, a wildcard or a workload's user."
         ),
-        level=ADVISORY,
+        level=MANDATORY,
         check=check_authorizer,
         thresholds=[
             Threshold(
@@ -211,7 +275,15 @@ POLICIES = [
                 "boolean",
                 True,
                 "Require StandardAuthorizer and super.users on this stack.",
-            )
+            ),
+            Threshold(
+                "superUsers",
+                "array",
+                [BROKER_PRINCIPAL],
+                "The brokers' own principals (their certificate subjects): the only entries "
+                "super.users may hold.",
+                items="string",
+            ),
         ],
     ),
 ]

@@ -28,10 +28,12 @@ class Threshold:
     """One configurable value of a rule, named as it appears in the policy pack config."""
 
     name: str
-    type: str  # a JSON Schema type: "integer", "number", "boolean"
+    type: str  # a JSON Schema type: "integer", "number", "boolean", "array"
     default: Any
     description: str
     minimum: float | None = None
+    # The JSON Schema type of an array's items (e.g. "string" for a list of principals).
+    items: str | None = None
 
     def schema(self) -> dict[str, Any]:
         """The JSON Schema of this value, as the engine validates the policy config with it."""
@@ -42,6 +44,8 @@ class Threshold:
         }
         if self.minimum is not None:
             schema["minimum"] = self.minimum
+        if self.items is not None:
+            schema["items"] = {"type": self.items}
         return schema
 
 

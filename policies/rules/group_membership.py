@@ -133,22 +133,25 @@ def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> 
             )
 
 
+def _static_member(processor: ProcessorDeployment) -> bool:
+    return processor.stateful and processor.properties.get("membership.mode", "static") != "handoff"
+
+
 def check_session_timeout(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
-    """The session outlives one pod's worst-case restart and stays within the broker's bounds."""
+    """Each mode's failure path: a static member's session outlives one pod's worst-case
+    restart, a hand-off member's ends soon after a crash; both within the broker's bounds."""
     view = StackView(args.resources)
     for processor in view.processors():
-        if not processor.stateful:
-            continue
         workload = processor.workload
         budget = restart_budget(workload.resource_type, workload.props)
-        needed_ms = budget.total_seconds * 1000 + cfg["minMarginMs"]
         kafka = view.kafka_for(processor.properties)
         broker = broker_configs(kafka.resource_type, kafka.props) if kafka else dict(KAFKA_DEFAULTS)
         subject, urn = _properties_subject(processor)
         if _uses_kip_848(processor):
             yield from _client_keys_under_kip_848(processor, subject, urn)
-            key, max_key = (
-                "group.consumer.session.timeout.ms",
+            key = "group.consumer.session.timeout.ms"
+            min_key, max_key = (
+                "group.consumer.min.session.timeout.ms",
                 "group.consumer.max.session.timeout.ms",
             )
             where = (
@@ -157,34 +160,53 @@ def check_session_timeout(args: StackValidationArgs, cfg: Mapping[str, Any]) -> 
                 else "broker default"
             )
             field, urn = f"{key} (env {env_name(key)})", kafka.urn if kafka else urn
-            found, maximum = number(broker[key]), number(broker[max_key])
+            found = number(broker[key])
             subject = where
             fix = (
-                f"set {env_name(key)} on the brokers (and {env_name(max_key)} at or above it): "
-                "under the consumer group protocol the broker owns the session timeout"
+                f"set {env_name(key)} on the brokers (and {env_name(min_key)}/{env_name(max_key)} "
+                "around it): under the consumer group protocol the broker owns the session timeout"
             )
         else:
             key = "consumer.session.timeout.ms"
+            min_key, max_key = "group.min.session.timeout.ms", "group.max.session.timeout.ms"
             field, found = key, number(_setting(processor, key))
-            maximum = number(broker["group.max.session.timeout.ms"])
-            max_key = "group.max.session.timeout.ms"
             fix = (
-                f"set {key} to at least {fmt(needed_ms)} (infra computes it from the same "
-                f"StatefulSet fields) and, if needed, raise {env_name(max_key)} on the brokers"
+                f"set {key} (infra computes it per membership.mode) and, if needed, "
+                f"{env_name(min_key)}/{env_name(max_key)} on the brokers"
             )
         found = found or 0.0
-        if found < needed_ms or (maximum is not None and found > maximum):
+        minimum, maximum = number(broker[min_key]), number(broker[max_key])
+        bounds = f"broker {min_key} {fmt(minimum)} <= it <= {max_key} {fmt(maximum)}"
+        if _static_member(processor):
+            needed_ms = budget.total_seconds * 1000 + cfg["minMarginMs"]
+            required = (
+                f">= the restart budget of {label(workload.resource_type, workload.props)} "
+                f"({budget.explain()} = {fmt(budget.total_seconds * 1000)} ms, + margin "
+                f"{fmt(cfg['minMarginMs'])} ms) and {bounds}"
+            )
+            why = (
+                "a static member's session shorter than a restart expires it and every pod "
+                "restart rebalances"
+            )
+            wrong = found < needed_ms
+        elif processor.stateful:
+            limit = cfg["maxHandoffSessionMs"]
+            required = f"<= {fmt(limit)} with membership.mode=handoff, and {bounds}"
+            why = (
+                "a hand-off member that stops leaves the group at once, but one that crashes "
+                "holds its partitions, producing nothing, until its session expires"
+            )
+            wrong = found > limit
+        else:
+            required, why, wrong = bounds, "", False
+        out_of_bounds = (minimum is not None and found < minimum) or (
+            maximum is not None and found > maximum
+        )
+        if wrong or out_of_bounds:
+            reason = "; the broker refuses a join outside its bounds (INVALID_SESSION_TIMEOUT)"
             yield (
                 violation(
-                    subject,
-                    field,
-                    fmt(found),
-                    f">= the restart budget of {label(workload.resource_type, workload.props)} "
-                    f"({budget.explain()} = {fmt(budget.total_seconds * 1000)} ms, + margin "
-                    f"{fmt(cfg['minMarginMs'])} ms) and <= broker {max_key} {fmt(maximum)}",
-                    fix + "; a session shorter than a restart expires the static member and "
-                    "every pod restart rebalances (a session above the broker maximum is "
-                    "rejected at join)",
+                    subject, field, fmt(found), required, fix + (f"; {why}" if why else "") + reason
                 ),
                 urn,
             )
@@ -329,16 +351,25 @@ POLICIES = [
     stack_rule(
         name="group-session-timeout",
         description=(
-            "The session timeout covers the worst-case restart of one processor pod, computed "
-            "from its StatefulSet (terminationGracePeriodSeconds + startup probe budget + "
-            "minReadySeconds), and stays within the broker's maximum; without it a pod "
-            "replacement stops its partitions for 45 s and then rebalances. Under KIP-848 the "
-            "broker's group.consumer.session.timeout.ms is checked instead."
+            "The session timeout fits the membership mode's failure path: a static member's "
+            "covers the worst-case restart of one processor pod, computed from its StatefulSet "
+            "(terminationGracePeriodSeconds + startup probe budget + minReadySeconds), or every "
+            "pod replacement stops its partitions for 45 s and then rebalances; a hand-off "
+            "member's is at most maxHandoffSessionMs, or a crash stops its partitions until the "
+            "session expires. Both within the broker's group.min/max.session.timeout.ms. Under "
+            "KIP-848 the broker's group.consumer.session.timeout.ms is checked instead."
         ),
         level=MANDATORY,
         check=check_session_timeout,
         thresholds=[
-            Threshold("minMarginMs", "integer", 0, "Margin required above the restart budget.", 0)
+            Threshold("minMarginMs", "integer", 0, "Margin required above the restart budget.", 0),
+            Threshold(
+                "maxHandoffSessionMs",
+                "integer",
+                12000,
+                "The longest session of a hand-off member (a crash stops its partitions as long).",
+                1,
+            ),
         ],
     ),
     stack_rule(

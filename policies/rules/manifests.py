@@ -17,6 +17,10 @@ STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 SERVICE = "kubernetes:core/v1:Service"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+SECRET = "kubernetes:core/v1:Secret"
+SERVICE_ACCOUNT = "kubernetes:core/v1:ServiceAccount"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 
 # Where each workload kind keeps its pod template.
 _POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -103,15 +107,37 @@ def pod_spec(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any] 
     return spec if isinstance(spec, Mapping) else _EMPTY
 
 
+def pod_spec_path(resource_type: str) -> str:
+    """Where a workload kind keeps its pod spec, as messages name fields (`spec.template.spec`)."""
+    return ".".join(_POD_SPEC_PATHS.get(resource_type, ("spec",)))
+
+
 def pod_labels(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any]:
     """The labels of the pods a workload creates."""
     path = _POD_SPEC_PATHS.get(resource_type, ("spec",))[:-1]
     return get(props, *path, "metadata", "labels", default=_EMPTY)
 
 
+def pod_annotations(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The annotations of the pods a workload creates."""
+    path = _POD_SPEC_PATHS.get(resource_type, ("spec",))[:-1]
+    return get(props, *path, "metadata", "annotations", default=_EMPTY)
+
+
 def containers(spec: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
     """The (main) containers of a pod spec."""
     return [c for c in items(spec, "containers") if isinstance(c, Mapping)]
+
+
+def all_containers(spec: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """Containers, init containers and ephemeral containers: everything that runs in the pod."""
+    extra = [
+        c
+        for key in ("initContainers", "ephemeralContainers")
+        for c in items(spec, key)
+        if isinstance(c, Mapping)
+    ]
+    return containers(spec) + extra
 
 
 def env(container: Mapping[str, Any]) -> dict[str, str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
-from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
+from .config import MANDATORY, Threshold, resource_rule, stack_rule
 from .java_properties import load_properties
 from .manifests import (
     CONFIG_MAP,
@@ -226,7 +226,7 @@ POLICIES = [
             "The processor's terminationGracePeriodSeconds covers the longest batch plus "
             "shutdown: SIGTERM finishes the batch and closes the consumer without a kill."
         ),
-        level=ADVISORY,
+        level=MANDATORY,
         check=check_grace_period,
         thresholds=[
             Threshold("longestBatchSeconds", "integer", 60, "Longest expected batch.", 0),

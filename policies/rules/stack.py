@@ -8,7 +8,7 @@ from typing import Any
 
 from pulumi_policy import StackValidationArgs
 
-from .config import ADVISORY, MANDATORY, Threshold, stack_rule
+from .config import MANDATORY, Threshold, stack_rule
 from .manifests import fmt, get, label, number, pod_labels
 from .messages import violation
 from .stack_view import STANDBY_KEY, StackView, selects
@@ -148,7 +148,7 @@ POLICIES = [
             "moves restores only the changelog tail) or runs as an active/standby pair of "
             "deployments with distinct group ids."
         ),
-        level=ADVISORY,
+        level=MANDATORY,
         check=check_standby,
         thresholds=[Threshold("required", "boolean", True, "Require standby state on this stack.")],
     ),

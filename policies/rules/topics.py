@@ -20,6 +20,7 @@ from .messages import violation
 
 TOPICS_KEY = "topics.json"
 CO_PARTITIONED_ROLES = ("input", "output", "changelog")
+UNCLEAN_ELECTION = "unclean.leader.election.enable"
 DEFAULT_SEGMENT_BYTES = 1073741824  # Kafka's log.segment.bytes default (1 GiB)
 
 
@@ -88,6 +89,17 @@ def check_durability(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
                 f">= {fmt(cfg['minReplicationFactor'])}",
                 "declare the topic with replication factor 3 (the reconciler refuses to change "
                 "it later: decide before the first deploy)",
+            )
+        unclean = topic.configs.get(UNCLEAN_ELECTION, "false")
+        if unclean.strip().lower() != "false":
+            yield violation(
+                subject,
+                f"configs[{UNCLEAN_ELECTION}]",
+                unclean,
+                "false or absent (the brokers' false applies)",
+                "remove the topic-level override: it wins over the brokers' setting, and an "
+                "out-of-sync replica elected leader silently drops acknowledged writes (for the "
+                "changelog, state the processor already counted)",
             )
         found = topic.configs.get("min.insync.replicas", "absent")
         isr = number(topic.configs.get("min.insync.replicas"))
@@ -184,8 +196,8 @@ POLICIES = [
         name="topic-durability",
         description=(
             "Every declared topic has replication factor >= 3 and min.insync.replicas >= 2 "
-            "(below the replication factor): one broker can fail, or roll, without losing or "
-            "blocking acknowledged writes."
+            "(below the replication factor), and none enables unclean leader election: one "
+            "broker can fail, or roll, without losing or blocking acknowledged writes."
         ),
         level=MANDATORY,
         check=check_durability,

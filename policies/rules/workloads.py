@@ -221,52 +221,6 @@ def check_update_timeout(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -
         )
 
 
-_ROOT_FIELDS = ("runAsNonRoot", "allowPrivilegeEscalation", "privileged")
-
-
-def check_pod_security(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
-    """Non-root, no privilege escalation, no capabilities, read-only root filesystem."""
-    spec = pod_spec(args.resource_type, args.props)
-    if spec is None:
-        return
-    subject = label(args.resource_type, args.props)
-    pod_context = get(spec, "securityContext", default={})
-    for container in containers(spec) + [c for c in items(spec, "initContainers")]:
-        name = container.get("name", "?")
-        context = get(container, "securityContext", default={})
-        expected: dict[str, Any] = {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-        }
-        if cfg["requireReadOnlyRootFilesystem"]:
-            expected["readOnlyRootFilesystem"] = True
-        for field, wanted in expected.items():
-            value = get(context, field)
-            if value is None and field == "runAsNonRoot":
-                value = get(pod_context, field)
-            if value is None and field == "privileged":
-                continue
-            if value != wanted:
-                yield violation(
-                    subject,
-                    f"container {name} securityContext.{field}",
-                    "absent" if value is None else str(value).lower(),
-                    str(wanted).lower(),
-                    f"set securityContext.{field}: {str(wanted).lower()} (least privilege; "
-                    "give the image a writable emptyDir where it must write)",
-                )
-        dropped = [str(c) for c in items(context, "capabilities", "drop")]
-        if "ALL" not in dropped:
-            yield violation(
-                subject,
-                f"container {name} securityContext.capabilities.drop",
-                dropped or "absent",
-                '["ALL"]',
-                "drop all Linux capabilities; nothing here binds a port below 1024",
-            )
-
-
 def check_pinned_images(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
     """Images pinned to a version (or a digest): a roll must not change what runs by itself."""
     spec = pod_spec(args.resource_type, args.props)
@@ -380,29 +334,12 @@ POLICIES = [
         ],
     ),
     resource_rule(
-        name="pod-security",
-        description=(
-            "Pods run as non-root without privilege escalation or capabilities, on a read-only "
-            "root filesystem (least privilege)."
-        ),
-        level=ADVISORY,
-        check=check_pod_security,
-        thresholds=[
-            Threshold(
-                "requireReadOnlyRootFilesystem",
-                "boolean",
-                True,
-                "Require securityContext.readOnlyRootFilesystem: true.",
-            )
-        ],
-    ),
-    resource_rule(
         name="pinned-images",
         description=(
             "Container images are pinned to a version tag or a digest, never `latest` or "
             "untagged: the same manifest must run the same code on every pod."
         ),
-        level=ADVISORY,
+        level=MANDATORY,
         check=check_pinned_images,
         thresholds=[Threshold("requireDigest", "boolean", False, "Require image@sha256 digests.")],
     ),

@@ -23,10 +23,13 @@ from app.acl_reconciler import (
 from app.acl_specs import (
     ACL_LEDGER_TOPIC,
     AclSpec,
+    AclSpecError,
     KafkaUser,
     Operation,
     PatternType,
     ResourceType,
+    dumps,
+    loads,
 )
 
 
@@ -163,3 +166,18 @@ def test_a_missing_password_file_is_a_usage_error_naming_the_file(tmp_path: Path
     (tmp_path / "observer").write_text("")
     with pytest.raises(ValueError, match="empty"):
         read_passwords(tmp_path, [APP, other])
+
+
+@pytest.mark.parametrize("principal", ["User:*", "User:page-*"])
+def test_a_wildcard_principal_is_refused_naming_it_whatever_the_operation(principal: str) -> None:
+    for operation in (Operation.DESCRIBE, Operation.ALTER):
+        with pytest.raises(AclSpecError) as raised:
+            AclSpec(
+                principal, ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, operation
+            )
+        assert f"ACL principal {principal!r}: contains a wildcard" in str(raised.value)
+        assert "name the one user that needs it, User:<name>" in str(raised.value)
+    # Nor does a hand-edited acls.json get one past the reconciler's parse.
+    text = dumps([APP]).replace('"User:app"', f'"{principal}"', 1)
+    with pytest.raises(AclSpecError, match="contains a wildcard"):
+        loads(text)

@@ -37,6 +37,25 @@ def test_an_unset_variable_names_the_file_line_key_and_variable(tmp_path: Path) 
     assert "UNSET_PASSWORD" in message
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("ssl.endpoint.identification.algorithm=none", "must be https"),
+        ("enable.ssl.certificate.verification=false", "must be true"),
+        ("ssl.enabled.protocols=TLSv1.1,TLSv1.2", "it enables TLSv1.1"),
+    ],
+)
+def test_a_setting_that_weakens_tls_is_refused_with_its_line(
+    tmp_path: Path, line: str, expected: str
+) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text(f"security.protocol=SASL_SSL\n{line}\n")
+    with pytest.raises(ClientPropertiesError) as raised:
+        ClientConfig.load(path, {})
+    assert f"--command-config {path}:2 {line.split('=')[0]}" in str(raised.value)
+    assert expected in str(raised.value)
+
+
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nope.properties"
     with pytest.raises(ClientPropertiesError, match=f"cannot read --command-config {missing}"):

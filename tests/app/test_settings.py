@@ -266,6 +266,18 @@ def test_other_config_providers_are_refused(tmp_path: Path) -> None:
             "consumer.max.poll.interval.ms=1000",
             ["consumer.max.poll.interval.ms='1000'", "at least consumer.session.timeout.ms"],
         ),
+        (
+            "ssl.endpoint.identification.algorithm=none",
+            ["ssl.endpoint.identification.algorithm='none'", "must be https", "hostname"],
+        ),
+        (
+            "producer.ssl.endpoint.identification.algorithm=none",
+            ["producer.ssl.endpoint.identification.algorithm='none'", "must be https"],
+        ),
+        (
+            "consumer.enable.ssl.certificate.verification=false",
+            ["consumer.enable.ssl.certificate.verification='false'", "must be true"],
+        ),
     ],
 )
 def test_each_invalid_value_is_reported_with_key_value_allowed_and_file(

@@ -37,12 +37,14 @@ def requirement_name(requirement: str) -> str:
     return match.group(0).lower()
 
 
-def third_party_imports(modules: tuple[str, ...]) -> set[str]:
+def walk_imports(modules: tuple[str, ...]) -> tuple[set[str], set[Path]]:
     """Top-level third-party modules imported by `modules` and the repository modules they
-    import, followed transitively (standard library and repository modules left out)."""
+    import, followed transitively, and the repository files those are (standard library left
+    out)."""
     seen: set[str] = set()
     pending = list(modules)
     found: set[str] = set()
+    files: set[Path] = set()
     while pending:
         module = pending.pop()
         if module in seen:
@@ -52,6 +54,7 @@ def third_party_imports(modules: tuple[str, ...]) -> set[str]:
         source = (
             path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
         )
+        files.add(source.relative_to(REPO))
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -70,7 +73,12 @@ def third_party_imports(modules: tuple[str, ...]) -> set[str]:
                         pending.append(name)
                 elif top not in sys.stdlib_module_names:
                     found.add(top)
-    return found
+    return found, files
+
+
+def third_party_imports(modules: tuple[str, ...]) -> set[str]:
+    """The third-party half of `walk_imports`."""
+    return walk_imports(modules)[0]
 
 
 def test_pods_args_are_the_images_default_command_behind_tini(dev: RecordedStack) -> None:
@@ -106,3 +114,11 @@ def test_image_has_oci_labels_and_runs_as_the_pods_non_root_user() -> None:
         for key in ("title", "description", "version", "revision", "created", "source", "licenses")
     } <= labels
     assert f"USER {PROCESSOR_UID}:{PROCESSOR_UID}" in DOCKERFILE.splitlines()
+
+
+def test_image_copies_every_policies_module_the_processor_and_the_reconciler_import() -> None:
+    copied = " ".join(re.findall(r"^COPY (.*)$", DOCKERFILE, flags=re.MULTILINE)).split()
+    _, files = walk_imports(ENTRY_MODULES)
+    needed = {str(f) for f in files if f.parts[0] == "policies"}
+    assert needed, "found no policies module: the walk is broken"
+    assert needed <= set(copied), f"imported but not copied: {needed - set(copied)}"

@@ -221,7 +221,7 @@ def test_cert_manager_issues_the_same_secret_layout(prod: RecordedStack) -> None
     assert spec["additionalOutputFormats"] == [{"type": "CombinedPEM"}]
     assert spec["issuerRef"] == {
         "name": "kafka-ca",
-        "kind": "ClusterIssuer",
+        "kind": "Issuer",
         "group": "cert-manager.io",
     }
     assert "kafka-0.kafka-headless.streaming.svc.cluster.local" in spec["dnsNames"]
@@ -251,6 +251,24 @@ def test_cert_manager_issues_the_same_secret_layout(prod: RecordedStack) -> None
                 "never goes into plain stack config",
             ],
         ),
+        (
+            {
+                "processor": {
+                    "properties": {
+                        "spark.driver.extraJavaOptions": (
+                            "-XX:TieredStopAtLevel=1 -Djavax.net.ssl.keyStorePassword=hunter2"
+                        )
+                    }
+                }
+            },
+            [
+                "stateful-streaming:processor.properties.spark.driver.extraJavaOptions = '****'",
+                "holds a credential in clear in its -Djavax.net.ssl.keyStorePassword (value not "
+                "shown)",
+                "never goes into plain stack config",
+                "-Djavax.net.ssl.keyStorePassword=${dir:DIRECTORY:FILE}",
+            ],
+        ),
     ],
 )
 def test_a_bad_security_setting_fails_naming_it(
@@ -261,3 +279,11 @@ def test_a_bad_security_setting_fails_naming_it(
     for text in expected:
         assert text in str(error.value)
     assert "hunter2" not in str(error.value)
+
+
+def test_a_jvm_option_referring_to_a_mounted_secret_is_accepted_in_stack_config() -> None:
+    options = "-Djavax.net.ssl.keyStorePassword=${dir:/etc/keystore:password}"
+    config = build_stack_config(
+        "prod", {"processor": {"properties": {"spark.driver.extraJavaOptions": options}}}
+    )
+    assert config.processor.properties["spark.driver.extraJavaOptions"] == options

@@ -87,14 +87,17 @@ def test_properties_carry_the_group_and_state_settings(stack: RecordedStack) -> 
 
 
 def test_max_poll_interval_is_raised_to_a_session_timeout_above_the_default(
-    dev: RecordedStack, prod: RecordedStack
+    dev: RecordedStack,
 ) -> None:
     # librdkafka (and the processor at start) refuse max.poll.interval.ms < session.timeout.ms.
-    dev_props, prod_props = properties(dev), properties(prod)
+    dev_props = properties(dev)
     assert int(dev_props["consumer.session.timeout.ms"]) <= 300000
     assert dev_props["consumer.max.poll.interval.ms"] == "300000"
-    assert int(prod_props["consumer.session.timeout.ms"]) > 300000
-    assert prod_props["consumer.max.poll.interval.ms"] == prod_props["consumer.session.timeout.ms"]
+    static_prod = properties(record_stack("prod", {"processor": {"membershipMode": "static"}}))
+    assert int(static_prod["consumer.session.timeout.ms"]) > 300000
+    assert (
+        static_prod["consumer.max.poll.interval.ms"] == static_prod["consumer.session.timeout.ms"]
+    )
 
 
 def test_spark_parallelism_follows_the_cpu_limit(dev: RecordedStack, prod: RecordedStack) -> None:
@@ -116,11 +119,25 @@ def restart_budget_seconds(stack: RecordedStack) -> int:
     )
 
 
-def test_session_timeout_covers_the_restart_of_one_pod(stack: RecordedStack) -> None:
-    props = properties(stack)
+def test_a_static_members_session_covers_the_restart_of_one_pod(stack: RecordedStack) -> None:
+    static = record_stack(stack.stack, {"processor": {"membershipMode": "static"}})
+    props = properties(static)
     session = int(props["consumer.session.timeout.ms"])
-    assert session == (restart_budget_seconds(stack) + 15) * 1000
+    assert session == (restart_budget_seconds(static) + 15) * 1000
     assert int(props["consumer.heartbeat.interval.ms"]) <= session // 3
+
+
+def test_a_handoff_members_session_ends_soon_after_a_crash(stack: RecordedStack) -> None:
+    handoff = record_stack(
+        stack.stack,
+        {"processor": {"membershipMode": "handoff", "replicas": 2, "numStandbyReplicas": 1}},
+    )
+    props = properties(handoff)
+    # A stopping hand-off member leaves the group; only a crashed one waits for its session,
+    # which must end well inside the 30 s failover target, not after the restart budget.
+    assert props["consumer.session.timeout.ms"] == "10000"
+    assert int(props["consumer.heartbeat.interval.ms"]) <= 10000 // 3
+    assert restart_budget_seconds(handoff) * 1000 > 10000
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,67 @@ from infra.render import record_stack
             {"topics": {"configs": {"changelog": {"cleanup.policy": "delete"}}}},
             ["stateful-streaming:topics", "needs cleanup.policy=compact", "found delete"],
         ),
+        (
+            "prod",
+            {"topics": {"configs": {"output": {"unclean.leader.election.enable": "true"}}}},
+            ["topic page-view-counts: unclean.leader.election.enable=true", "must be false"],
+        ),
+        (
+            "prod",
+            {
+                "security": {
+                    "certificates": "cert-manager",
+                    "issuerName": "shared-ca",
+                    "issuerKind": "ClusterIssuer",
+                }
+            },
+            ["security.issuerKind = 'ClusterIssuer'", "a prod stack needs a namespaced Issuer"],
+        ),
+        (
+            "prod",
+            {"security": {"clientListener": "PLAINTEXT"}},
+            ["security.clientListener = 'PLAINTEXT'", "a prod stack needs SASL_SSL"],
+        ),
+        *(
+            (
+                "prod",
+                {"kafka": {"configs": {key: value}}},
+                [f"kafka.configs.{key} = {value!r}", "set by the program", "remove it"],
+            )
+            for key, value in (
+                ("super.users", "User:CN=kafka-broker;User:page-view-counter"),
+                ("listener.security.protocol.map", "CLIENT:PLAINTEXT"),
+                ("allow.everyone.if.no.acl.found", "true"),
+                ("authorizer.class.name", ""),
+                ("listener.name.internal.ssl.client.auth", "none"),
+                ("ssl.endpoint.identification.algorithm", ""),
+                ("listeners", "CLIENT://:9092,EXTRA://:9095"),
+                ("controller.quorum.voters", "0@elsewhere:9093"),
+            )
+        ),
+        (
+            "dev",
+            {"kafka": {"configs": {"sasl.enabled.mechanisms": "PLAIN"}}},
+            ["kafka.configs.sasl.enabled.mechanisms", "security.clientListener"],
+        ),
+        (
+            "prod",
+            {
+                "processor": {
+                    "properties": {"consumer.enable.ssl.certificate.verification": "false"}
+                }
+            },
+            [
+                "processor.properties.consumer.enable.ssl.certificate.verification = 'false'",
+                "must be true",
+                "the processor refuses it at start",
+            ],
+        ),
+        (
+            "prod",
+            {"processor": {"properties": {"ssl.endpoint.identification.algorithm": "none"}}},
+            ["processor.properties.ssl.endpoint.identification.algorithm = 'none'", "https"],
+        ),
         ("dev", {"kafka": {"replicas": "three"}}, ["kafka.replicas = 'three'", "whole number"]),
         (
             "dev",
@@ -72,10 +133,33 @@ from infra.render import record_stack
         ),
         (
             "prod",
-            {"processor": {"properties": {"consumer.max.poll.interval.ms": "300000"}}},
+            {
+                "processor": {
+                    "membershipMode": "static",
+                    "properties": {"consumer.max.poll.interval.ms": "300000"},
+                }
+            },
             [
                 "consumer.max.poll.interval.ms = '300000'",
                 "at least the session timeout, 475000 ms (librdkafka's rule",
+            ],
+        ),
+        (
+            "prod",
+            {"processor": {"properties": {"consumer.session.timeout.ms": "475000"}}},
+            [
+                "consumer.session.timeout.ms = '475000'",
+                "at most 12000 ms with membershipMode handoff",
+                "a crashed instance's partitions stop until its session expires",
+            ],
+        ),
+        (
+            "prod",
+            {"processor": {"properties": {"consumer.session.timeout.ms": "5000"}}},
+            [
+                "consumer.session.timeout.ms = 5000",
+                "group.min.session.timeout.ms (6000)",
+                "INVALID_SESSION_TIMEOUT",
             ],
         ),
         (

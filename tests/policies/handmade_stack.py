@@ -133,7 +133,13 @@ def _statefulset(name: str, container: dict[str, Any], **spec: Any) -> dict[str,
                 "metadata": {"labels": {"app": name}},
                 "spec": {
                     "terminationGracePeriodSeconds": 90,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "serviceAccountName": name,
+                    "automountServiceAccountToken": False,
                     "affinity": {
                         "podAntiAffinity": {
                             "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -165,6 +171,64 @@ def _headless(name: str, publish_not_ready: bool = False) -> dict[str, Any]:
         "kind": "Service",
         "metadata": _meta(f"{name}-headless"),
         "spec": spec,
+    }
+
+
+def _namespace() -> dict[str, Any]:
+    """The stack's namespace, enforcing the restricted Pod Security Standard."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": NAMESPACE,
+            "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/warn": "restricted",
+            },
+        },
+    }
+
+
+def _service_account(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(name),
+        "automountServiceAccountToken": False,
+    }
+
+
+def tcp(*ports: int) -> list[dict[str, Any]]:
+    """NetworkPolicy ports."""
+    return [{"port": port, "protocol": "TCP"} for port in ports]
+
+
+# Name lookups, the one destination outside the namespace every pod may reach.
+DNS_EGRESS = {
+    "to": [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ],
+    "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+}
+
+
+def network_policy(
+    name: str, ingress: list[dict[str, Any]], egress: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """An Ingress and Egress NetworkPolicy for the pods labelled `app: name` (DNS allowed)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(name),
+        "spec": {
+            "podSelector": {"matchLabels": {"app": name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": [*egress, DNS_EGRESS],
+        },
     }
 
 
@@ -340,8 +404,37 @@ def handmade_stack() -> list[Resource]:
         },
         "kubernetes.io/tls",
     )
+    brokers = {"podSelector": {"matchLabels": {"app": "kafka"}}}
+    kafka_network = network_policy(
+        "kafka",
+        ingress=[
+            {"from": [brokers], "ports": tcp(9092, 9093, 9094)},
+            {
+                "from": [{"podSelector": {"matchLabels": {"app": "page-view-counter"}}}],
+                "ports": tcp(9092),
+            },
+        ],
+        egress=[{"to": [brokers], "ports": tcp(9093, 9094)}],
+    )
+    processor_network = network_policy(
+        "page-view-counter",
+        ingress=[
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                        }
+                    }
+                ],
+                "ports": tcp(8080),
+            }
+        ],
+        egress=[{"to": [brokers], "ports": tcp(9092)}],
+    )
     # Roll budgets: kafka 90 + 0+12x5 + 0 = 150 s x 3; processor 90 + 60 + 30 = 180 s x 3.
     return [
+        Resource("kubernetes:core/v1:Namespace", "namespace", _namespace()),
         Resource(
             "kubernetes:apps/v1:StatefulSet", "kafka", kafka, custom_timeouts={"update": "30m"}
         ),
@@ -361,6 +454,18 @@ def handmade_stack() -> list[Resource]:
             "kubernetes:policy/v1:PodDisruptionBudget", "processor", _pdb("page-view-counter")
         ),
         Resource("kubernetes:core/v1:ConfigMap", "processor-config", config_map),
+        Resource("kubernetes:core/v1:ServiceAccount", "kafka-account", _service_account("kafka")),
+        Resource(
+            "kubernetes:core/v1:ServiceAccount",
+            "processor-account",
+            _service_account("page-view-counter"),
+        ),
+        Resource("kubernetes:networking.k8s.io/v1:NetworkPolicy", "kafka-network", kafka_network),
+        Resource(
+            "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+            "processor-network",
+            processor_network,
+        ),
         Resource("kubernetes:core/v1:Secret", "kafka-tls", tls),
         *(
             Resource(

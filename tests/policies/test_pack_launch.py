@@ -52,8 +52,14 @@ def test_pack_serves_every_policy_with_its_level_and_schema(analyzer, policies) 
     served = {p.name: p for p in info.policies}
     assert set(served) == {p.name for p in policies}
     assert served["kafka-quorum-size"].enforcementLevel == proto.MANDATORY
-    # The pack's own level, for a preview without a config; config.prod.json makes it mandatory.
-    assert served["standby-state"].enforcementLevel == proto.ADVISORY
+    # The pack's own levels are prod's (fail closed): a preview without a config blocks what
+    # prod blocks, and only config.dev.json relaxes them.
+    assert all(
+        p.enforcementLevel == proto.MANDATORY
+        for p in served.values()
+        if p.name
+        in {"standby-state", "kafka-listener-encryption", "kafka-authorizer", "pinned-images"}
+    )
     schema = json_format.MessageToDict(served["changelog-segment-size"].configSchema)
     assert schema["properties"]["maxSegmentBytes"]["default"] == 67108864
 

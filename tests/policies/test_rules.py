@@ -3,7 +3,7 @@ objects (pulumi_policy's analyzer servicer: proxy props, numbers as floats)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -129,6 +129,18 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "topics-specs",
         _topics(lambda t: t[1]["configs"].update({"min.insync.replicas": "1"})),
         "topic page-view-counts: configs[min.insync.replicas] is 1",
+    ),
+    (
+        "kafka-tls-verification",
+        "processor-config",
+        with_properties({"consumer.enable.ssl.certificate.verification": "false"}),
+        "consumer.enable.ssl.certificate.verification is false; required: true",
+    ),
+    (
+        "topic-durability",
+        "topics-specs",
+        _topics(_changelog("unclean.leader.election.enable", "true")),
+        "configs[unclean.leader.election.enable] is true; required: false or absent",
     ),
     (
         "changelog-compacted",
@@ -303,6 +315,41 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "container processor securityContext.allowPrivilegeEscalation is true; required: false",
     ),
     (
+        "namespace-pod-security",
+        "namespace",
+        lambda r: r.props["metadata"]["labels"].update(
+            {"pod-security.kubernetes.io/enforce": "baseline"}
+        ),
+        "Namespace streaming: metadata.labels[pod-security.kubernetes.io/enforce] is baseline; "
+        "required: restricted",
+    ),
+    (
+        "secret-mounts-least-privilege",
+        "processor",
+        lambda r: r.props["spec"]["template"]["spec"]["volumes"][2]["secret"].pop("items"),
+        "volume kafka-ca is Secret kafka-tls, the whole Secret (ca.crt, tls-combined.pem, "
+        "tls.crt, tls.key); required: only ca.crt of the brokers' TLS Secret",
+    ),
+    (
+        "network-policy-coverage",
+        "processor-network",
+        _set("spec.policyTypes", ["Ingress"]),
+        "StatefulSet streaming/page-view-counter: Egress NetworkPolicy is absent",
+    ),
+    (
+        "network-policy-no-open-rules",
+        "processor-network",
+        _set("spec.ingress", [{"from": [{"namespaceSelector": {}}], "ports": [{"port": 8080}]}]),
+        "spec.ingress[0].from[0] is namespaceSelector {} without a podSelector (every pod of "
+        "every namespace), on port 8080/TCP",
+    ),
+    (
+        "services-cluster-internal",
+        "kafka-headless",
+        _set("spec.type", "LoadBalancer"),
+        "Service streaming/kafka-headless: spec.type is LoadBalancer; required: ClusterIP",
+    ),
+    (
         "pinned-images",
         "kafka",
         lambda r: first_container(r).update(image="apache/kafka:latest"),
@@ -352,7 +399,7 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "${dir:DIRECTORY:FILE} or ${env:NAME} reference",
     ),
     (
-        "processor-least-privilege",
+        "kafka-least-privilege",
         "topics-specs",
         with_acl("TOPIC", "*", "READ"),
         "ConfigMap streaming/topics-specs data[acls.json]: ACL User:page-view-counter READ TOPIC * "
@@ -378,7 +425,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 39
+    assert len(policies) == 45
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:
@@ -439,7 +486,7 @@ def test_kip_848_processor_is_checked_against_the_broker_session_timeout(run) ->
         "StatefulSet streaming/kafka broker config: group.consumer.session.timeout.ms "
         "(env KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS) is 45000" in violations[0].message
     )
-    assert "<= broker group.consumer.max.session.timeout.ms 60000" in violations[0].message
+    assert "<= group.consumer.max.session.timeout.ms 60000" in violations[0].message
 
 
 def test_kip_848_processor_must_leave_session_and_assignor_to_the_broker(run) -> None:
@@ -469,7 +516,7 @@ def test_session_timeout_above_the_broker_maximum_is_a_violation(run, compliant)
     )
     violations = run(stack)
     assert {v.policy for v in violations} == {"group-session-timeout"}
-    assert "<= broker group.max.session.timeout.ms 150000" in violations[0].message
+    assert "<= group.max.session.timeout.ms 150000" in violations[0].message
 
 
 def test_session_timeout_budget_follows_the_statefulset(run, compliant) -> None:
@@ -489,13 +536,46 @@ def test_stateless_processor_without_instance_id_passes(run, compliant) -> None:
     assert run(stack) == []
 
 
-def _handoff(stack):
+HANDOFF_SESSION = {"consumer.session.timeout.ms": "10000", "consumer.heartbeat.interval.ms": "1000"}
+
+
+def _handoff(stack, session: Mapping[str, str | None] = HANDOFF_SESSION):
     """The stack with its processor in membership.mode=handoff (no static member id)."""
     return changed(
         stack,
         "processor-config",
-        with_properties({"membership.mode": "handoff", "consumer.group.instance.id": None}),
+        with_properties(
+            {"membership.mode": "handoff", "consumer.group.instance.id": None, **session}
+        ),
     )
+
+
+def test_a_handoff_members_session_must_end_soon_after_a_crash(run, compliant) -> None:
+    # The static member's 200 s session, kept in hand-off mode: a crash would stop its
+    # partitions for 200 s though a stopping member hands them over at once.
+    (violation,) = run(_handoff(compliant, {}))
+    assert violation.policy == "group-session-timeout"
+    assert (
+        "consumer.session.timeout.ms is 200000; required: <= 12000 with membership.mode=handoff"
+        in violation.message
+    )
+    assert "one that crashes holds its partitions" in violation.message
+
+
+def test_a_session_below_the_brokers_minimum_is_refused_in_every_mode(run, compliant) -> None:
+    short = {"consumer.session.timeout.ms": "5000", "consumer.heartbeat.interval.ms": "1000"}
+    for stack in (
+        _handoff(compliant, short),
+        changed(
+            compliant,
+            "processor-config",
+            with_properties({"stateful": "false", "consumer.group.instance.id": None, **short}),
+        ),
+    ):
+        (violation,) = run(stack)
+        assert violation.policy == "group-session-timeout"
+        assert "broker group.min.session.timeout.ms 6000 <= it" in violation.message
+        assert "INVALID_SESSION_TIMEOUT" in violation.message
 
 
 def test_handoff_processor_without_instance_id_passes(run, compliant) -> None:
@@ -503,7 +583,11 @@ def test_handoff_processor_without_instance_id_passes(run, compliant) -> None:
 
 
 def test_handoff_processor_with_a_static_member_id_is_refused(run, compliant) -> None:
-    stack = changed(compliant, "processor-config", with_properties({"membership.mode": "handoff"}))
+    stack = changed(
+        compliant,
+        "processor-config",
+        with_properties({"membership.mode": "handoff", **HANDOFF_SESSION}),
+    )
     (violation,) = run(stack)
     assert violation.policy == "group-static-membership"
     assert "or with membership.mode=handoff" in violation.message

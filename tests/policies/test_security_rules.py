@@ -4,8 +4,6 @@ shape) and its dev counterpart, per stack config."""
 from __future__ import annotations
 
 import base64
-import json
-from typing import Any
 
 import pytest
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
@@ -23,7 +21,6 @@ from tests.policies.handmade_stack import (
     first_container,
     handmade_stack,
     pod,
-    with_acl,
     with_env,
     with_properties,
 )
@@ -31,8 +28,9 @@ from tests.policies.handmade_stack import (
 LISTENERS = "kafka-listener-encryption"
 AUTHORIZER = "kafka-authorizer"
 CREDENTIALS = "credentials-in-secrets"
-LEAST_PRIVILEGE = "processor-least-privilege"
-SECURITY_RULES = {LISTENERS, AUTHORIZER, CREDENTIALS, LEAST_PRIVILEGE}
+LEAST_PRIVILEGE = "kafka-least-privilege"
+TLS_VERIFICATION = "kafka-tls-verification"
+SECURITY_RULES = {LISTENERS, AUTHORIZER, CREDENTIALS, LEAST_PRIVILEGE, TLS_VERIFICATION}
 PROTOCOL_MAP = "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"
 SECURED_MAP = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
 CA_FILE = "/etc/kafka-ca/ca.crt"
@@ -180,13 +178,15 @@ def test_the_handmade_dev_stack_is_configured_as_app_kafka_security_renders_it()
             "CLIENT:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:SSL",
             {},
             "inter-broker listener INTERNAL (env KAFKA_INTER_BROKER_LISTENER_NAME, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is PLAINTEXT; required: SSL or SASL_SSL",
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is PLAINTEXT; required: SASL_SSL, or SSL with "
+            "listener.name.internal.ssl.client.auth=required",
         ),
         (
             "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SASL_PLAINTEXT",
             {},
             "controller listener CONTROLLER (env KAFKA_CONTROLLER_LISTENER_NAMES, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SASL_PLAINTEXT; required: SSL or SASL_SSL",
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SASL_PLAINTEXT; required: SASL_SSL, or SSL "
+            "with listener.name.controller.ssl.client.auth=required",
         ),
         (
             "CLIENT:SASL_SSL,CONTROLLER:SSL",
@@ -203,6 +203,28 @@ def test_the_handmade_dev_stack_is_configured_as_app_kafka_security_renders_it()
         ),
         (
             SECURED_MAP,
+            {"KAFKA_LISTENER_NAME_INTERNAL_SSL_CLIENT_AUTH": "none"},
+            "inter-broker listener INTERNAL (env KAFKA_INTER_BROKER_LISTENER_NAME, "
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SSL with ssl.client.auth=none",
+        ),
+        (
+            SECURED_MAP,
+            {"KAFKA_LISTENER_NAME_CONTROLLER_SSL_CLIENT_AUTH": "requested"},
+            "controller listener CONTROLLER (env KAFKA_CONTROLLER_LISTENER_NAMES, "
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SSL with ssl.client.auth=requested",
+        ),
+        (
+            f"{SECURED_MAP},EXTRA:PLAINTEXT",
+            {
+                "KAFKA_LISTENERS": (
+                    "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093,EXTRA://:9095"
+                )
+            },
+            "listener EXTRA on port 9095, beside the client, inter-broker and controller "
+            "listeners (env KAFKA_LISTENERS, KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is PLAINTEXT",
+        ),
+        (
+            SECURED_MAP,
             {"KAFKA_LISTENERS": "INTERNAL://:9094,CONTROLLER://:9093"},
             "the listener on the client port 9092 (env KAFKA_LISTENERS) is absent (listeners "
             "INTERNAL://:9094,CONTROLLER://:9093)",
@@ -216,6 +238,9 @@ def test_the_handmade_dev_stack_is_configured_as_app_kafka_security_renders_it()
         "controller-sasl-plaintext",
         "inter-broker-unmapped",
         "inter-broker-protocol-default",
+        "inter-broker-ssl-without-client-auth",
+        "controller-ssl-with-client-auth-requested",
+        "an-extra-plaintext-listener",
         "nothing-on-the-client-port",
     ],
 )
@@ -246,6 +271,76 @@ def test_mutual_tls_or_sasl_ssl_listeners_pass(
     assert run(_kafka(handmade_stack(), *edits)) == []
 
 
+@pytest.mark.parametrize(
+    ("env", "value", "expected"),
+    [
+        (
+            "KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM",
+            "",
+            "ssl.endpoint.identification.algorithm (env "
+            "KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM) is empty; required: https",
+        ),
+        (
+            "KAFKA_LISTENER_NAME_INTERNAL_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM",
+            "none",
+            "listener.name.internal.ssl.endpoint.identification.algorithm (env "
+            "KAFKA_LISTENER_NAME_INTERNAL_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM) is none",
+        ),
+        (
+            "KAFKA_SSL_ENABLED_PROTOCOLS",
+            "TLSv1.1,TLSv1.2,TLSv1.3",
+            "ssl.enabled.protocols (env KAFKA_SSL_ENABLED_PROTOCOLS) is TLSv1.1,TLSv1.2,TLSv1.3; "
+            "required: only TLSv1.2, TLSv1.3",
+        ),
+        (
+            "KAFKA_SSL_PROTOCOL",
+            "TLSv1",
+            "ssl.protocol (env KAFKA_SSL_PROTOCOL) is TLSv1; required: TLSv1.2 or TLSv1.3",
+        ),
+    ],
+    ids=["no-hostname-verification", "no-hostname-verification-inter-broker", "tls-1.1", "tls-1"],
+)
+def test_a_broker_setting_that_weakens_tls_is_reported(
+    run, env: str, value: str, expected: str
+) -> None:
+    stack = _kafka(handmade_stack(), with_env(env, value))
+    violation = _only(run, stack, LISTENERS)
+    assert violation.message.startswith(f"StatefulSet streaming/kafka: broker config {expected}")
+    assert violation.mandatory
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("ssl.endpoint.identification.algorithm", "none"),
+        ("consumer.ssl.endpoint.identification.algorithm", ""),
+        ("enable.ssl.certificate.verification", "false"),
+        ("consumer.enable.ssl.certificate.verification", "false"),
+        ("producer.enable.ssl.certificate.verification", "False"),
+        ("ssl.enabled.protocols", "TLSv1.2,TLSv1.1"),
+    ],
+)
+def test_a_client_setting_that_weakens_tls_is_refused_in_every_stack(
+    run, key: str, value: str
+) -> None:
+    stack = changed(handmade_stack(), "processor-config", with_properties({key: value}))
+    for config in ("dev", "prod"):
+        (violation,) = [v for v in _findings(run, stack, config) if v.policy == TLS_VERIFICATION]
+        assert f"data[processor.properties] {key} is {value or 'empty'}" in violation.message
+        assert violation.mandatory
+
+
+def test_client_settings_that_keep_tls_whole_pass(run) -> None:
+    kept = {
+        "ssl.endpoint.identification.algorithm": "https",
+        "consumer.enable.ssl.certificate.verification": "true",
+        "ssl.enabled.protocols": "TLSv1.3,TLSv1.2",
+        "ssl.protocol": "TLSv1.3",
+    }
+    stack = changed(handmade_stack(), "processor-config", with_properties(kept))
+    assert run(stack) == []
+
+
 def test_the_client_listener_is_found_by_the_configured_port(run) -> None:
     stack = _kafka(
         handmade_stack(),
@@ -257,7 +352,9 @@ def test_the_client_listener_is_found_by_the_configured_port(run) -> None:
     assert "client listener PLAIN on port 9092" in _only(run, stack, LISTENERS).message
     config = stack_config("prod")
     config[LISTENERS]["clientPort"] = 9095
-    assert run(stack, config) == []
+    # The PLAINTEXT listener on 9092 is no longer the client listener, and still reported.
+    (violation,) = run(stack, config)
+    assert "listener PLAIN on port 9092, beside the client" in violation.message
 
 
 def test_the_dev_stack_gets_one_advisory_per_plaintext_listener_and_prod_would_be_blocked(
@@ -313,34 +410,6 @@ def test_prod_requires_the_standard_authorizer_and_dev_does_not(
         "org.apache.kafka.metadata.authorizer.StandardAuthorizer. Fix: set "
         "KAFKA_AUTHORIZER_CLASS_NAME=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
     )
-
-
-@pytest.mark.parametrize(
-    ("super_users", "levels"),
-    [
-        ("User:CN=kafka-broker;User:ANONYMOUS", {"dev": {"advisory"}, "prod": {"mandatory"}}),
-        ("User:*", {"dev": {"advisory"}, "prod": {"mandatory"}}),
-        (None, {"dev": set(), "prod": {"mandatory"}}),
-    ],
-    ids=["anonymous", "wildcard", "absent"],
-)
-def test_super_users_are_named_principals_and_prod_needs_them(
-    run, super_users: str | None, levels: dict[str, set[str]]
-) -> None:
-    stack = _kafka(handmade_stack(), with_env("KAFKA_SUPER_USERS", super_users))
-    assert _levels(run, stack, AUTHORIZER) == levels
-    message = _only(run, stack, AUTHORIZER).message
-    assert f"super.users (env KAFKA_SUPER_USERS) is {super_users or 'absent'}; required: " in (
-        message
-    )
-    assert "set KAFKA_SUPER_USERS=User:CN=kafka-broker" in message
-
-
-def test_several_named_super_users_pass(run) -> None:
-    stack = _kafka(
-        handmade_stack(), with_env("KAFKA_SUPER_USERS", "User:CN=kafka-broker;User:CN=admin")
-    )
-    assert run(stack) == []
 
 
 # --- credentials-in-secrets ---------------------------------------------------------------
@@ -524,108 +593,3 @@ def test_a_literal_password_in_an_init_container_is_refused(run) -> None:
     assert "container format-storage env KAFKA_SASL_PASSWORD" in (
         _only(run, stack, CREDENTIALS).message
     )
-
-
-# --- processor-least-privilege ------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("acl", "reason"),
-    [
-        (("TOPIC", "*", "READ"), "a wildcard resource name"),
-        (("TOPIC", "page-", "READ", "PREFIXED"), "a PREFIXED topic pattern"),
-        (
-            ("TOPIC", "payments", "READ"),
-            "a topic that is none of its input, changelog, output and dead-letter topics",
-        ),
-        (("TOPIC", "page-views", "WRITE"), "WRITE on a topic it only needs DESCRIBE/READ on"),
-        (("TOPIC", "page-views", "ALL"), "ALL operations"),
-        (("TOPIC", "page-view-counts", "DELETE"), "DELETE on a topic it only needs"),
-        (("GROUP", "dashboards", "READ"), "a group other than its own (page-view-counter)"),
-        (("GROUP", "page-view-counter", "DELETE"), "DELETE on its group"),
-        (
-            ("TRANSACTIONAL_ID", "page-", "WRITE", "PREFIXED"),
-            "transactional ids not under page-view-counter-",
-        ),
-        (("CLUSTER", "kafka-cluster", "ALTER"), "the CLUSTER operation ALTER"),
-        (("DELEGATION_TOKEN", "x", "DESCRIBE"), "a DELEGATION_TOKEN resource"),
-    ],
-    ids=[
-        "wildcard-topic",
-        "prefixed-topic",
-        "other-topic",
-        "write-input",
-        "all-on-input",
-        "delete-output",
-        "other-group",
-        "delete-own-group",
-        "transactional-ids-too-wide",
-        "cluster-alter",
-        "delegation-token",
-    ],
-)
-def test_a_processor_acl_beyond_its_rights_is_reported_with_the_acl_and_the_fix(
-    run, acl: tuple[str, ...], reason: str
-) -> None:
-    stack = changed(handmade_stack(), "topics-specs", with_acl(*acl))
-    assert _levels(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
-    resource_type, name, operation, pattern = (*acl, "LITERAL")[:4]
-    message = _only(run, stack, LEAST_PRIVILEGE).message
-    assert message.startswith(
-        "ConfigMap streaming/topics-specs data[acls.json]: ACL User:page-view-counter "
-        f"{operation} {resource_type} {name} ({pattern}) is {reason}"
-    )
-    assert "required: only DESCRIBE/READ on topic page-views;" in message
-    assert "Fix: remove the grant from the processor's ACLs in pipeline_users " in message
-    assert "(app/acl_specs.py)" in message
-
-
-@pytest.mark.parametrize(
-    "acl",
-    [
-        ("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE"),
-        ("TRANSACTIONAL_ID", "page-view-counter-0", "WRITE"),
-        ("TRANSACTIONAL_ID", "page-view-counter-", "DESCRIBE", "PREFIXED"),
-        ("TOPIC", "page-view-counts", "DESCRIBE"),
-        ("GROUP", "page-view-counter", "DESCRIBE"),
-    ],
-    ids=["idempotent-write", "one-transactional-id", "describe-ids", "describe-output", "group"],
-)
-def test_the_processor_rights_and_nothing_more_pass(run, acl: tuple[str, ...]) -> None:
-    """The handmade stack's acls.json is app.acl_specs.pipeline_users itself; these add to it."""
-    assert run(changed(handmade_stack(), "topics-specs", with_acl(*acl))) == []
-
-
-def test_a_grant_to_every_user_counts_as_the_processors(run) -> None:
-    stack = changed(
-        handmade_stack(), "topics-specs", with_acl("TOPIC", "payments", "READ", principal="User:*")
-    )
-    assert "ACL User:* READ TOPIC payments (LITERAL) is a topic that is none" in (
-        _only(run, stack, LEAST_PRIVILEGE).message
-    )
-
-
-def test_the_user_is_the_sasl_username_when_it_differs_from_the_application_id(run) -> None:
-    renamed = changed(
-        handmade_stack(), "processor-config", with_properties({"sasl.username": "counter-app"})
-    )
-    # The application id's grants are no longer the processor's; the SASL user's are checked.
-    assert run(changed(renamed, "topics-specs", with_acl("TOPIC", "*", "READ"))) == []
-    stack = changed(
-        renamed, "topics-specs", with_acl("TOPIC", "*", "READ", principal="User:counter-app")
-    )
-    assert "processor's user counter-app needs" in _only(run, stack, LEAST_PRIVILEGE).message
-
-
-def test_a_stack_without_acls_has_nothing_to_check(run) -> None:
-    assert LEAST_PRIVILEGE not in {v.policy for v in run(dev_stack(), stack_config("prod"))}
-
-
-def test_an_unreadable_acls_json_is_reported(run) -> None:
-    def corrupt(r: Resource) -> None:
-        data: dict[str, Any] = json.loads(r.props["data"]["acls.json"])
-        del data["users"][0]["acls"][0]["operation"]
-        r.props["data"]["acls.json"] = json.dumps(data)
-
-    message = _only(run, changed(handmade_stack(), "topics-specs", corrupt), LEAST_PRIVILEGE)
-    assert "data[acls.json]: content is unreadable (KeyError: 'operation')" in message.message

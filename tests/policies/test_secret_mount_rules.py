@@ -1,0 +1,236 @@
+"""Secret mounts least privilege (issue 27, section 3, `secret-mounts-least-privilege`):
+outside the brokers, a workload reads only its own Kafka user's Secret and `ca.crt` of the
+brokers' TLS Secret; on the real pulumi_policy objects, over the handmade and rendered prod stacks.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from policies.evaluate import Violation
+from tests.policies.conftest import Evaluate, stack_config
+from tests.policies.handmade_stack import Resource, changed, first_container, handmade_stack, pod
+
+RULE = "secret-mounts-least-privilege"
+PROCESSOR = "StatefulSet streaming/page-view-counter"
+TLS_FIX = "Fix: take only the CA: secret.items: [{key: ca.crt, path: ca.crt}]"
+
+Edit = Callable[[Resource], None]
+
+
+def _caught(run: Evaluate, stack: list[Any], config: str = "prod") -> list[Violation]:
+    """The rule's findings, asserting no other rule fired and each is mandatory with a fix."""
+    violations = run(stack, stack_config(config))
+    assert {v.policy for v in violations} == {RULE}, violations
+    assert all(v.mandatory and "Fix: " in v.message for v in violations)
+    return violations
+
+
+def _volume(r: Resource, name: str) -> dict[str, Any]:
+    (volume,) = [v for v in pod(r)["volumes"] if v["name"] == name]
+    return volume
+
+
+def _processor(edit: Edit) -> list[Resource]:
+    return changed(handmade_stack(), "processor", edit, ":StatefulSet")
+
+
+def _ca_items(*keys: str) -> Edit:
+    def edit(r: Resource) -> None:
+        _volume(r, "kafka-ca")["secret"]["items"] = [{"key": k, "path": k} for k in keys]
+
+    return edit
+
+
+def _whole_tls(r: Resource) -> None:
+    del _volume(r, "kafka-ca")["secret"]["items"]
+
+
+def _projected_key(r: Resource) -> None:
+    pod(r)["volumes"].append(
+        {
+            "name": "bundle",
+            "projected": {
+                "sources": [{"secret": {"name": "kafka-tls", "items": [{"key": "tls.key"}]}}]
+            },
+        }
+    )
+
+
+def _env_key(r: Resource) -> None:
+    first_container(r)["env"].append(
+        {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "kafka-tls", "key": "tls.key"}}}
+    )
+
+
+def _env_from(r: Resource) -> None:
+    first_container(r)["envFrom"] = [{"secretRef": {"name": "kafka-tls"}}]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            _whole_tls,
+            "volume kafka-ca is Secret kafka-tls, the whole Secret (ca.crt, tls-combined.pem, "
+            "tls.crt, tls.key); required: only ca.crt of the brokers' TLS Secret",
+        ),
+        (
+            _ca_items("ca.crt", "tls.key"),
+            "volume kafka-ca is Secret kafka-tls, keys (tls.key); required: only ca.crt",
+        ),
+        (
+            _projected_key,
+            "projected volume bundle is Secret kafka-tls, keys (tls.key)",
+        ),
+        (_env_key, "container processor env KEY is Secret kafka-tls, keys (tls.key)"),
+        (_env_from, "container processor envFrom is Secret kafka-tls, the whole Secret"),
+    ],
+    ids=["whole-secret", "tls.key-item", "projected-tls.key", "env-tls.key", "envFrom"],
+)
+def test_a_processor_that_takes_the_brokers_key_is_caught(run, edit: Edit, expected: str) -> None:
+    for config in ("dev", "prod"):
+        (violation,) = _caught(run, _processor(edit), config)
+        assert violation.message.startswith(f"{PROCESSOR}: {expected}")
+        assert TLS_FIX in violation.message
+
+
+def test_a_processor_that_mounts_another_users_secret_is_caught(run) -> None:
+    def observer(r: Resource) -> None:
+        _volume(r, "kafka-user")["secret"]["secretName"] = "kafka-user-observer"
+
+    (violation,) = _caught(run, _processor(observer))
+    assert violation.message.startswith(
+        f"{PROCESSOR}: volume kafka-user is Secret kafka-user-observer (user observer's "
+        "password); required: only the Secret of the Kafka user it connects as "
+        "(page-view-counter: kafka-user-page-view-counter)"
+    )
+    assert "this workload can act as observer" in violation.message
+
+
+def test_a_processor_that_mounts_every_users_password_is_caught_once_per_other_user(run) -> None:
+    def users(r: Resource) -> None:
+        pod(r)["volumes"].append(
+            {
+                "name": "users",
+                "projected": {
+                    "sources": [
+                        {"secret": {"name": f"kafka-user-{u}", "items": [{"key": "password"}]}}
+                        for u in ("page-view-counter", "topic-reconciler", "observer")
+                    ]
+                },
+            }
+        )
+
+    violations = _caught(run, _processor(users))
+    assert sorted(v.message.split(" (user ")[0] for v in violations) == [
+        f"{PROCESSOR}: projected volume users is Secret kafka-user-observer",
+        f"{PROCESSOR}: projected volume users is Secret kafka-user-topic-reconciler",
+    ]
+
+
+def test_its_own_users_secret_and_the_ca_pass_as_volume_or_env(run) -> None:
+    def own_env(r: Resource) -> None:
+        first_container(r)["env"].append(
+            {
+                "name": "SASL_PASSWORD",
+                "valueFrom": {
+                    "secretKeyRef": {"name": "kafka-user-page-view-counter", "key": "password"}
+                },
+            }
+        )
+
+    assert run(_processor(own_env)) == []
+    assert run(_processor(_ca_items("ca.crt"))) == []
+
+
+def test_the_brokers_mount_their_key_and_every_password(run, recorded_stacks) -> None:
+    """The rendered prod brokers: kafka-tls whole, every user's password for --add-scram."""
+    resources = recorded_stacks["prod"].resources
+    kafka = _find(resources, ":StatefulSet", "kafka")
+    volumes = {v["name"]: v for v in kafka.props["spec"]["template"]["spec"]["volumes"]}
+    assert "items" not in volumes["tls"]["secret"]
+    assert len(volumes["users"]["projected"]["sources"]) == 3
+    assert [v for v in run(resources, stack_config("prod")) if v.policy == RULE] == []
+
+
+def _find(resources: Any, type_suffix: str, name: str) -> Any:
+    (found,) = [r for r in resources if r.type.endswith(type_suffix) and r.name == name]
+    return found
+
+
+def _prod(run: Evaluate, recorded_stacks, target: tuple[str, str], edit) -> list[Violation]:
+    """The rule's findings on a mutated copy of the rendered prod stack."""
+    resources = copy.deepcopy(list(recorded_stacks["prod"].resources))
+    edit(_find(resources, *target).props)
+    return [v for v in run(resources, stack_config("prod")) if v.policy == RULE]
+
+
+def _job_volume(name: str, edit: Callable[[dict[str, Any]], None]):
+    def apply(props: dict[str, Any]) -> None:
+        (volume,) = [v for v in props["spec"]["template"]["spec"]["volumes"] if v["name"] == name]
+        edit(volume)
+
+    return apply
+
+
+def test_the_topic_job_mounting_the_whole_tls_secret_is_caught(run, recorded_stacks) -> None:
+    job = _find(recorded_stacks["prod"].resources, ":Job", "topics")
+    (violation,) = _prod(
+        run,
+        recorded_stacks,
+        (":Job", "topics"),
+        _job_volume("kafka-ca", lambda v: v["secret"].pop("items")),
+    )
+    name = job.props["metadata"]["name"]
+    assert violation.mandatory
+    assert violation.message.startswith(
+        f"Job streaming/{name}: volume kafka-ca is Secret kafka-tls, the whole Secret "
+        "(ca.crt, tls-combined.pem, tls.crt, tls.key)"
+    )
+
+
+def test_the_topic_job_reads_the_passwords_only_because_it_may_set_them(
+    run, recorded_stacks
+) -> None:
+    """The reconciler sets every user's SCRAM credential (ALTER on the cluster), so its users
+    volume passes; without that right the same volume gives it passwords it has no use for."""
+
+    def without_cluster_alter(props: dict[str, Any]) -> None:
+        data = json.loads(props["data"]["acls.json"])
+        for user in data["users"]:
+            user["acls"] = [a for a in user["acls"] if a["resource_type"] != "CLUSTER"]
+        props["data"]["acls.json"] = json.dumps(data)
+
+    violations = _prod(run, recorded_stacks, (":ConfigMap", "topics-specs"), without_cluster_alter)
+    assert sorted(v.message.split(" (user ")[0].split(": ", 1)[1] for v in violations) == [
+        "projected volume users is Secret kafka-user-observer",
+        "projected volume users is Secret kafka-user-page-view-counter",
+    ]
+
+
+def test_the_rendered_processor_mounting_the_observers_secret_is_caught(
+    run, recorded_stacks
+) -> None:
+    def observer(volume: dict[str, Any]) -> None:
+        volume["secret"]["secretName"] = "kafka-user-observer"
+
+    (violation,) = _prod(
+        run, recorded_stacks, (":StatefulSet", "processor"), _job_volume("kafka-user", observer)
+    )
+    assert "volume kafka-user is Secret kafka-user-observer (user observer's password)" in (
+        violation.message
+    )
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_rendered_stacks_mount_only_what_each_workload_needs(
+    run, recorded_stacks, stack
+) -> None:
+    violations = run(recorded_stacks[stack].resources, stack_config(stack))
+    assert [v for v in violations if v.policy == RULE] == []
