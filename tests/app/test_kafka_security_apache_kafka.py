@@ -14,12 +14,10 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 
 import pytest
@@ -52,7 +50,7 @@ from app.acl_specs import (
 from app.bench.throughput import ThroughputParams, produce_backlog, raw_consume_rate
 from app.client_properties import ClientConfig
 from app.java_properties import load_properties
-from app.kraft_cluster import ClusterSecurity, KraftCluster, free_port
+from app.kraft_cluster import ClusterSecurity, KraftCluster
 from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, PipelineNames
 from app.local.pipeline import LocalPipeline, PipelineSetup
@@ -66,6 +64,7 @@ from tests.app.processor_harness import (
     wait_for_counts,
     wait_until,
 )
+from tests.app.secured_kafka import readiness_sidecars
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -169,44 +168,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         secured = Secured(cluster, workdir, users, passwords)
         # Deny by default holds for the reconciler too: its own ACLs come from the brokers'
         # readiness sidecars, as prod runs them, and the Job starts once all are ready.
-        with readiness_sidecars(secured) as sidecars:
+        (reconciler_user,) = [u for u in users if u.name == RECONCILER]
+        grants = workdir / "bootstrap-acls.json"
+        grants.write_text(dumps([reconciler_user]))
+        with readiness_sidecars(cluster, grants, workdir, DEADLINE_S) as sidecars:
             secured.sidecar_logs = sidecars
             _add_load_producer(secured, f"{APPLICATION_ID}-page-views")
             yield secured
-
-
-@contextmanager
-def readiness_sidecars(secured: Secured) -> Iterator[list[Path]]:
-    """One `app.broker_readiness` per broker with the prod sidecar's arguments (the broker's
-    certificate on its INTERNAL listener, the reconciler's ACLs to grant); yields their log
-    files once every one answers 200 on /ready."""
-    (reconciler,) = [u for u in secured.users if u.name == RECONCILER]
-    grants = secured.workdir / "bootstrap-acls.json"
-    grants.write_text(dumps([reconciler]))
-    started: list[tuple[subprocess.Popen[bytes], int, Path]] = []
-    try:
-        for node in secured.cluster.nodes:
-            port, log_file = free_port(), secured.workdir / f"sidecar-{node.node_id}.log"
-            with log_file.open("wb") as out:
-                sidecar = subprocess.Popen(
-                    [sys.executable, "-m", "app.broker_readiness", "--node-id", str(node.node_id),
-                     "--bootstrap-server", node.admin_endpoint,
-                     "--tls-dir", str(secured.cluster.tls_dir), "--grant-acls", str(grants),
-                     "--port", str(port), "--host", "127.0.0.1"],
-                    cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                )  # fmt: skip
-            started.append((sidecar, port, log_file))
-        for _, port, log_file in started:
-            wait_until(
-                partial(_ready, port),
-                DEADLINE_S,
-                f"the readiness sidecar on :{port} to answer 200 on /ready (log {log_file})",
-            )
-        yield [log_file for _, _, log_file in started]
-    finally:
-        for sidecar, _, _ in started:
-            sidecar.terminate()
-            sidecar.wait(30)
 
 
 def _add_load_producer(secured: Secured, input_topic: str) -> None:
@@ -570,11 +538,3 @@ def test_the_brokers_sidecars_grant_the_reconciler_its_own_acls_on_a_fresh_clust
         text = log_file.read_text()
         assert f"granted the {len(reconciler.acls)} bootstrap ACLs of User:{RECONCILER}" in text
         assert "ready: in sync on all" in text
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False

@@ -1,0 +1,429 @@
+"""The prod stack as rendered starts and counts on a secured 3-node Apache Kafka (issue 27).
+
+Everything comes from `python -m infra.render --stack prod`: the brokers' settings (the
+`kafka-bootstrap` ConfigMap's server.properties), the ACLs their readiness sidecars grant
+(its bootstrap-acls.json), the topic Job's own command with its ConfigMap (topics, users, ACLs,
+client settings) and the processor's `processor.properties`, its environment and its volumes.
+The test changes only what names the pod or the cluster's network instead of this host (ports,
+addresses, mount paths, the image's interpreter), each change listed below with its reason; so a
+rendered prod setting that the brokers, the reconciler or the processor would refuse fails here.
+
+Broker settings the render leaves at Kafka's defaults take the local cluster's test values
+(`app.kraft_cluster.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
+2-core machine); every key the render sets overrides them. One cluster serves the module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from cryptography import x509
+
+from app import acl_specs, topic_specs
+from app.acl_reconciler import Binding, existing_credentials, read_bindings
+from app.java_properties import load_properties
+from app.kafka_security import (
+    BROKER_PRINCIPAL,
+    TLS_CA_FILE,
+    TLS_CERT_FILE,
+    TLS_COMBINED_FILE,
+    TLS_KEY_FILE,
+)
+from app.kraft_cluster import ClusterSecurity, KraftCluster
+from tests.app.processor_harness import REPO, ProcessorProcess, produce_page_views, wait_for_counts
+from tests.app.rendered_deployment import Manifests, render
+from tests.app.secured_kafka import readiness_sidecars
+
+pytestmark = [
+    pytest.mark.timeout(900),
+]
+
+STACK = "prod"
+DEADLINE_S = 300.0
+JOB_TIMEOUT_S = 600.0
+VIEWS = 3000
+
+# Rendered server.properties keys the test drops, and why: each is the pod's (its identity, its
+# addresses, its volume), and the local cluster sets its own (`KraftCluster._server_properties`).
+BROKER_KEYS_DROPPED = {
+    "process.roles": "set per node by the cluster, which runs every node as the render does "
+    "(broker,controller: checked on the brokers)",
+    "node.id": "the pod's ordinal (appended at format in prod); the cluster numbers its nodes",
+    "listeners": "the pod's ports; the nodes listen on free ports of 127.0.0.1",
+    "advertised.listeners": "the pods' DNS names; the nodes advertise 127.0.0.1",
+    "controller.quorum.voters": "the pods' DNS names; the nodes form a quorum of their "
+    "loopback controller ports (controller.quorum.bootstrap.servers)",
+    "log.dirs": "the pod's data volume; each node has a folder of the cluster's",
+}
+# Rendered keys the test rewrites, and why: the brokers read their TLS files from the kafka-tls
+# Secret mounted here; the cluster writes files of the same names (`app.local_tls`) into its
+# `tls_dir`, with a certificate for 127.0.0.1 and the subject prod's certificate has.
+BROKER_TLS_MOUNT = PurePosixPath("/etc/kafka/tls")
+CLUSTER_TLS_FILES = frozenset({TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE, TLS_COMBINED_FILE})
+_TLS_FILE = f"a file in {BROKER_TLS_MOUNT}: the file of that name in the cluster's tls_dir"
+BROKER_KEYS_REWRITTEN = {"ssl.keystore.location": _TLS_FILE, "ssl.truststore.location": _TLS_FILE}
+# What the test changes in the rendered processor.properties, and why; every other line runs as
+# rendered (checked on the file the processor reads).
+PROCESSOR_KEYS_CHANGED = {
+    "bootstrap.servers": "the Kafka Service's DNS name; the brokers' loopback client listeners",
+    "sasl.password": "a ${dir:...} reference into the user Secret's mount: its local folder",
+    "ssl.ca.location": "a file in the CA Secret's mount: its local folder",
+    "state.dir": "the state claim's mount: a temporary folder",
+    "spark.local.dir": "in the pod's /tmp (an emptyDir): a temporary folder",
+    "health.port": "the pod's port; a free port of this host (the harness's)",
+}
+# The topic Job's command runs as rendered but for the image's interpreter (`python` on the
+# image's PATH: this environment's), --bootstrap-servers (the brokers' loopback listeners) and
+# its mount paths (each volume's local folder, in its arguments and in its ConfigMap's files).
+
+
+def localize(text: str, mounts: Mapping[str, Path]) -> str:
+    """`text` with every path under a mount path pointing into that mount's local folder."""
+    if not mounts:
+        return text
+    paths = "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w./-])({paths})(?=[/:\s]|\Z)")
+    return pattern.sub(lambda m: str(mounts[m[1]]), text)
+
+
+def downward_env(container: Mapping[str, Any], pod: str, namespace: str) -> dict[str, str]:
+    """The container's environment as the kubelet fills it (values and the pod's own fields)."""
+    fields = {"metadata.name": pod, "metadata.namespace": namespace}
+    env = {}
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        else:
+            env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+@dataclass(frozen=True)
+class Kubelet:
+    """Stands in for the kubelet: a pod's volumes as local folders, filled from the rendered
+    ConfigMaps and, for the Secrets (rendered without their values), the cluster's TLS files
+    and the users' passwords."""
+
+    manifests: Manifests
+    tls_dir: Path
+    passwords: Mapping[str, str]  # user -> password
+    user_secrets: Mapping[str, str]  # Secret name -> user
+
+    def mount(
+        self, pod: Mapping[str, Any], container: Mapping[str, Any], root: Path
+    ) -> dict[str, Path]:
+        """Write every volume `container` mounts into a folder under `root`; mount path ->
+        folder. ConfigMap files name the other mounts by their local folders."""
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounts = {m["mountPath"]: root / m["name"] for m in container.get("volumeMounts", [])}
+        for mount in container.get("volumeMounts", []):
+            folder = mounts[mount["mountPath"]]
+            folder.mkdir(parents=True)
+            # No volume of that name: a claim of the StatefulSet's volumeClaimTemplates, empty.
+            volume = volumes.get(mount["name"], {"emptyDir": {}})
+            for name, text in self._files(volume, mounts).items():
+                (folder / name).write_text(text, encoding="utf-8")
+        return mounts
+
+    def _files(self, volume: Mapping[str, Any], mounts: Mapping[str, Path]) -> dict[str, str]:
+        if "emptyDir" in volume:
+            return {}
+        sources = volume["projected"]["sources"] if "projected" in volume else [volume]
+        files = {}
+        for source in sources:
+            if "configMap" in source:
+                ref = source["configMap"]
+                data = {
+                    key: localize(text, mounts)
+                    for key, text in self.manifests.config_maps()[ref["name"]].items()
+                }
+            else:
+                ref = source["secret"]
+                data = self.secret(ref.get("secretName") or ref["name"])
+            items = ref.get("items") or [{"key": key, "path": key} for key in data]
+            files.update({item["path"]: data[item["key"]] for item in items})
+        return files
+
+    def secret(self, name: str) -> dict[str, str]:
+        """The rendered Secret's keys with this host's values."""
+        secret = self.manifests.get("Secret", name)
+        keys = {**secret.get("stringData", {}), **secret.get("data", {})}
+        if secret.get("type") == "kubernetes.io/tls":
+            return {key: (self.tls_dir / key).read_text(encoding="utf-8") for key in keys}
+        user = self.user_secrets[name]
+        values = {"password": self.passwords[user], "username": user}
+        return {key: values[key] for key in keys}
+
+
+@dataclass
+class Deployed:
+    """The rendered prod stack's brokers, running, and what the module needs to go on."""
+
+    manifests: Manifests
+    cluster: KraftCluster
+    kubelet: Kubelet
+    workdir: Path
+    rendered_broker: dict[str, str]
+    broker_configs: dict[str, str]
+    sidecar_logs: list[Path]
+
+    @cached_property
+    def superuser(self) -> AdminClient:
+        """An admin client that is the broker (the only super user), one for the module."""
+        configs: dict[str, str | int | float | bool] = {**self.cluster.superuser_configs()}
+        return AdminClient(configs)
+
+    def logs(self) -> dict[Path, str]:
+        """Every log file so far: the sidecars' and the brokers' (console and log4j files)."""
+        paths = [*self.sidecar_logs]
+        for node in self.cluster.nodes:
+            paths += [node.console_path, *sorted(node.log_dir.glob("*.log"))]
+        return {p: p.read_text(errors="replace") for p in paths if p.is_file()}
+
+
+def _only(objects: list[dict[str, Any]], what: str) -> dict[str, Any]:
+    assert len(objects) == 1, f"the {STACK} stack renders {len(objects)} {what}, expected one"
+    return objects[0]
+
+
+def _topic_job(manifests: Manifests) -> dict[str, Any]:
+    return _only(manifests.of_kind("Job"), "Jobs")
+
+
+def _processor_set(manifests: Manifests) -> dict[str, Any]:
+    return _only(
+        [
+            sts
+            for sts in manifests.of_kind("StatefulSet")
+            if any(
+                "app.processor" in c.get("args", [])
+                for c in sts["spec"]["template"]["spec"]["containers"]
+            )
+        ],
+        "processor StatefulSets",
+    )
+
+
+def _job_user_secrets(job: Mapping[str, Any]) -> dict[str, str]:
+    """Secret name -> user, from the folder the Job reads passwords from (one file per user)."""
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    folder = args[args.index("--scram-passwords-dir") + 1]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    return {
+        source["secret"]["name"]: item["path"]
+        for source in volume["projected"]["sources"]
+        for item in source["secret"]["items"]
+    }
+
+
+def _job_config(manifests: Manifests) -> dict[str, str]:
+    """The topic Job's ConfigMap: its topics, users and ACLs, its client settings."""
+    (specs,) = [
+        v for v in _topic_job(manifests)["spec"]["template"]["spec"]["volumes"] if "configMap" in v
+    ]
+    return manifests.config_maps()[specs["configMap"]["name"]]
+
+
+def broker_configs(rendered: Mapping[str, str], tls_dir: Path) -> dict[str, str]:
+    """The rendered broker settings the cluster runs: all but the dropped keys, TLS in `tls_dir`."""
+    # Checked before any broker starts: a cluster that cannot form would say less than this.
+    supers = {p.strip() for p in rendered.get("super.users", "").split(";")}
+    assert BROKER_PRINCIPAL in supers, (
+        f"the rendered super.users={rendered.get('super.users')!r} does not name "
+        f"{BROKER_PRINCIPAL}, the principal of the brokers' certificate (app.local_tls, and "
+        "prod's from infra/kafka_credentials.py): the brokers would refuse each other on the "
+        "INTERNAL and CONTROLLER listeners"
+    )
+    configs = {k: v for k, v in rendered.items() if k not in BROKER_KEYS_DROPPED}
+    for key in BROKER_KEYS_REWRITTEN:
+        path = PurePosixPath(rendered[key])
+        assert path.parent == BROKER_TLS_MOUNT and path.name in CLUSTER_TLS_FILES, (
+            f"the rendered {key}={path} is not one of the files the brokers' TLS Secret "
+            f"mounts in {BROKER_TLS_MOUNT}: {sorted(CLUSTER_TLS_FILES)}"
+        )
+        configs[key] = str(tls_dir / path.name)
+    return configs
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    workdir = tmp_path_factory.mktemp("rendered-prod")
+    render(STACK, workdir / "manifests")
+    manifests = Manifests.load(workdir / "manifests")
+    bootstrap = manifests.get("ConfigMap", "kafka-bootstrap")["data"]
+    rendered = load_properties(bootstrap["server.properties"])
+    job = _topic_job(manifests)
+    user_secrets = _job_user_secrets(job)
+    passwords = {user: f"{user}-{uuid.uuid4().hex}" for user in user_secrets.values()}
+    reconciler = load_properties(_job_config(manifests)["client.properties"])["sasl.username"]
+    # The reconciler's user exists from the start (bootstrapped at format, as prod's init
+    # container does); the reconciler creates the others.
+    security = ClusterSecurity(scram_users={reconciler: passwords[reconciler]})
+    cluster_dir = workdir / "cluster"
+    configs = broker_configs(rendered, cluster_dir / "tls")
+    with KraftCluster(security=security, broker_configs=configs, work_dir=cluster_dir) as cluster:
+        assert cluster.tls_dir == cluster_dir / "tls"
+        grants = workdir / "bootstrap-acls.json"
+        grants.write_text(bootstrap["bootstrap-acls.json"], encoding="utf-8")
+        kubelet = Kubelet(manifests, cluster.tls_dir, passwords, user_secrets)
+        with readiness_sidecars(cluster, grants, workdir, DEADLINE_S) as sidecar_logs:
+            yield Deployed(manifests, cluster, kubelet, workdir, rendered, configs, sidecar_logs)
+
+
+@pytest.fixture(scope="module")
+def topic_job(deployed: Deployed) -> subprocess.CompletedProcess[str]:
+    """The rendered topic Job's container, run once on the fresh cluster."""
+    job = _topic_job(deployed.manifests)
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "command" not in container, "the image's entrypoint runs the container's args"
+    mounts = deployed.kubelet.mount(pod, container, deployed.workdir / "job")
+    args = [localize(arg, mounts) for arg in container["args"]]
+    assert args[0] == "python", args
+    args[0] = sys.executable
+    args[args.index("--bootstrap-servers") + 1] = deployed.cluster.bootstrap_servers
+    meta = job["metadata"]
+    env = downward_env(container, f"{meta['name']}-0", meta["namespace"])
+    return subprocess.run(
+        args,
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
+
+
+def test_the_rendered_broker_settings_reach_the_brokers_unchanged(deployed: Deployed) -> None:
+    certificate = x509.load_pem_x509_certificate(
+        (deployed.cluster.tls_dir / TLS_CERT_FILE).read_bytes()
+    )
+    # The principal the rendered super.users names (checked before the brokers started) is
+    # the one the cluster's certificate gives the brokers.
+    assert f"User:{certificate.subject.rfc4514_string()}" == BROKER_PRINCIPAL
+    expected = deployed.broker_configs
+    for key in BROKER_KEYS_REWRITTEN:
+        assert Path(expected[key]).is_file(), f"{key}: the cluster wrote no {expected[key]}"
+    for node in deployed.cluster.nodes:
+        written = load_properties(node.config_path.read_text(encoding="utf-8"))
+        wrong = {k: (v, written.get(k)) for k, v in expected.items() if written.get(k) != v}
+        assert not wrong, f"node {node.node_id} was given other values than rendered: {wrong}"
+        # One broker per request: a broker describes its own settings only.
+        resource = ConfigResource(ResourceType.BROKER, str(node.node_id))
+        (future,) = deployed.superuser.describe_configs([resource]).values()
+        described = future.result(30)
+        roles = described["process.roles"].value
+        assert roles == deployed.rendered_broker["process.roles"], f"node {node.node_id}: {roles}"
+        shown = {k: e.value for k, e in described.items() if k in expected and not e.is_sensitive}
+        wrong = {k: (expected[k], v) for k, v in shown.items() if v != expected[k]}
+        assert not wrong, f"broker {node.node_id} runs other values than rendered: {wrong}"
+        # What a broker does not describe: per-listener settings, and secrets it masks.
+        unseen = sorted(k for k in set(expected) - set(shown) if not k.startswith("listener.name."))
+        assert all(described[k].is_sensitive for k in unseen), f"not described: {unseen}"
+    print(
+        f"{len(expected)} rendered broker settings on the brokers ({len(shown)} read back from "
+        f"each); dropped {sorted(BROKER_KEYS_DROPPED)}, rewritten {sorted(BROKER_KEYS_REWRITTEN)}"
+    )
+
+
+def test_the_rendered_topic_job_creates_the_rendered_topics_users_and_acls(
+    deployed: Deployed, topic_job: subprocess.CompletedProcess[str]
+) -> None:
+    output = topic_job.stdout + topic_job.stderr
+    assert topic_job.returncode == 0, (
+        f"the topic Job exited {topic_job.returncode}:\n{output[-5000:]}"
+    )
+    for password in deployed.kubelet.passwords.values():
+        assert password not in output  # no secret in the Job's log
+    config = _job_config(deployed.manifests)
+    specs = topic_specs.loads(config["topics.json"])
+    users = acl_specs.loads(config["acls.json"])
+    admin = deployed.superuser
+    topics = admin.list_topics(timeout=30).topics
+    for spec in specs:
+        assert spec.name in topics, f"topic {spec.name} not created; topics: {sorted(topics)}"
+        partitions = topics[spec.name].partitions
+        assert len(partitions) == spec.partitions, spec.name
+        assert {len(p.replicas) for p in partitions.values()} == {spec.replication_factor}
+    resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs]
+    for spec, future in zip(specs, admin.describe_configs(resources).values(), strict=True):
+        described = future.result(30)
+        assert {k: described[k].value for k in spec.configs} == dict(spec.configs), spec.name
+    names = [u.name for u in users]
+    assert existing_credentials(admin, names) == set(names)
+    present = read_bindings(admin, [u.principal for u in users])
+    assert present == {Binding.of(acl) for user in users for acl in user.acls}
+    print(
+        "topics "
+        + ", ".join(f"{s.name} ({s.partitions}x{s.replication_factor})" for s in specs)
+        + f"; users {names}"
+    )
+
+
+def _on_this_host(properties: str, bootstrap_servers: str) -> str:
+    """The processor's properties with the brokers' loopback listeners, without the pod's
+    health.port (the harness appends a free one)."""
+    lines = []
+    for line in properties.splitlines():
+        key = line.partition("=")[0].strip()
+        if key == "health.port":
+            continue
+        lines.append(
+            f"bootstrap.servers={bootstrap_servers}" if key == "bootstrap.servers" else line
+        )
+    return "\n".join(lines) + "\n"
+
+
+def test_the_rendered_processor_counts_exactly_once_and_stops_cleanly(
+    deployed: Deployed, topic_job: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    assert topic_job.returncode == 0, topic_job.stderr[-3000:]
+    sts = _processor_set(deployed.manifests)
+    pod = sts["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # What ProcessorProcess runs, with the properties file the pod mounts.
+    args = container["args"]
+    assert args[:4] == ["python", "-m", "app.processor", "--properties"], args
+    name, namespace = f"{sts['metadata']['name']}-0", sts["metadata"]["namespace"]
+    mounts = deployed.kubelet.mount(pod, container, tmp_path / "pod")
+    mounted = Path(localize(args[4], mounts)).read_text(encoding="utf-8")
+    properties = _on_this_host(mounted, deployed.cluster.bootstrap_servers)
+    env = downward_env(container, name, namespace)
+    processor = ProcessorProcess(tmp_path, name, properties, env=env)
+    try:
+        (text,) = [d["processor.properties"] for d in deployed.manifests.config_maps().values()
+                   if "processor.properties" in d]  # fmt: skip
+        rendered = load_properties(text)
+        ran = load_properties(processor.properties_path.read_text(encoding="utf-8"))
+        changed = {k for k in rendered.keys() | ran.keys() if rendered.get(k) != ran.get(k)}
+        assert changed == set(PROCESSOR_KEYS_CHANGED), (
+            f"the processor runs {sorted(changed)} changed, not {sorted(PROCESSOR_KEYS_CHANGED)}"
+        )
+        superuser = deployed.cluster.superuser_configs()
+        truth = produce_page_views(superuser, ran["input.topic"], VIEWS, 50, seed=27)
+        took = wait_for_counts(processor, superuser, ran["output.topic"], truth, DEADLINE_S)
+        print(f"{VIEWS} page views counted exactly once after {took:.1f} s")
+        assert "AUTHORIZATION_FAILED" not in processor.log(), processor.log()[-5000:]
+        code, stopped = processor.terminate(float(pod["terminationGracePeriodSeconds"]))
+        assert code == 0, f"the processor exited {code}:\n{processor.log()[-5000:]}"
+        print(f"stopped in {stopped:.1f} s")
+    finally:
+        processor.ensure_stopped()
+    logs = {processor.log_path: processor.log(), **deployed.logs()}
+    for user, password in deployed.kubelet.passwords.items():
+        leaked = [str(path) for path, log in logs.items() if password in log]
+        assert not leaked, f"the password of {user} is in {leaked}"
