@@ -329,9 +329,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--out", type=Path, required=True, help="directory for the manifests")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="replace a stack setting, e.g. processor='{\"membershipMode\": \"static\"}' "
+        "(a top-level key of Pulumi.<stack>.yaml, its value as JSON or a plain string); "
+        "repeatable",
+    )
     args = parser.parse_args(argv)
+    overrides: dict[str, Any] = {}
+    for item in args.override:
+        key, separator, value = item.partition("=")
+        if not separator or not key:
+            parser.error(f"--override {item!r}: expected KEY=JSON, e.g. processor='{{...}}'")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
     try:
-        recorded = record_stack(args.stack)
+        recorded = record_stack(args.stack, overrides)
     except StackConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ each Ready for `minReadySeconds` first; a Job's pod is retried up to `backoffLim
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -60,10 +61,12 @@ def distribution_with_scripts(release: KafkaRelease, folder: Path) -> Path:
     return folder
 
 
-def render(stack: str, out: Path) -> None:
-    """`python -m infra.render --stack <stack> --out <out>`, in the infra environment."""
+def render(stack: str, out: Path, overrides: Mapping[str, Any] | None = None) -> None:
+    """`python -m infra.render --stack <stack> --out <out> [--override KEY=JSON ...]`, in the
+    infra environment."""
+    options = [f"--override={key}={json.dumps(value)}" for key, value in (overrides or {}).items()]
     result = subprocess.run(
-        [str(INFRA_PYTHON), "-m", "infra.render", "--stack", stack, "--out", str(out)],
+        [str(INFRA_PYTHON), "-m", "infra.render", "--stack", stack, "--out", str(out), *options],
         cwd=REPO,
         capture_output=True,
         text=True,

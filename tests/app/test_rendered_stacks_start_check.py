@@ -1,4 +1,5 @@
-"""Every stack the repository ships, as rendered, passes the processor's own start-time check.
+"""Every stack the repository ships, and the variants the program's tests build, as rendered, pass
+the processor's own start-time check.
 
 The Pulumi program computes settings (the session timeout from the restart budget, the poll
 interval beside it) that the processor validates again at start, with librdkafka's rules among
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,9 +30,24 @@ def test_the_repository_ships_dev_and_prod() -> None:
     assert STACKS == ["dev", "prod"]
 
 
+# The variants the program tests build beside the shipped files (tests/infra): each membership
+# mode, stateless, and cert-manager certificates, on both profiles. Rendered the same way, so a
+# combination the processor would refuse fails here.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "as-shipped": {},
+    "static": {"processor": {"membershipMode": "static", "numStandbyReplicas": 1}},
+    "handoff": {"processor": {"membershipMode": "handoff", "replicas": 2, "numStandbyReplicas": 1}},
+    "stateless": {"processor": {"stateful": False, "membershipMode": "static"}},
+    "long-restart-budget": {"processor": {"minReadySeconds": 600}},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_shipped_stack_passes_the_processors_start_check(stack: str, tmp_path: Path) -> None:
-    render(stack, tmp_path / "manifests")
+def test_every_shipped_stack_and_variant_passes_the_processors_start_check(
+    stack: str, variant: str, tmp_path: Path
+) -> None:
+    render(stack, tmp_path / "manifests", VARIANTS[variant])
     config_maps = Manifests.load(tmp_path / "manifests").config_maps()
     [text] = [
         data["processor.properties"]
