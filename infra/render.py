@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=JSON",
-        help="replace a stack setting, e.g. processor='{\"membershipMode\": \"static\"}' "
+        help='replace a stack setting, e.g. processor=\'{"membershipMode": "static"}\' '
         "(a top-level key of Pulumi.<stack>.yaml, its value as JSON or a plain string); "
         "repeatable",
     )
