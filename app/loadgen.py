@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import random
+import select
 import signal
 import sys
 import threading
@@ -369,6 +370,72 @@ def producer_config(
     }
 
 
+class StopSignals:
+    """SIGINT and SIGTERM stop a run (`run`) after the records in flight.
+
+    A Python signal handler runs on the main thread between two bytecodes, possibly while that
+    thread holds a lock the handler needs: a handler that set the run's `threading.Event` (its
+    Condition's lock) or logged (a logging handler's lock, a half-written stderr) while the
+    main loop was inside the same deadlocked the load generator once. So the handler does
+    nothing: the C-level handler writes the signal's number to a wakeup pipe
+    (`signal.set_wakeup_fd`), and the main thread, which runs no producing loop and holds no
+    lock while it waits, reads it and sets the Event.
+    """
+
+    def __init__(self) -> None:
+        self._read_fd, self._write_fd = os.pipe()
+        for fd in (self._read_fd, self._write_fd):
+            os.set_blocking(fd, False)
+        self._previous_fd = -1
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, _noted_by_the_wakeup_pipe)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+    def run(self, work: Callable[[threading.Event], ProducedSummary]) -> ProducedSummary:
+        """`work(stop)` on a worker thread; a signal (even one before this call) sets `stop`."""
+        stop = threading.Event()
+        outcome: list[ProducedSummary] = []
+        failure: list[BaseException] = []
+
+        def produce() -> None:
+            try:
+                outcome.append(work(stop))
+            except BaseException as exc:  # re-raised on the main thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=produce, name="loadgen-producer")
+        worker.start()
+        while worker.is_alive():
+            readable, _, _ = select.select([self._read_fd], [], [], 0.5)
+            if not readable:
+                continue
+            for signum in os.read(self._read_fd, 64):
+                if signum in self._previous:
+                    log.info(
+                        "%s: stopping after the records in flight", signal.Signals(signum).name
+                    )
+                    stop.set()
+        worker.join()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+
+def _noted_by_the_wakeup_pipe(_signum: int, _frame: FrameType | None) -> None:
+    """Nothing: the signal's number is in the wakeup pipe already (see `StopSignals`)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m app.loadgen`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -390,20 +457,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # ClientPropertiesError is one
         print(f"python -m app.loadgen: {exc}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def request_stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping after the records in flight", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
-    generator = LoadGenerator(
-        settings,
-        producer_config(args.bootstrap_servers, args.linger_ms, client_config),
-        progress=log.info,
-    )
-    summary = generator.run(stop)
+    with StopSignals() as signals:
+        generator = LoadGenerator(
+            settings,
+            producer_config(args.bootstrap_servers, args.linger_ms, client_config),
+            progress=log.info,
+        )
+        summary = signals.run(generator.run)
     text = json.dumps(summary.to_json(), indent=2)
     if args.summary_json:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)

@@ -66,9 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Before the imports below (pyspark, pyarrow: about 1.5 s): the fork server's own imports
     # run beside them on the second core instead of beside the JVM's start.
     forkserver = python_forkserver.start() if settings.python_forkserver else None
-    from app.processor.lifecycle import ProcessorInstance
+    try:
+        from app.processor.lifecycle import ProcessorInstance
 
-    return ProcessorInstance(settings, forkserver).run()
+        return ProcessorInstance(settings, forkserver).run()
+    finally:
+        # `run` closes it too; this is for a failure before `run` (the health port taken).
+        if forkserver is not None:
+            forkserver.close()
 
 
 if __name__ == "__main__":

@@ -84,6 +84,9 @@ class ProcessorInstance:
             standby_replicas=settings.num_standby_replicas,
             running_batch=partial(running_batch, settings.checkpoint_dir),
             retrying=Retrying(settings.task_timeout_ms / 1000, self.metrics.kafka_retry_episode),
+            # A hand-off instance joins a running group: its first, empty, assignment is only
+            # the first step of the join, and its readiness must not count it.
+            confirm_empty_assignment=settings.membership_mode == MEMBERSHIP_HANDOFF,
         )
         self.health = HealthServer(settings.health_port, self.metrics, self.readiness)
         self._stop = threading.Event()
@@ -92,16 +95,17 @@ class ProcessorInstance:
         self.clock = StartupClock()
 
     def readiness(self) -> ReadinessStatus:
-        """Ready: the query runs and finished a batch, the assignment arrived, and every owned
+        """Ready: the query runs and finished a batch, the assignment arrived (hand-off: and is
+        not the empty first step of a join, `GroupMember.settled_assignment`), and every owned
         partition's state is in the checkpoint (restored or held)."""
-        owned = self.member.assignment()
+        owned = self.member.settled_assignment()
         held = held_partitions(
             self.settings.checkpoint_dir, self.settings.input_topic, self.settings.changelog_topic
         )
         return ReadinessStatus(
             query_running=self._query_running,
-            assignment_received=self.member.assigned,
-            restore_done=self.member.assigned and owned <= held,
+            assignment_received=owned is not None,
+            restore_done=owned is not None and owned <= held,
             batch_done=self._batch_done,
         )
 

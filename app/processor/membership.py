@@ -8,7 +8,16 @@ instance stays in the group while a long batch runs (`max.poll.interval.ms`) and
 restarts. Each (incremental) assignment change is published to the source through
 `assignment_file`, counted in the metrics, and logged. With `num.standby.replicas` >= 1 the
 thread also describes the group after each change and every few seconds, and publishes which
-partitions' copies this instance keeps (`state_restore.standby_partitions`).
+partitions' copies this instance keeps (`state_restore.standby_partitions`). The description is
+asked of a child process (`group_describer`): librdkafka's `describe_consumer_groups` crashed its
+process around a coordinator change, and the member's own consumer does not know which partitions
+the other members own.
+
+An empty assignment is not always a settled one: cooperative-sticky gives a joining member nothing
+in the first rebalance (the partitions it is to take are revoked from their owners first) and
+those partitions one rebalance later. With `confirm_empty_assignment` (hand-off readiness) an
+empty assignment counts (`settled_assignment`) only once a description taken after it shows the
+group stable with every partition owned by another member: more members than partitions.
 
 A revocation lets the running micro-batch finish and commit first (as Kafka Streams commits in
 `onPartitionsRevoked`): the revoked partitions are withdrawn from the published assignment at
@@ -37,12 +46,12 @@ from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from app.kafka_retry import Retrying, raise_partition_error
 from app.processor import assignment_file
 from app.processor.assignment_file import Assignment
 from app.processor.defaults import DEFAULTS
+from app.processor.group_describer import GroupDescriber, GroupDescription
 from app.processor.metrics import ProcessorMetrics
 from app.processor.state_restore import Member, standby_partitions
 
@@ -75,6 +84,7 @@ class GroupMember:
         standby_replicas: int = 0,
         running_batch: Callable[[], int | None] = lambda: None,
         retrying: Retrying | None = None,
+        confirm_empty_assignment: bool = False,
     ) -> None:
         self.topic = topic
         self.channel = channel
@@ -88,7 +98,13 @@ class GroupMember:
         # The name the ring of standbys orders members by (`state_restore.standby_partitions`).
         self.name = consumer_config.get("group.instance.id") or consumer_config.get("client.id", "")
         self._standby: set[int] = set()
-        self._admin: AdminClient | None = None
+        # An empty assignment is `settled` only once the group's description confirms it.
+        self._confirm_empty = confirm_empty_assignment
+        self._settled_empty = False
+        # Started when first needed; only the polling thread uses it.
+        self._describer: GroupDescriber | None = None
+        # The coordinator's id for this member (what the group's description names it by).
+        self._member_id: str | None = None
         self._describe_now = threading.Event()
         self._consumer: Consumer | None = None
         # The member's own consumer is polled by the background thread; a request from another
@@ -172,6 +188,21 @@ class GroupMember:
         """Whether an assignment has arrived (possibly empty: more instances than partitions)."""
         return self._assigned.is_set()
 
+    def settled_assignment(self) -> frozenset[int] | None:
+        """The partitions owned now if this member has an assignment to be ready with, else
+        None: one arrived and owns a partition, or it owns none and (with
+        `confirm_empty_assignment`) the group, described after this member's last change, was
+        stable with every partition owned by another member
+        (`GroupDescription.settled_without`), not half-way through a join; that holds until this
+        member's assignment changes. One snapshot, so a rebalance between two questions cannot
+        mix them."""
+        if not self._assigned.is_set():
+            return None
+        with self._lock:
+            if self._owned or not self._confirm_empty or self._settled_empty:
+                return frozenset(self._owned)
+            return None
+
     def assignment(self) -> set[int]:
         """The input partitions owned now."""
         with self._lock:
@@ -245,11 +276,14 @@ class GroupMember:
                     next_lag = time.monotonic() + LAG_INTERVAL_S
                     self._describe_now.clear()
                     self._export_lag(consumer)
-                    self._refresh_standbys()
+                    self._ask_description()
+                self._take_description()
         except Exception:  # the thread must not die silently: the instance would leave the group
             log.exception("group member's polling thread failed")
             raise
         finally:
+            if self._describer is not None:
+                self._describer.close()
             consumer.close()
             log.info(
                 "group member closed: %s",
@@ -301,6 +335,8 @@ class GroupMember:
         with self._lock:
             self._owned = (self._owned - removed) | added
             self._generation += 1
+            if added or removed:  # a description from before this change says nothing now
+                self._settled_empty = False
             self._publish()
             owned = sorted(self._owned)
         self._assigned.set()
@@ -318,8 +354,10 @@ class GroupMember:
 
     def _read_group_metadata(self, consumer: Consumer) -> None:
         metadata = consumer.consumer_group_metadata()
+        member_id = consumer.memberid() or None
         with self._lock:
             self._group_metadata = metadata
+            self._member_id = member_id
 
     def _finish_running_batch(self, revoked: set[int]) -> None:
         """Let the running batch commit the revoked partitions' results before they go (Kafka
@@ -350,15 +388,76 @@ class GroupMember:
             ),
         )
 
-    def _refresh_standbys(self) -> None:
+    def _needs_description(self) -> bool:
+        """Whether the group's membership matters now: for the standbys, or to confirm an
+        empty assignment."""
+        if not self._assigned.is_set():
+            return False
+        if self.standby_replicas >= 1:
+            return True
+        with self._lock:
+            return self._confirm_empty and not self._owned and not self._settled_empty
+
+    def _ask_description(self) -> None:
+        if not self._needs_description():
+            return
+        if self._describer is None:
+            self._describer = GroupDescriber(
+                {
+                    k: v
+                    for k, v in self._config.items()
+                    if k in _ADMIN_KEYS or k.startswith(_ADMIN_PREFIXES)
+                },
+                self._config["group.id"],
+                self.topic,
+            )
+        with self._lock:
+            generation = self._generation
+        self._describer.request(generation)
+
+    def _take_description(self) -> None:
+        """Use the group's description if one arrived (never waits for it)."""
+        answer = self._describer.result() if self._describer is not None else None
+        if answer is None:
+            return
+        generation, description = answer
+        if isinstance(description, str):
+            log.warning(
+                "group %s could not be described (standbys and readiness keep what they had; "
+                "asked again in %.0f s): %s",
+                self._config.get("group.id"),
+                LAG_INTERVAL_S,
+                description,
+            )
+            return
+        self._confirm_empty_assignment(generation, description)
+        self._refresh_standbys(description)
+
+    def _confirm_empty_assignment(self, generation: int, description: GroupDescription) -> None:
+        if not self._confirm_empty:
+            return
+        with self._lock:
+            if generation != self._generation or self._owned or self._settled_empty:
+                return  # asked before the last change (it may describe the join half-way)
+            if self._member_id is None or not description.settled_without(self._member_id):
+                return
+            # Until this member's assignment changes: a rebalance elsewhere that leaves it
+            # owning nothing does not make it unready (no flapping of an idle pod's readiness).
+            self._settled_empty = True
+        log.info(
+            "group %s settled with no partition for this member: %d members, %d partitions of "
+            "%s, every one owned by another member",
+            self._config.get("group.id"),
+            len(description.members),
+            description.topic_partitions,
+            self.topic,
+        )
+
+    def _refresh_standbys(self, description: GroupDescription) -> None:
         """Which copies to keep, from the group's membership (`state_restore`)."""
-        if self.standby_replicas < 1 or not self._assigned.is_set():
+        if self.standby_replicas < 1:
             return
-        try:
-            members = self._describe_members()
-        except KafkaException as exc:
-            log.warning("standbys not updated (the group could not be described): %s", exc)
-            return
+        members = [Member(m.name, m.partitions) for m in description.members]
         if not any(m.name == self.name for m in members):
             return  # the description predates this member's join: keep what is kept
         standby = standby_partitions(members, self.name, self.standby_replicas)
@@ -373,32 +472,6 @@ class GroupMember:
             self.standby_replicas,
             ", ".join(sorted(m.name for m in members)),
         )
-
-    def _describe_members(self) -> list[Member]:
-        if self._admin is None:
-            self._admin = AdminClient(
-                {
-                    k: v
-                    for k, v in self._config.items()
-                    if k in _ADMIN_KEYS or k.startswith(_ADMIN_PREFIXES)
-                }
-            )
-        group = self._config["group.id"]
-        future = self._admin.describe_consumer_groups([group], request_timeout=CLIENT_TIMEOUT_S)[
-            group
-        ]
-        description = future.result(timeout=CLIENT_TIMEOUT_S)
-        return [
-            Member(
-                m.group_instance_id or m.client_id,
-                frozenset(
-                    tp.partition
-                    for tp in (m.assignment.topic_partitions if m.assignment else [])
-                    if tp.topic == self.topic
-                ),
-            )
-            for m in description.members
-        ]
 
     def _export_lag(self, consumer: Consumer) -> None:
         owned = self.assignment()

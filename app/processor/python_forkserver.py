@@ -17,23 +17,34 @@ critical path. Python's multiprocessing solves the same problem with a fork serv
 
 The server ends with the instance (it asks the kernel for SIGTERM when its parent dies) and
 kills a child whose launcher is gone (Spark killed it).
+
+Files: each instance's socket and launcher script are in a folder of its own,
+`<temp dir>/processor-forkserver/<pid>-<random>/`, which `ForkServer.close` removes. A killed
+instance removes nothing, so the folder holds a lock file the instance keeps locked (`flock`)
+while it runs: the kernel releases it however the instance ends, and every start removes the
+folders whose lock it can take. A lock rather than the pid, because pids repeat (in a
+container the instance is often pid 1 after every restart, on the same emptyDir /tmp).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import importlib
 import json
 import logging
 import os
+import re
 import runpy
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -56,6 +67,14 @@ PRELOADED = (
 )
 _PR_SET_PDEATHSIG = 1
 _LENGTH_BYTES = 8
+FOLDER_NAME = "processor-forkserver"
+LOCK_NAME = "owner.lock"
+# An instance's folder while it is being set up (before its lock is in place): a start that
+# finds one this old was killed in those few microseconds.
+_STAGING_PREFIX = ".staging-"
+_STAGING_GRACE_S = 60.0
+# What versions before the per-instance folders left: `forkserver-<pid>.sock`, `python-<pid>`.
+_OLD_LAYOUT = re.compile(r"(?:forkserver-(\d+)\.sock|python-(\d+))")
 
 
 def _end_with_parent(parent: int) -> None:
@@ -208,25 +227,115 @@ class ForkServer:
     process: subprocess.Popen[bytes]
     socket_path: Path
     python_exec: Path
+    # This instance's folder (the socket and launcher are in it) and its lock (see the module
+    # docstring); -1 once closed.
+    directory: Path
+    lock_fd: int
 
     def close(self) -> None:
-        """Stop the server (its children are Spark's, and end with their launchers)."""
+        """Stop the server (its children are Spark's, and end with their launchers) and remove
+        this instance's files. Idempotent."""
         if self.process.poll() is None:
             self.process.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=5)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
+        if self.lock_fd < 0:
+            return
+        # Removed while still locked: no other start takes it for a dead instance's meanwhile.
+        shutil.rmtree(self.directory, ignore_errors=True)
+        os.close(self.lock_fd)
+        self.lock_fd = -1
+
+
+def default_folder() -> Path:
+    """Where instances keep their fork servers' files: <temp dir>/processor-forkserver."""
+    return Path(tempfile.gettempdir()) / FOLDER_NAME
+
+
+def remove_stale(folder: Path) -> list[Path]:
+    """Remove what instances that are gone left in `folder` (a killed one removes nothing);
+    the paths removed. Another running instance's folder is locked, and kept."""
+    removed: list[Path] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith(_STAGING_PREFIX):
+            stale = _age_s(entry) > _STAGING_GRACE_S
+        elif entry.is_dir() and not entry.is_symlink():
+            stale = _owner_gone(entry)
+        else:
+            old = _OLD_LAYOUT.fullmatch(entry.name)
+            stale = old is not None and not _pid_alive(int(old.group(1) or old.group(2)))
+        if not stale:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError, PermissionError):
+                entry.unlink()
+        if not os.path.lexists(entry):
+            removed.append(entry)
+    return removed
+
+
+def _owner_gone(directory: Path) -> bool:
+    """Whether the instance that locked `directory` is gone (its lock can be taken)."""
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR)
+    except FileNotFoundError:  # never an instance's (those get their lock before their name)
+        return True
+    except OSError:  # another user's: not ours to judge
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: the instance runs
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _age_s(path: Path) -> float:
+    try:
+        return time.time() - path.lstat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _claim(folder: Path) -> tuple[Path, int]:
+    """A folder of this instance's own in `folder`, locked for as long as the process lives."""
+    staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=folder))
+    lock_fd = os.open(staging / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)  # nobody else knows the name yet: never waits
+    directory = folder / f"{os.getpid()}-{staging.name.removeprefix(_STAGING_PREFIX)}"
+    staging.rename(directory)
+    return directory, lock_fd
 
 
 def start(folder: Path | None = None) -> ForkServer:
-    """Start the server in `folder` (default: <temp dir>/processor-forkserver; it imports for
-    2-3 s) and set the environment Spark's Python processes inherit to reach it."""
-    folder = folder or Path(tempfile.gettempdir()) / "processor-forkserver"
+    """Start the server with its files in a folder of this instance's own in `folder`
+    (default: `default_folder()`), after removing what gone instances left there; it imports
+    for 2-3 s. Sets the environment Spark's Python processes inherit to reach it."""
+    folder = folder or default_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    socket_path = folder / f"forkserver-{os.getpid()}.sock"
-    with contextlib.suppress(FileNotFoundError):
-        socket_path.unlink()
+    removed = remove_stale(folder)
+    if removed:
+        log.info(
+            "removed %d fork server files of instances that are gone from %s: %s",
+            len(removed),
+            folder,
+            ", ".join(p.name for p in removed),
+        )
+    directory, lock_fd = _claim(folder)
+    socket_path = directory / "server.sock"
     process = subprocess.Popen(
         [
             sys.executable,
@@ -237,14 +346,14 @@ def start(folder: Path | None = None) -> ForkServer:
         ],
         stdin=subprocess.DEVNULL,
     )
-    python_exec = folder / f"python-{os.getpid()}"
+    python_exec = directory / "python"
     python_exec.write_text(
         f'#!/bin/sh\nexec "{sys.executable}" -S "{LAUNCHER}" "$@"\n', encoding="utf-8"
     )
     python_exec.chmod(0o755)
     os.environ[SOCKET_ENV] = str(socket_path)
     log.info("Python fork server starting (pid %d, %s)", process.pid, socket_path)
-    return ForkServer(process, socket_path, python_exec)
+    return ForkServer(process, socket_path, python_exec, directory, lock_fd)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ confluent-kafka clients.
   `send_offsets_to_transaction` commits the group's offsets atomically with the output, and
   refuses the group metadata of a member that was replaced (a zombie pod).
 - The processor's own group member: a revocation waits for the running transaction, which
-  commits with the revoking generation (as Kafka Streams commits in `onPartitionsRevoked`).
+  commits with the revoking generation (as Kafka Streams commits in `onPartitionsRevoked`); a
+  hand-off member's empty assignment counts only once the group settled so (more members than
+  partitions), never the empty first step of a join; a crash of the process that describes the
+  group is logged and the next one describes it.
 
 Timings are printed, not asserted; the only bounds asserted are the ones that define the
 behaviour ("no callback at all", "not before the session timeout", "far before it").
@@ -19,10 +22,14 @@ behaviour ("no callback at all", "not before the session timeout", "far before i
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -42,8 +49,10 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from app.processor import assignment_file
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
+from tests.app.processor_harness import wait_until
 
 PARTITIONS = 6
 # Short enough to keep the module at a few minutes, above the broker's minimum (6 s).
@@ -489,3 +498,154 @@ def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offset
     ]
     newcomer.consumer.close()
     member.close()
+
+
+def _handoff_member(
+    bootstrap: str, topic: str, group_id: str, name: str, channel: Path, standby_replicas: int = 1
+) -> GroupMember:
+    """The processor's member as a hand-off instance runs it: dynamic, named by client.id."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "client.id": name,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": str(int(DYNAMIC_SESSION_TIMEOUT_S * 1000)),
+        "heartbeat.interval.ms": "1000",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": "false",
+    }
+    return GroupMember(
+        config,
+        topic,
+        channel,
+        ProcessorMetrics(),
+        standby_replicas=standby_replicas,
+        confirm_empty_assignment=True,
+    ).start()
+
+
+def test_a_joining_hand_off_member_is_settled_only_once_it_owns_partitions(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Cooperative-sticky hands a joining member nothing first (the partitions it is to take
+    are revoked from their owner in that rebalance): that empty step is no settled assignment."""
+    topic = create_topic(kafka_bootstrap)
+    group = ConsumerGroup(kafka_bootstrap, topic, session_timeout_s=DYNAMIC_SESSION_TIMEOUT_S)
+    owner = group.join(None)
+    poll_until([owner], lambda: len(owner.assigned) == PARTITIONS, 60, "the owner of all")
+    member = _handoff_member(kafka_bootstrap, topic, group.name, "processor-1", tmp_path / "a")
+    seen: list[tuple[bool, frozenset[int] | None]] = []
+
+    def settled_with_partitions() -> bool:
+        seen.append((member.assigned, member.settled_assignment()))
+        return bool(seen[-1][1])
+
+    try:
+        poll_until([owner], settled_with_partitions, 60, "the member's settled assignment")
+        # It did go through the empty first step, and was not settled there.
+        assert any(assigned and settled is None for assigned, settled in seen)
+        assert frozenset() not in [settled for _, settled in seen]
+        assert member.assignment() == set(range(PARTITIONS)) - owner.assigned
+    finally:
+        member.close()
+        owner.consumer.close()
+
+
+def test_a_hand_off_member_beyond_the_partition_count_settles_owning_nothing(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topic = create_topic(kafka_bootstrap, partitions=2)
+    group = ConsumerGroup(kafka_bootstrap, topic, session_timeout_s=DYNAMIC_SESSION_TIMEOUT_S)
+    owners = [group.join(None), group.join(None)]
+    poll_until(owners, lambda: all(len(o.assigned) == 1 for o in owners), 60, "one each")
+    member = _handoff_member(kafka_bootstrap, topic, group.name, "processor-2", tmp_path / "a")
+    try:
+        poll_until(owners, lambda: member.settled_assignment() == frozenset(), 60, "settled")
+        assert member.assignment() == set()
+        assert sorted(p for o in owners for p in o.assigned) == [0, 1]
+    finally:
+        member.close()
+        for owner in owners:
+            owner.consumer.close()
+
+
+def _describer_pids() -> set[int]:
+    """This process's children that describe a group (`app.processor.group_describer`)."""
+    pids = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii") as stat:
+                parent = int(stat.read().rsplit(") ", 1)[1].split()[1])
+            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                command = cmdline.read()
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        if parent == os.getpid() and b"app.processor.group_describer" in command:
+            pids.add(int(entry.name))
+    return pids
+
+
+def _replaced(crashed: int) -> bool:
+    """Whether a describing process other than `crashed` runs."""
+    return bool(_describer_pids() - {crashed})
+
+
+def test_a_crash_of_the_group_description_is_a_logged_retry_not_the_members_end(
+    kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """librdkafka 2.16.0 crashed in describe_consumer_groups (a segfault, an assertion) around
+    a coordinator change: the member describes the group in a child process, so a crash there
+    (here: the child killed as a crash would end it) leaves the member in the group, and the
+    next description, in a new process, still follows the group's changes."""
+    caplog.set_level(logging.WARNING, logger="app.processor.group_describer")
+    topic = create_topic(kafka_bootstrap)
+    group = ConsumerGroup(kafka_bootstrap, topic, session_timeout_s=DYNAMIC_SESSION_TIMEOUT_S)
+    channel = tmp_path / "assignment.json"
+    member = _handoff_member(kafka_bootstrap, topic, group.name, "processor-0", channel)
+    others: list[Member] = []
+
+    def standby() -> set[int]:
+        published = assignment_file.read(channel)
+        return set(published.standby) if published is not None else set()
+
+    def join_other() -> Member:
+        other = group.join(None)
+        others.append(other)
+        # The ring puts the other member after this one: this one keeps the other's copies.
+        poll_until(
+            [other],
+            lambda: len(other.assigned) == PARTITIONS // 2 and standby() == other.assigned,
+            60,
+            "the member keeping the other member's copies",
+        )
+        return other
+
+    try:
+        first = join_other()
+        for crash in (signal.SIGSEGV, signal.SIGABRT, signal.SIGSEGV):
+            (crashed,) = _describer_pids()
+            os.kill(crashed, crash)
+            # A new process describes the group at the next request (every 5 s at most).
+            poll_until(
+                [first],
+                partial(_replaced, crashed),
+                60,
+                f"a process to describe the group after {crash.name} ended pid {crashed}",
+            )
+        assert member.assignment() == set(range(PARTITIONS)) - first.assigned
+        # The group changes after the crashes: the descriptions follow it.
+        first.consumer.close()
+        wait_until(
+            lambda: member.assignment() == set(range(PARTITIONS)), 60, "the member owning all"
+        )
+        join_other()
+    finally:
+        member.close()
+        for other in others:
+            other.consumer.close()
+    crashes = [r.getMessage() for r in caplog.records if "before answering" in r.getMessage()]
+    assert len(crashes) == 3, crashes
+    assert "ended with signal SIGSEGV" in crashes[0] and "signal SIGABRT" in crashes[1]
+    assert _describer_pids() == set()  # closed with the member

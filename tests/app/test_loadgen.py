@@ -4,6 +4,11 @@ the summary as the truth of what was written; and the token bucket's steadiness 
 from __future__ import annotations
 
 import json
+import random
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -15,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app import loadgen
 from app.loadgen import LoadGenerator, LoadSettings, TokenBucket, producer_config, zipf_weights
+from tests.app.processor_harness import REPO
 
 PARTITIONS = 3
 
@@ -142,6 +148,50 @@ def test_command_config_settings_reach_the_producer_under_its_own_settings(
     # The security settings are the file's; where to connect is the command line's.
     assert config["security.protocol"] == "SASL_SSL"
     assert config["bootstrap.servers"] == "kafka:9092"
+
+
+SIGTERM_RUNS = 30
+# Start, stop after the records in flight, flush to a local broker: seconds; a hang is minutes.
+EXIT_DEADLINE_S = 60.0
+
+
+def test_sigterm_at_any_point_stops_the_command_line_within_a_deadline(
+    kafka_bootstrap: str, topic: str, tmp_path: Path
+) -> None:
+    """A signal handler that takes a lock the interrupted main thread may hold (the stop
+    Event's, a logging handler's) deadlocks once in a while: signal many runs at random points
+    (starting, producing, flushing; once or several times) and require every one to exit."""
+    seed = random.randrange(1 << 32)
+    rnd = random.Random(seed)
+    for run in range(SIGTERM_RUNS):
+        log_path = tmp_path / f"loadgen-{run}.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "app.loadgen", "--bootstrap-servers", kafka_bootstrap,
+                 "--topic", topic, "--rate", str(rnd.choice([200, 2000, 20000])), "--keys", "50"],
+                cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
+            )  # fmt: skip
+            signals = rnd.randint(1, 3)
+            for _ in range(signals):
+                # The point in its life the signal lands at is what varies: not a wait for a
+                # condition, the test's input.
+                time.sleep(rnd.uniform(0.0, 2.0))
+                process.send_signal(signal.SIGTERM)
+            try:
+                code = process.wait(EXIT_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                pytest.fail(
+                    f"run {run} (seed {seed}): python -m app.loadgen still running "
+                    f"{EXIT_DEADLINE_S:.0f} s after {signals} SIGTERM(s); its log:\n"
+                    f"{log_path.read_text(errors='replace')[-3000:]}"
+                )
+        # Stopped cleanly, or killed by the signal before its handler was installed.
+        assert code in (0, -signal.SIGTERM), (
+            f"run {run} (seed {seed}): exit code {code}; its log:\n"
+            f"{log_path.read_text(errors='replace')[-3000:]}"
+        )
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ of the StatefulSet.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections import Counter
@@ -84,6 +85,33 @@ def _assigned(processor: ProcessorProcess) -> int:
 def _ready(processor: ProcessorProcess) -> bool:
     processor.assert_running()
     return processor.get("/ready")[0] == 200
+
+
+@dataclass(frozen=True)
+class ReadinessSample:
+    """One scrape of /metrics: the readiness it computed and the partitions owned then."""
+
+    at_s: float
+    ready: bool
+    owned: int
+
+
+def _sample_readiness(processor: ProcessorProcess) -> ReadinessSample:
+    """Readiness and ownership from one scrape (/metrics asks the readiness check itself), so
+    the two cannot come from different moments; not ready while the endpoint is not up."""
+    processor.assert_running()
+    at_s = time.monotonic() - processor.started
+    status, body = processor.get("/metrics")
+    if status != 200:
+        return ReadinessSample(at_s, ready=False, owned=0)
+    values = dict(
+        re.findall(r"^(processor_ready|processor_assigned_partitions) (\S+)$", body, re.M)
+    )
+    return ReadinessSample(
+        at_s,
+        float(values["processor_ready"]) == 1,
+        int(float(values["processor_assigned_partitions"])),
+    )
 
 
 @pytest.fixture
@@ -185,6 +213,52 @@ def _start_hand_off_pair(
     group.wait_exact(first)
     wait_until(lambda: _ready(first) and _ready(second), RUN_TIMEOUT_S, "both instances ready")
     return first, second
+
+
+def test_a_joining_hand_off_instance_is_never_ready_while_it_owns_no_partition(
+    group: Group, started: Started
+) -> None:
+    first = group.start("page-view-counter-0", **HANDOFF)
+    started.processors.append(first)
+    group.produce(2000)
+    group.wait_exact(first)
+    wait_until(
+        lambda: _ready(first) and _assigned(first) == PARTITIONS,
+        RUN_TIMEOUT_S,
+        "the first instance to be ready with every partition",
+    )
+
+    # Cooperative-sticky gives a joining member nothing at first (the partitions it is to take
+    # are revoked from the first instance in that rebalance) and the revoked ones a rebalance
+    # later: a readiness that counts the empty first step lets a roll move on too early.
+    second = group.start("page-view-counter-1", **HANDOFF)
+    started.processors.append(second)
+    samples: list[ReadinessSample] = []
+
+    def observed_ready() -> bool:
+        samples.append(_sample_readiness(second))
+        return samples[-1].ready
+
+    wait_until(observed_ready, RUN_TIMEOUT_S, "the joining instance to be ready", interval_s=0.05)
+    ready_at = samples[-1].at_s
+    # And while it settles: it must not turn ready without partitions afterwards either.
+    while samples[-1].at_s < ready_at + 5:
+        samples.append(_sample_readiness(second))
+        time.sleep(0.05)
+    early = [s for s in samples if s.ready and s.owned == 0]
+    assert not early, (
+        f"/ready was true while the instance owned no partition at {early[0].at_s:.2f} s after "
+        f"its start ({len(early)} of {len(samples)} scrapes); it owned "
+        f"{max(s.owned for s in samples)} partitions later"
+    )
+    assert _assigned(first) + _assigned(second) == PARTITIONS
+    assert _assigned(second) > 0
+    print(f"joining instance ready {ready_at:.1f} s after its start, {len(samples)} scrapes")
+    group.produce(1000)
+    group.wait_exact(first, second)
+    for processor in (first, second):
+        code, _ = processor.terminate()
+        assert code == 0, processor.log()[-3000:]
 
 
 def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, started: Started) -> None:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -75,9 +75,21 @@ class Scenario:
             produce_page_views(self.bootstrap, self.topic("input"), events, PAGES, seed)
         )
 
+    @property
+    def forkserver_folder(self) -> Path:
+        """Where the runs' fork servers keep their files: the pod's /tmp is this test's."""
+        return self.workdir / "tmp" / "processor-forkserver"
+
+    def forkserver_files(self) -> list[str]:
+        """What is in the fork servers' folder now (paths relative to it)."""
+        folder = self.forkserver_folder
+        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
     def start(self, name: str) -> ProcessorProcess:
         properties = self.pipeline.properties(INSTANCE, self.state_dir)
-        return ProcessorProcess(self.workdir, name, properties)
+        tmp = self.forkserver_folder.parent
+        tmp.mkdir(exist_ok=True)
+        return ProcessorProcess(self.workdir, name, properties, env={"TMPDIR": str(tmp)})
 
     def wait_exact(self, processor: ProcessorProcess) -> float:
         return wait_for_counts(
@@ -102,6 +114,12 @@ class RunReport:
     changelog_records: int = 0
     log: str = ""
     log_when_ready: str = ""
+    # The fork servers' folder after this run stopped.
+    forkserver_files: list[str] = field(default_factory=list)
+    # Only the run after a SIGKILL: what the killed run left, and what was there once this one
+    # had started.
+    forkserver_files_left_by_kill: list[str] = field(default_factory=list)
+    forkserver_files_after_next_start: list[str] = field(default_factory=list)
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +161,7 @@ def first_run(scenario: Scenario) -> Iterator[RunReport]:
         report.ready_status = processor.get("/ready")[0]
         report.exit_code, report.stop_seconds = processor.terminate()
         report.log = processor.log()
+        report.forkserver_files = scenario.forkserver_files()
         yield report
     finally:
         processor.ensure_stopped()
@@ -172,10 +191,14 @@ def restarted_run(scenario: Scenario, first_run: RunReport) -> Iterator[list[Run
             "a micro-batch to start",
         )
         second.kill()
+        left_by_kill = scenario.forkserver_files()
         third = scenario.start("third")
         after_kill = _report(scenario, third, scenario.wait_exact(third))
+        after_kill.forkserver_files_left_by_kill = left_by_kill
+        after_kill.forkserver_files_after_next_start = scenario.forkserver_files()
         after_kill.exit_code, after_kill.stop_seconds = third.terminate()
         after_kill.log = third.log()
+        after_kill.forkserver_files = scenario.forkserver_files()
         yield [clean, after_kill]
     finally:
         second.ensure_stopped()
@@ -259,6 +282,30 @@ def test_sigkill_mid_batch_loses_and_doubles_nothing(restarted_run: list[RunRepo
     assert after_kill.output == after_kill.truth
     assert after_kill.changelog == after_kill.truth
     assert after_kill.exit_code == 0, after_kill.log[-3000:]
+
+
+def test_a_stopped_instance_leaves_no_fork_server_file(
+    first_run: RunReport, restarted_run: list[RunReport]
+) -> None:
+    _, after_kill = restarted_run
+    assert first_run.exit_code == after_kill.exit_code == 0
+    assert first_run.forkserver_files == []
+    assert after_kill.forkserver_files == []
+
+
+def test_a_killed_instances_fork_server_files_are_removed_by_the_next_start(
+    restarted_run: list[RunReport],
+) -> None:
+    _, after_kill = restarted_run
+    left = after_kill.forkserver_files_left_by_kill
+    # SIGKILL runs no cleanup: its folder, lock, launcher and socket stay behind...
+    killed = {name.split("/")[0] for name in left}
+    assert len(killed) == 1, left
+    assert {name.split("/", 1)[-1] for name in left} >= {"owner.lock", "python", "server.sock"}
+    # ...until the next instance starts: only its own folder is there then.
+    now = after_kill.forkserver_files_after_next_start
+    assert now and not killed & {name.split("/")[0] for name in now}, now
+    assert "removed 1 fork server files of instances that are gone" in after_kill.log
 
 
 def test_lost_state_volume_is_rebuilt_from_the_changelog(lost_volume_run: RunReport) -> None:

@@ -9,13 +9,14 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from app.processor import python_forkserver
 from app.processor.forkserver_launch import SOCKET_ENV
-from tests.app.processor_harness import wait_until
+from tests.app.processor_harness import REPO, wait_until
 
 PROBE = """
 import os, sys, time
@@ -165,3 +166,82 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path) -> Non
     starter.kill()
     starter.wait(timeout=30)
     wait_until(lambda: not _alive(server_pid), 60, f"fork server {server_pid} to end")
+
+
+# An instance as `app.processor` runs one: the server started in `folder`, its own folder
+# printed, then closed once stdin closes (a normal stop), unless it is killed first.
+INSTANCE = """
+import sys
+from pathlib import Path
+from app.processor import python_forkserver
+server = python_forkserver.start(Path(sys.argv[1]))
+print(server.directory, flush=True)
+sys.stdin.read()
+server.close()
+"""
+
+
+@dataclass
+class Instance:
+    process: subprocess.Popen[str]
+    directory: Path
+
+    def stop(self) -> None:
+        """A normal stop: the instance closes its fork server."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        assert self.process.wait(timeout=60) == 0
+
+
+def _start_instance(folder: Path) -> Instance:
+    process = subprocess.Popen(
+        [sys.executable, "-c", INSTANCE, str(folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert process.stdout is not None
+    directory = Path(process.stdout.readline().strip())
+    assert directory.parent == folder, directory
+    # Listening: the socket is there too, as in a running instance.
+    wait_until((directory / "server.sock").exists, 120, f"the fork server in {directory}")
+    return Instance(process, directory)
+
+
+def _dead_pid() -> int:
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+    return int(finished.stdout)
+
+
+def test_a_stopped_instance_leaves_nothing_and_a_killed_ones_files_go_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "fs"  # short: a Unix socket's path has at most 107 bytes
+    _start_instance(folder).stop()
+    assert list(folder.iterdir()) == []
+
+    killed = _start_instance(folder)
+    killed.process.kill()
+    killed.process.wait(timeout=30)
+    left = sorted(p.name for p in killed.directory.iterdir())
+    assert left == ["owner.lock", "python", "server.sock"]  # nothing removes them on SIGKILL
+    # The files of versions before the per-instance folders: by pid, a gone one's and a live one's.
+    gone, live = _dead_pid(), os.getpid()
+    old_layout = [folder / f"forkserver-{gone}.sock", folder / f"python-{gone}"]
+    kept_old = folder / f"python-{live}"
+    for path in [*old_layout, kept_old]:
+        path.write_text("")
+
+    running = _start_instance(folder)
+    assert not killed.directory.exists()
+    assert not any(path.exists() for path in old_layout)
+    assert kept_old.exists()
+    kept_old.unlink()
+    # A running instance's folder is locked: another start leaves it alone.
+    other = _start_instance(folder)
+    assert running.directory.exists() and other.directory.exists()
+    running.stop()
+    other.stop()
+    assert list(folder.iterdir()) == []
