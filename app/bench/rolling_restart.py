@@ -74,6 +74,11 @@ class Case:
     broker_roll: bool = False
     # Instead, one broker killed (SIGKILL, a lost node) and started `broker_down_s` later.
     broker_kill: bool = False
+    # The instance is SIGKILLed (a crash, an OOM kill, a lost node) instead of stopped.
+    crash: bool = False
+    # It stays down until the others process its partitions (a node that never comes back);
+    # only then is it started again, so the next case finds the whole pipeline.
+    stays_down: bool = False
 
     def standby_replicas(self, params: BenchParams) -> int:
         """The case's `num.standby.replicas`."""
@@ -110,6 +115,22 @@ CASES: tuple[Case, ...] = (
         "membership.mode=handoff: leaves the group on SIGTERM, restarts warm, then joins; "
         "state kept",
         membership_mode=MEMBERSHIP_HANDOFF,
+    ),
+    Case(
+        "handoff-crash-restart",
+        "membership.mode=handoff, the instance SIGKILLed and started again at once (the "
+        "kubelet restarting a crashed container): its partitions wait for its session to "
+        "expire, then move to warm standbys",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        crash=True,
+    ),
+    Case(
+        "handoff-crash-gone",
+        "membership.mode=handoff, the instance SIGKILLed and not back (a lost node): the "
+        "others take its partitions over from their warm copies once its session expires",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        crash=True,
+        stays_down=True,
     ),
     Case(
         "rollout-static",
@@ -350,8 +371,9 @@ def run_group(
 def restart(
     pipeline: LocalPipeline, timeline: Timeline, case: Case, params: BenchParams
 ) -> Restart:
-    """Stop the last instance, wipe its state if the case says so, keep it down if the case
-    says so, start it, and wait until its partitions are processed again."""
+    """Stop (or kill) the last instance, wipe its state if the case says so, keep it down if
+    the case says so, start it, and wait until its partitions are processed again: by it, or
+    after a crash by whichever instance has them."""
     target = pipeline.instances[-1]
     sample = timeline.take()
     before = {s.name: s for s in sample.instances}
@@ -359,7 +381,10 @@ def restart(
     log.info("case %s: %s; stopping %s (partitions %s)", case.name, case.description,
              target.name, list(moved))  # fmt: skip
     stopped_at = time.time()
-    target.stop()
+    if case.crash:
+        target.kill()
+    else:
+        target.stop()
     # Where the partitions stand once the stopped instance's last batch has committed: only
     # progress past this is processing again.
     at_stop = timeline.take()
@@ -367,14 +392,23 @@ def restart(
         target.wipe_state()
     if case.outlive_session:
         time.sleep(max(0.0, stopped_at + params.session_timeout_ms / 1000 + 10 - time.time()))
+    recovered = None
+    if case.stays_down:
+        recovered = wait_until(
+            timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_stop.lag, moved)
+        )
     started_at = time.time()
     target.start()
     event = Restart(case, target.name, moved, before, stopped_at, started_at)
-    recovered = wait_until(
-        timeline,
-        params.recovery_timeout_s,
-        lambda s: _status(s, target.name).ready and _advanced(s, at_stop.lag, moved),
-    )
+    if not case.stays_down:
+        recovered = wait_until(
+            timeline,
+            params.recovery_timeout_s,
+            # After a crash its partitions count as back wherever they are processed.
+            lambda s: (
+                (case.crash or _status(s, target.name).ready) and _advanced(s, at_stop.lag, moved)
+            ),
+        )
     if recovered is not None:
         event.recovered_at = recovered.at
         log.info("case %s: processed again %.0f s after the stop", case.name,
@@ -481,7 +515,7 @@ def _row(
     params: BenchParams,
     broker: str,
 ) -> dict[str, object]:
-    end = (event.recovered_at or event.started_at) + params.tail_s
+    end = max(event.recovered_at or 0.0, event.started_at) + params.tail_s
     window = (int(event.stopped_at * 1000), int(end * 1000))
     gaps = zero_output_gaps(records, event.moved, *window)
     during = [lat for lat in latencies if window[0] <= lat.output_ms <= window[1]]

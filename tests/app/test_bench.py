@@ -93,6 +93,22 @@ def test_failover_takes_over_from_warm_copies_and_keeps_counts_exact(
     assert all(map(_from_a_copy, with_copies)), with_copies
 
 
+def test_a_crashed_handoff_instances_partitions_move_on_and_counts_stay_exact(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    params = replace(SHORT, session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
+    cases = [BY_NAME["handoff-crash-restart"], BY_NAME["handoff-crash-gone"]]
+    run_matrix(cases, params, tmp_path, kafka_bootstrap, BROKER)
+    rows = read_table(tmp_path)
+    # SIGKILL mid-transaction: the open transaction is aborted, nothing counted twice or lost.
+    assert_exact(rows, ("handoff-crash-restart", "handoff-crash-gone"))
+    gone = rows["handoff-crash-gone"]
+    # Nobody left the group: the survivor took the partitions once the session expired, while
+    # the crashed instance was still down.
+    assert int(gone["assigned (others)"]) > 0, gone
+    assert float(gone["processed again s"]) <= float(gone["down s"]), gone
+
+
 def _log_lines(out: Path, pipeline: str = "*") -> list[str]:
     """Every line the instances of the bench's pipelines matching `pipeline` logged."""
     return [
