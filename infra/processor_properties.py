@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.processor.defaults import DEFAULTS, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY
+from app.processor.defaults import (
+    CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
+    DEFAULTS,
+    INSTANCE_ID_KEY,
+    TRANSACTIONAL_ID_KEY,
+)
 from app.topic_specs import TopicRole
 from infra.config import StackConfig
 
@@ -64,6 +69,8 @@ def processor_properties(
             max(int(DEFAULTS["consumer.max.poll.interval.ms"]), session_timeout_ms)
         ),
         TRANSACTIONAL_ID_KEY: "${env:POD_NAME}",
+        # A crashed pod's open transaction blocks its partitions' next owner this long at most.
+        "producer.transaction.timeout.ms": str(CRASH_SAFE_TRANSACTION_TIMEOUT_MS),
         "spark.master": f"local[{processor.cores}]",
         # One per core: the stateful tasks run in one wave (see the processor's defaults).
         # Fixed in the checkpoint at first start.

@@ -28,6 +28,7 @@ from app.java_properties import format_properties
 from app.kraft_cluster import free_port
 from app.processor import assignment_file
 from app.processor.defaults import (
+    CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
     DEFAULTS,
     INSTANCE_ID_KEY,
     MEMBERSHIP_STATIC,
@@ -101,6 +102,9 @@ def instance_properties(
         "consumer.session.timeout.ms": str(options.session_timeout_ms),
         "consumer.heartbeat.interval.ms": str(options.heartbeat_interval_ms),
         TRANSACTIONAL_ID_KEY: "${env:POD_NAME}",
+        # As the Pulumi program renders it: a crashed instance's open transaction blocks its
+        # partitions' next owner this long at most.
+        "producer.transaction.timeout.ms": str(CRASH_SAFE_TRANSACTION_TIMEOUT_MS),
         "spark.master": f"local[{options.spark_cores}]",
         "spark.sql.shuffle.partitions": str(options.spark_cores),
         "spark.local.dir": str(state_dir.parent / "spark-tmp" / state_dir.name),

@@ -96,3 +96,12 @@ INSTANCE_ID_KEY = "consumer.group.instance.id"
 MEMBERSHIP_STATIC = "static"
 MEMBERSHIP_HANDOFF = "handoff"
 TRANSACTIONAL_ID_KEY = "producer.transactional.id"
+
+
+# What the deployments (the Pulumi program, the local run, the bench) set instead of the
+# contract's 60 s `producer.transaction.timeout.ms`: a crashed instance's open transaction keeps
+# its partitions' committed offsets unstable (KIP-447: their next owner cannot fetch them) until
+# the coordinator aborts it after this long, or its pod's next producer fences it. A transaction
+# spans only a batch's output and offsets (well under a second), so Kafka Streams' exactly-once
+# default of 10 s costs nothing, where 60 s held a crashed instance's partitions for a minute.
+CRASH_SAFE_TRANSACTION_TIMEOUT_MS = 10_000
