@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,24 @@ def policies() -> list[Policy]:
 def stack_config(stack: str) -> dict[str, Any]:
     """The thresholds file of a stack."""
     return json.loads((REPO / "policies" / f"config.{stack}.json").read_text())
+
+
+def findings_of(
+    run: Evaluate, stack: Iterable[Any], rules: Collection[str], config: str = "prod"
+) -> list[Violation]:
+    """Every finding on `stack` under a stack's config, asserting each is one of `rules` (the
+    rules a test file proves; the others are proven in their own files)."""
+    violations = run(stack, stack_config(config))
+    assert {v.policy for v in violations} <= set(rules), violations
+    return violations
+
+
+def levels_of(run: Evaluate, stack: Iterable[Any], rule: str) -> dict[str, set[str]]:
+    """The levels of `rule`'s findings on `stack` under the dev and the prod config."""
+    return {
+        config: {v.level for v in run(stack, stack_config(config)) if v.policy == rule}
+        for config in ("dev", "prod")
+    }
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from app import acl_specs, kafka_security
 from app.topic_specs import TopicSpec
 from policies.evaluate import PolicyConfigError, Violation
 from policies.rules import acls, broker_security
-from tests.policies.conftest import Evaluate, stack_config
+from tests.policies.conftest import Evaluate, levels_of, stack_config
 from tests.policies.handmade_stack import (
     NAMESPACE,
     TOPICS,
@@ -74,13 +74,6 @@ def _only(run: Evaluate, stack: list[Any], rule: str) -> Violation:
     assert violation.policy == rule
     assert "Fix: " in violation.message
     return violation
-
-
-def _levels(run: Evaluate, stack: list[Any], rule: str) -> dict[str, set[str]]:
-    return {
-        config: {v.level for v in run(stack, stack_config(config)) if v.policy == rule}
-        for config in ("dev", "prod")
-    }
 
 
 def adding(
@@ -160,7 +153,7 @@ def test_a_super_user_other_than_the_brokers_is_reported_naming_it(
     run, super_users: str, extra: str
 ) -> None:
     stack = _kafka(handmade_stack(), super_users)
-    assert _levels(run, stack, AUTHORIZER) == {"dev": {"advisory"}, "prod": {"mandatory"}}
+    assert levels_of(run, stack, AUTHORIZER) == {"dev": {"advisory"}, "prod": {"mandatory"}}
     assert _only(run, stack, AUTHORIZER).message == (
         "StatefulSet streaming/kafka: broker config super.users (env KAFKA_SUPER_USERS) entry "
         f"{extra} is not a broker principal (super.users is {super_users}); required: only "
@@ -207,7 +200,7 @@ def test_super_users_are_never_anonymous_or_a_wildcard_and_prod_needs_them(
     run, super_users: str | None, found: str, levels: dict[str, set[str]]
 ) -> None:
     stack = _kafka(handmade_stack(), super_users)
-    assert _levels(run, stack, AUTHORIZER) == levels
+    assert levels_of(run, stack, AUTHORIZER) == levels
     message = _only(run, stack, AUTHORIZER).message
     assert f"super.users (env KAFKA_SUPER_USERS) {found}" in message
     assert f"; required: only {BROKER} (the brokers' own principal" in message
@@ -268,7 +261,7 @@ def test_the_rule_is_mandatory_in_code_and_relaxed_only_by_the_dev_config(
     assert rule.enforcement_level == EnforcementLevel.MANDATORY
     stack = granted(ACLS, "User:*", "TOPIC", "page-views", "READ")
     assert {v.level for v in run(stack, {}) if v.policy == LEAST_PRIVILEGE} == {"mandatory"}
-    assert _levels(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
+    assert levels_of(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
 
 
 def test_the_handmade_stack_with_its_bootstrap_acls_passes(run) -> None:
@@ -323,7 +316,7 @@ def test_an_acl_for_a_wildcard_principal_is_reported_whatever_the_operation(
 ) -> None:
     principal, resource_type, name, operation = acl
     stack = granted(file, *acl)
-    assert _levels(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
+    assert levels_of(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
     assert _only(run, stack, LEAST_PRIVILEGE).message == (
         f"ConfigMap streaming/{CONFIG_MAPS[file]} data[{file}]: ACL {principal} {operation} "
         f"{resource_type} {name} (LITERAL) is for a wildcard principal: every user holds it, "
@@ -412,7 +405,7 @@ def test_a_read_only_user_holding_more_than_reading_is_reported(
 ) -> None:
     resource_type, name, operation, pattern = (*acl, "LITERAL")[:4]
     stack = granted(ACLS, OBSERVER, resource_type, name, operation, pattern)
-    assert _levels(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
+    assert levels_of(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
     message = _only(run, stack, LEAST_PRIVILEGE).message
     assert message.startswith(
         f"ConfigMap streaming/topics-specs data[acls.json]: ACL {OBSERVER} {operation} "
@@ -605,7 +598,7 @@ def test_a_processor_acl_beyond_its_rights_is_reported_with_the_acl_and_the_fix(
     run, acl: tuple[str, ...], reason: str
 ) -> None:
     stack = changed(handmade_stack(), "topics-specs", with_acl(*acl))
-    assert _levels(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
+    assert levels_of(run, stack, LEAST_PRIVILEGE) == {"dev": {"advisory"}, "prod": {"mandatory"}}
     resource_type, name, operation, pattern = (*acl, "LITERAL")[:4]
     message = _only(run, stack, LEAST_PRIVILEGE).message
     assert message.startswith(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from policies.evaluate import Violation
-from tests.policies.conftest import Evaluate, stack_config
+from tests.policies.conftest import Evaluate, findings_of, stack_config
 from tests.policies.handmade_stack import (
     Resource,
     changed,
@@ -35,9 +35,7 @@ Edit = Callable[[Resource], None]
 
 def _findings(run: Evaluate, stack: list[Any], config: str = "prod") -> list[Violation]:
     """Every finding, asserting they all come from the pod security rules."""
-    violations = run(stack, stack_config(config))
-    assert {v.policy for v in violations} <= {POD_SECURITY, NAMESPACE_RULE}, violations
-    return violations
+    return findings_of(run, stack, {POD_SECURITY, NAMESPACE_RULE}, config)
 
 
 def _processor(edit: Edit) -> list[Resource]:

@@ -12,7 +12,7 @@ from app.kafka_security import broker_security_configs, listeners, scram_client_
 from policies.evaluate import Violation
 from policies.rules.java_properties import load_properties
 from policies.rules.kafka_cluster import env_name
-from tests.policies.conftest import Evaluate, stack_config
+from tests.policies.conftest import Evaluate, findings_of, levels_of, stack_config
 from tests.policies.handmade_stack import (
     PEM_PRIVATE_KEY_BLOCK,
     Edit,
@@ -62,9 +62,7 @@ def _kafka(stack: list[Resource], *edits: Edit) -> list[Resource]:
 
 def _findings(run: Evaluate, stack: list[Resource], config: str = "prod") -> list[Violation]:
     """The security rules' findings (asserting no other rule fired)."""
-    violations = run(stack, stack_config(config))
-    assert {v.policy for v in violations} <= SECURITY_RULES, violations
-    return violations
+    return findings_of(run, stack, SECURITY_RULES, config)
 
 
 def _only(run: Evaluate, stack: list[Resource], rule: str, config: str = "prod") -> Violation:
@@ -73,13 +71,6 @@ def _only(run: Evaluate, stack: list[Resource], rule: str, config: str = "prod")
     assert violation.policy == rule
     assert "Fix: " in violation.message
     return violation
-
-
-def _levels(run: Evaluate, stack: list[Resource], rule: str) -> dict[str, set[str]]:
-    return {
-        config: {v.level for v in run(stack, stack_config(config)) if v.policy == rule}
-        for config in ("dev", "prod")
-    }
 
 
 def dev_stack() -> list[Resource]:
@@ -382,7 +373,7 @@ def test_allow_everyone_if_no_acl_found_is_reported_in_every_stack_with_an_autho
     run,
 ) -> None:
     stack = _kafka(handmade_stack(), with_env("KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "true"))
-    assert _levels(run, stack, AUTHORIZER) == {"dev": {"advisory"}, "prod": {"mandatory"}}
+    assert levels_of(run, stack, AUTHORIZER) == {"dev": {"advisory"}, "prod": {"mandatory"}}
     message = _only(run, stack, AUTHORIZER).message
     assert "set KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND=false" in message
 
@@ -402,7 +393,7 @@ def test_prod_requires_the_standard_authorizer_and_dev_does_not(
     run, authorizer: str | None
 ) -> None:
     stack = _kafka(handmade_stack(), with_env("KAFKA_AUTHORIZER_CLASS_NAME", authorizer))
-    assert _levels(run, stack, AUTHORIZER) == {"dev": set(), "prod": {"mandatory"}}
+    assert levels_of(run, stack, AUTHORIZER) == {"dev": set(), "prod": {"mandatory"}}
     found = authorizer or "absent (no authorization)"
     assert _only(run, stack, AUTHORIZER).message.startswith(
         "StatefulSet streaming/kafka: broker config authorizer.class.name (env "
@@ -432,7 +423,7 @@ PASSWORD = "hunter2-do-not-print"
 )
 def test_a_literal_credential_in_a_properties_file_is_refused_in_every_stack(run, key: str) -> None:
     stack = changed(handmade_stack(), "processor-config", with_properties({key: PASSWORD}))
-    assert _levels(run, stack, CREDENTIALS) == {"dev": {"mandatory"}, "prod": {"mandatory"}}
+    assert levels_of(run, stack, CREDENTIALS) == {"dev": {"mandatory"}, "prod": {"mandatory"}}
     message = _only(run, stack, CREDENTIALS).message
     assert f"data[processor.properties] {key} (line " in message
     assert "is a literal credential (value not shown)" in message
@@ -569,7 +560,7 @@ def test_a_secret_looking_env_var_with_a_literal_value_is_refused_in_every_stack
     run, workload: str, name: str, value: str, found: str
 ) -> None:
     stack = changed(handmade_stack(), workload, with_env(name, value), ":StatefulSet")
-    assert _levels(run, stack, CREDENTIALS) == {"dev": {"mandatory"}, "prod": {"mandatory"}}
+    assert levels_of(run, stack, CREDENTIALS) == {"dev": {"mandatory"}, "prod": {"mandatory"}}
     message = _only(run, stack, CREDENTIALS).message
     container = "kafka" if workload == "kafka" else "processor"
     assert f"container {container} env {name} is {found}; required: valueFrom.secretKeyRef" in (
