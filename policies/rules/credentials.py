@@ -23,7 +23,7 @@ from pulumi_policy.proxy import UnknownValueError
 from .config import MANDATORY, resource_rule
 from .credential_values import CredentialAssignment, find_credentials
 from .java_properties import is_credential_key, is_reference, parse_properties
-from .manifests import CONFIG_MAP, containers, get, items, label, pod_spec
+from .manifests import CONFIG_MAP, all_containers, get, items, label, pod_spec
 from .messages import violation
 
 PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
@@ -215,7 +215,7 @@ def _known_strings(container: Mapping[str, Any], field: str) -> list[str]:
 def _env_findings(args: ResourceValidationArgs) -> Iterator[str]:
     spec = pod_spec(args.resource_type, args.props)
     subject = label(args.resource_type, args.props)
-    for container in containers(spec) + items(spec, "initContainers"):
+    for container in all_containers(spec):
         container_name = get(container, "name", default="?")
         secret_vars, literal_vars = _env_sources(container)
         for var in items(container, "env"):

@@ -10,6 +10,7 @@ from pulumi_policy import ResourceValidationArgs
 from .config import ADVISORY, MANDATORY, Threshold, resource_rule
 from .manifests import (
     STATEFUL_SET,
+    all_containers,
     containers,
     fmt,
     get,
@@ -227,7 +228,7 @@ def check_pinned_images(args: ResourceValidationArgs, cfg: Mapping[str, Any]) ->
     if spec is None:
         return
     subject = label(args.resource_type, args.props)
-    for container in containers(spec) + [c for c in items(spec, "initContainers")]:
+    for container in all_containers(spec):
         image = str(container.get("image", ""))
         name_part = image.split("@", 1)[0].rsplit("/", 1)[-1]
         tag = name_part.split(":", 1)[1] if ":" in name_part else None
