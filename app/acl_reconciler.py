@@ -4,9 +4,12 @@ Run by the topic reconciler (`python -m app.topics --acls FILE --scram-passwords
 after the topics. The plan is a pure function of what the cluster reports, so a second run over
 an up-to-date cluster plans nothing:
 
-- every user's SCRAM-SHA-512 credential is created, or updated when its password no longer
-  logs in (a rotation: the passwords file changed). Kafka never shows a stored password, so the
-  reconciler checks one by logging in with it; that needs its own connection to be SCRAM too;
+- every user's SCRAM credential of the current revision's mechanism (`--scram-mechanism`) is
+  created, or updated when its password no longer logs in (the passwords file changed). Kafka
+  never shows a stored password, so the reconciler checks one by logging in with it; that needs
+  its own connection to be SCRAM too. The other mechanism's credentials are left alone: in a
+  rotation they are what the running clients log in with, until `retire_credentials` (run by
+  `python -m app.scram_retire` once every client has moved on) deletes them;
 - every ACL of the specs that the cluster lacks is created, and recorded in the ledger
   (`ACL_LEDGER_TOPIC`, a compacted topic the reconciler creates);
 - an ACL of a managed user that the specs no longer name is deleted only when the ledger says
@@ -48,25 +51,26 @@ from confluent_kafka.admin import (
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialAlteration,
+    UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
 
 from app.acl_specs import (
     ACL_LEDGER_READER_GROUP,
     ACL_LEDGER_TOPIC,
-    SCRAM_MECHANISM,
     AclSpec,
     KafkaUser,
     Operation,
     PatternType,
     ResourceType,
 )
+from app.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512, scram_key
 from app.topic_reconciler import error_text, outcomes, plan_table
 
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30.0
-# Kafka's minimum for SCRAM-SHA-512 is 4096 iterations; its tools use the same default.
+# Kafka's minimum for either SCRAM mechanism is 4096 iterations; its tools use the same default.
 SCRAM_ITERATIONS = 4096
 # librdkafka's name for an authentication failure (bad password, unknown user).
 _AUTHENTICATION = KafkaError._AUTHENTICATION
@@ -122,8 +126,14 @@ CHANGES = frozenset(
 )
 
 
+def admin_mechanism(mechanism: str) -> ScramMechanism:
+    """The admin API's enum of a SCRAM mechanism (`SCRAM-SHA-256` -> `SCRAM_SHA_256`)."""
+    scram_key(mechanism)  # one of Kafka's two, or a ValueError naming it
+    return ScramMechanism[mechanism.replace("-", "_")]
+
+
 class Credential(StrEnum):
-    """What the cluster says about a user's SCRAM-SHA-512 credential and its password."""
+    """What the cluster says about a user's SCRAM credential of one mechanism and its password."""
 
     MISSING = "missing"
     LOGS_IN = "logs-in"  # the password of the specs logs in: up to date
@@ -273,6 +283,8 @@ class AclPlan:
 
     users: tuple[KafkaUser, ...]
     steps: tuple[AclStep, ...]
+    # The mechanism of the credentials the plan creates or updates.
+    mechanism: str = SCRAM_SHA_512
 
     @property
     def changes(self) -> list[AclStep]:
@@ -351,9 +363,12 @@ def read_bindings(
 
 
 def existing_credentials(
-    admin: AdminClient, names: Sequence[str], timeout_s: float = REQUEST_TIMEOUT_S
+    admin: AdminClient,
+    names: Sequence[str],
+    mechanism: str = SCRAM_SHA_512,
+    timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> set[str]:
-    """Those of `names` that have a SCRAM-SHA-512 credential."""
+    """Those of `names` that have a SCRAM credential of `mechanism`."""
     if not names:
         return set()
     futures = admin.describe_user_scram_credentials(list(names), request_timeout=timeout_s)
@@ -366,24 +381,19 @@ def existing_credentials(
             if exc.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:
                 continue
             raise
-        mechanisms = {info.mechanism.name for info in description.scram_credential_infos}
-        if SCRAM_MECHANISM.replace("-", "_") in mechanisms:
+        mechanisms = {info.mechanism for info in description.scram_credential_infos}
+        if admin_mechanism(mechanism) in mechanisms:
             have.add(name)
     return have
 
 
-def logs_in(
-    client_config: Mapping[str, str], user: str, password: str, timeout_s: float = 30.0
-) -> bool:
-    """Whether `user` with `password` authenticates on the connection `client_config` describes
-    (a SCRAM client's settings with another user's name and password). Raises `TimeoutError`
-    when the cluster neither accepts nor rejects it in time."""
+def authenticates(client_config: Mapping[str, str], timeout_s: float) -> bool | None:
+    """Whether a new connection with `client_config` logs in: True, False when Kafka refuses
+    its credentials, None when the cluster gives neither answer within `timeout_s`."""
     errors: list[KafkaError] = []
     client = AdminClient(
         {
             **client_config,
-            "sasl.username": user,
-            "sasl.password": password,
             "error_cb": errors.append,  # type: ignore[dict-item]
             "log_level": 0,  # a rejected password is an answer here, not an incident
         }
@@ -397,32 +407,58 @@ def logs_in(
             client.poll(0.2)  # serves error_cb
         if any(e.code() == _AUTHENTICATION for e in errors):
             return False
-    raise TimeoutError(f"logging in as SCRAM user {user}: no answer within {timeout_s:g} s")
+    return None
+
+
+def logs_in(
+    client_config: Mapping[str, str],
+    user: str,
+    password: str,
+    timeout_s: float = 30.0,
+    mechanism: str | None = None,
+) -> bool:
+    """Whether `user` with `password` authenticates on the connection `client_config` describes
+    (a SCRAM client's settings with another user's name and password; with `mechanism`, that
+    mechanism instead of the client's). Raises `TimeoutError` when the cluster neither accepts
+    nor rejects it in time."""
+    config = {**client_config, "sasl.username": user, "sasl.password": password}
+    if mechanism is not None:
+        config["sasl.mechanism"] = mechanism
+    answer = authenticates(config, timeout_s)
+    if answer is None:
+        raise TimeoutError(
+            f"logging in as SCRAM user {user} ({config.get('sasl.mechanism')}): no answer "
+            f"within {timeout_s:g} s"
+        )
+    return answer
 
 
 def can_check_logins(client_config: Mapping[str, str]) -> bool:
-    """Whether the reconciler's own connection is SCRAM, so a password can be checked on it."""
+    """Whether the reconciler's own connection is SCRAM, so a password can be checked on it
+    (with either mechanism: the client listener enables both)."""
     protocol = client_config.get("security.protocol", "PLAINTEXT").upper()
-    return protocol.startswith("SASL_") and client_config.get("sasl.mechanism") == SCRAM_MECHANISM
+    return protocol.startswith("SASL_") and client_config.get("sasl.mechanism") in SCRAM_MECHANISMS
 
 
 def read_credentials(
     admin: AdminClient,
     client_config: Mapping[str, str],
     passwords: Mapping[str, str],
+    mechanism: str = SCRAM_SHA_512,
 ) -> dict[str, Credential]:
-    """Each user's credential: missing, or whether its password of the specs logs in.
+    """Each user's credential of `mechanism`: missing, or whether its password of the specs
+    logs in with that mechanism.
 
     Without a SCRAM connection to check on, an existing credential counts as REJECTED: the
     password cannot be verified, so it is set again every run (and the plan says so).
     """
-    have = existing_credentials(admin, sorted(passwords))
+    have = existing_credentials(admin, sorted(passwords), mechanism)
     check = can_check_logins(client_config)
     states = {}
     for name, password in passwords.items():
         if name not in have:
             states[name] = Credential.MISSING
-        elif check and logs_in(client_config, name, password):
+        elif check and logs_in(client_config, name, password, mechanism=mechanism):
             states[name] = Credential.LOGS_IN
         else:
             states[name] = Credential.REJECTED
@@ -495,14 +531,17 @@ def read_state(
     client_config: Mapping[str, str],
     users: Sequence[KafkaUser],
     passwords: Mapping[str, str] | None,
+    mechanism: str = SCRAM_SHA_512,
 ) -> AclState:
     """What the cluster holds for `users` and for every principal the ledger names
-    (credentials only for users given a password)."""
+    (credentials of `mechanism` only for users given a password)."""
     ledger = read_ledger(client_config)
     principals = {u.principal for u in users} | {s.principal for s in ledger or ()}
     return AclState(
         bindings=read_bindings(admin, sorted(principals)),
-        credentials=read_credentials(admin, client_config, passwords) if passwords else {},
+        credentials=(
+            read_credentials(admin, client_config, passwords, mechanism) if passwords else {}
+        ),
         ledger=ledger or frozenset(),
         ledger_exists=ledger is not None,
     )
@@ -518,11 +557,13 @@ def plan(
     bootstrap: str = "<HOST:PORT>",
     ledger_replication: int = 3,
     can_check: bool = True,
+    mechanism: str = SCRAM_SHA_512,
 ) -> AclPlan:
     """The steps from `state` to `users`. Pure: the same inputs give the same plan.
 
     `bootstrap` goes into the hand-removal command of a refusal; `can_check` says whether a
-    password can be verified by logging in (else an existing credential is set again).
+    password can be verified by logging in (else an existing credential is set again);
+    `mechanism` is the one of the credentials in `state` and of those the plan sets.
     """
     steps: list[AclStep] = []
     if not state.ledger_exists:
@@ -536,7 +577,7 @@ def plan(
         )
     wanted = {acl for user in users for acl in user.acls}
     for user in users:
-        steps += _credential_steps(user, state, passwords, can_check)
+        steps += _credential_steps(user, state, passwords, can_check, mechanism)
         steps += _acl_steps(user.principal, user.acls, state, wanted, bootstrap)
     # A user gone from the specs: the ACLs the reconciler made for it go too.
     for principal in sorted({s.principal for s in state.ledger} - {u.principal for u in users}):
@@ -551,11 +592,15 @@ def plan(
                 Binding.of(spec),
             )
         )
-    return AclPlan(users=tuple(users), steps=tuple(steps))
+    return AclPlan(users=tuple(users), steps=tuple(steps), mechanism=mechanism)
 
 
 def _credential_steps(
-    user: KafkaUser, state: AclState, passwords: Mapping[str, str] | None, can_check: bool
+    user: KafkaUser,
+    state: AclState,
+    passwords: Mapping[str, str] | None,
+    can_check: bool,
+    mechanism: str,
 ) -> list[AclStep]:
     if passwords is None:
         return []
@@ -563,14 +608,14 @@ def _credential_steps(
     if found is Credential.LOGS_IN:
         return []
     if found is Credential.MISSING:
-        action, detail = AclAction.CREATE_CREDENTIAL, f"{SCRAM_MECHANISM}: no credential yet"
+        action, detail = AclAction.CREATE_CREDENTIAL, f"{mechanism}: no credential yet"
     elif can_check:
         action = AclAction.UPDATE_CREDENTIAL
-        detail = f"{SCRAM_MECHANISM}: the password of the specs does not log in (rotated)"
+        detail = f"{mechanism}: the password of the specs does not log in (rotated)"
     else:
         action = AclAction.UPDATE_CREDENTIAL
         detail = (
-            f"{SCRAM_MECHANISM}: set again (the reconciler's connection is not SCRAM, so it "
+            f"{mechanism}: set again (the reconciler's connection is not SCRAM, so it "
             "cannot check the password)"
         )
     return [AclStep(user.principal, action, detail, user=user.name)]
@@ -715,7 +760,9 @@ def _await_visible(
         for step in the_plan.credential_changes:
             assert step.user is not None, "a credential step names its user"
             left = max(1.0, deadline - time.monotonic())
-            while not logs_in(client_config, step.user, passwords[step.user], left):
+            while not logs_in(
+                client_config, step.user, passwords[step.user], left, the_plan.mechanism
+            ):
                 if time.monotonic() > deadline:
                     return [
                         f"SCRAM user {step.user}: its credential was set, but its password "
@@ -731,23 +778,79 @@ def _upsert_credentials(
     steps = the_plan.credential_changes
     if not steps:
         return []
-    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
+    mechanism = the_plan.mechanism
+    info = ScramCredentialInfo(admin_mechanism(mechanism), SCRAM_ITERATIONS)
     upserts: list[UserScramCredentialAlteration] = []
     for step in steps:
         assert step.user is not None, "a credential step names its user"
-        log.info("%s of SCRAM user %s (%s)", step.action, step.user, SCRAM_MECHANISM)
+        log.info("%s of SCRAM user %s (%s)", step.action, step.user, mechanism)
         upserts.append(UserScramCredentialUpsertion(step.user, info, passwords[step.user].encode()))
     futures = admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s)
     failures = []
     for user, failure in outcomes(futures):
         if failure is not None:
             failures.append(
-                f"SCRAM user {user}: setting its {SCRAM_MECHANISM} credential failed "
+                f"SCRAM user {user}: setting its {mechanism} credential failed "
                 f"({error_text(failure)}); the reconciler needs ALTER on the cluster"
             )
         else:
-            log.info("set the %s credential of SCRAM user %s", SCRAM_MECHANISM, user)
+            log.info("set the %s credential of SCRAM user %s", mechanism, user)
     return failures
+
+
+def retire_credentials(
+    admin: AdminClient,
+    users: Sequence[str],
+    retired: str,
+    kept: str,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> list[str]:
+    """Delete the `retired` mechanism's credential of each of `users` that has one; the users
+    whose credential was deleted, once the cluster no longer shows them.
+
+    The last step of a rotation, once every client logs in with `kept`: from then on a password
+    of the `retired` mechanism no longer logs in, while connections it opened stay up (Kafka
+    authenticates a connection once). A user without a `kept` credential keeps its `retired` one
+    (it would be left with none): raises `AclReconcileError` naming it, after retiring the others.
+    """
+    if retired == kept:
+        raise ValueError(f"retiring {retired} while keeping {kept}: they must differ")
+    having = existing_credentials(admin, users, retired, timeout_s)
+    stranded = having - existing_credentials(admin, users, kept, timeout_s)
+    failures = [
+        f"SCRAM user {user}: has no {kept} credential, so its {retired} one is kept (retiring it "
+        f"would leave the user none); run the reconciler (python -m app.topics "
+        f"--scram-passwords-dir ... --scram-mechanism {kept}) first, then retire again"
+        for user in sorted(stranded)
+    ]
+    deletions: list[UserScramCredentialAlteration] = [
+        UserScramCredentialDeletion(user, admin_mechanism(retired))
+        for user in sorted(having - stranded)
+    ]
+    retired_users = []
+    if deletions:
+        futures = admin.alter_user_scram_credentials(deletions, request_timeout=timeout_s)
+        for user, failure in outcomes(futures):
+            if failure is not None:
+                failures.append(
+                    f"SCRAM user {user}: deleting its {retired} credential failed "
+                    f"({error_text(failure)}); the reconciler needs ALTER on the cluster"
+                )
+            else:
+                log.info("retired the %s credential of SCRAM user %s", retired, user)
+                retired_users.append(user)
+    deadline = time.monotonic() + timeout_s
+    # The controller answers before every broker has applied the deletion.
+    while not failures and existing_credentials(admin, retired_users, retired, timeout_s):
+        if time.monotonic() > deadline:
+            failures.append(
+                f"{retired} credentials of {retired_users} deleted, but still shown after "
+                f"{timeout_s:g} s; check the brokers' health"
+            )
+        time.sleep(0.2)
+    if failures:
+        raise AclReconcileError(failures)
+    return retired_users
 
 
 def _create_ledger(admin: AdminClient, brokers: int, timeout_s: float) -> list[str]:

@@ -27,8 +27,11 @@ ACL_LEDGER_TOPIC = "topic-reconciler-acl-ledger"
 # (it reads by assignment), but librdkafka's consumer needs a group id and asks for the
 # group's coordinator (FindCoordinator), which needs DESCRIBE on the group.
 ACL_LEDGER_READER_GROUP = ACL_LEDGER_TOPIC
-# The SCRAM mechanism the client listener offers (the stronger of Kafka's two).
-SCRAM_MECHANISM = "SCRAM-SHA-512"
+# The brokers' readiness sidecars connect as this user (`app.broker_readiness`).
+BROKER_READINESS_USER = "broker-readiness"
+# Kafka's internal topics a broker hosts replicas of: the readiness user must see them (a
+# Metadata answer leaves out every topic its principal may not DESCRIBE) to judge the ISR.
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 
 
 class AclSpecError(ValueError):
@@ -175,6 +178,7 @@ def pipeline_users(
     topics: Sequence[TopicSpec],
     reconciler: str = "topic-reconciler",
     observer: str = "observer",
+    readiness: str = BROKER_READINESS_USER,
 ) -> list[KafkaUser]:
     """The pipeline's users with least privilege; a fork that adds a workload adds it here.
 
@@ -250,9 +254,32 @@ def pipeline_users(
         KafkaUser(processor, "the stateful processor", tuple(processor_acls)),
         KafkaUser(reconciler, "the topic and ACL reconciler Job", tuple(reconciler_acls)),
         KafkaUser(observer, "read-only: dashboards and lag tools", tuple(observer_acls)),
+        readiness_user(readiness, topic_names),
     ]
     check_users(users)
     return users
+
+
+def readiness_user(name: str, topic_names: Sequence[str]) -> KafkaUser:
+    """The brokers' readiness sidecars: DESCRIBE and nothing else.
+
+    DESCRIBE on the topics a broker hosts (the pipeline's, the reconciler's ledger, Kafka's
+    internal ones) shows their ISR in a Metadata answer; DESCRIBE on the cluster lets it read the
+    ACLs (DescribeAcls), to see that the bootstrap ACLs (the reconciler's and its own) exist.
+    """
+    return KafkaUser(
+        name,
+        "the brokers' readiness sidecars: describe only",
+        (
+            *_grants(
+                name,
+                ResourceType.TOPIC,
+                [*topic_names, ACL_LEDGER_TOPIC, *INTERNAL_TOPICS],
+                [Operation.DESCRIBE],
+            ),
+            *_grants(name, ResourceType.CLUSTER, [CLUSTER_RESOURCE], [Operation.DESCRIBE]),
+        ),
+    )
 
 
 def check_users(users: Sequence[KafkaUser]) -> None:

@@ -2,8 +2,10 @@
 
 Apache Kafka publishes every release's broker (`org.apache.kafka:kafka_2.13`) with its runtime
 dependencies on Maven Central; the broker and `kafka.tools.StorageTool` run from those jars alone
-(`java -cp 'libs/*' kafka.Kafka server.properties`), which is all `app.kraft_cluster` needs. So
-the embedded default is the real broker, resolved by Maven itself, the ordinary client:
+(`java -cp 'libs/*' kafka.Kafka server.properties`), which is all `app.kraft_cluster` needs, and
+`org.apache.kafka:kafka-tools` adds the command-line tools the brokers' pods run (`AclCommand`,
+what the image's `kafka-acls.sh` starts). So the embedded default is the real broker, resolved by
+Maven itself, the ordinary client:
 
     python -m app.kafka_release            # resolve (once) and print the folder
     release = kafka_release.ensure()        # the same from Python: a `KafkaRelease`
@@ -46,9 +48,12 @@ DEFAULT_CACHE = REPO_ROOT / ".venv" / "kafka"
 MANIFEST = "MANIFEST.sha256"
 MIN_JAVA = 17
 MAVEN_TIMEOUT_S = 900.0
+# The jars a usable release holds: the broker (and StorageTool), and the tools the brokers' pods
+# run (kafka-acls.sh's AclCommand). A cache resolved before one was added is fetched again.
+REQUIRED_JARS = (f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar")
 
 POM = f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- Written by app/kafka_release.py: Apache Kafka {KAFKA_VERSION}'s broker, runtime jars. -->
+<!-- Written by app/kafka_release.py: Apache Kafka {KAFKA_VERSION}'s broker and tools. -->
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>local.stateful-streaming</groupId>
@@ -59,6 +64,11 @@ POM = f"""<?xml version="1.0" encoding="UTF-8"?>
     <dependency>
       <groupId>org.apache.kafka</groupId>
       <artifactId>kafka_{SCALA_VERSION}</artifactId>
+      <version>{KAFKA_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka-tools</artifactId>
       <version>{KAFKA_VERSION}</version>
     </dependency>
     <dependency>
@@ -166,8 +176,9 @@ def cache_problem(home: Path) -> str | None:
     for name, digest in expected.items():
         if _digest(home / "libs" / name) != digest:
             return f"{home / 'libs' / name} does not match its checksum in {manifest}"
-    if f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar" not in expected:
-        return f"{manifest} lists no kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar"
+    for jar in REQUIRED_JARS:
+        if jar not in expected:
+            return f"{manifest} lists no {jar}"
     return None
 
 
@@ -193,8 +204,9 @@ def _resolve(cache: Path) -> None:
             f"-DoutputDirectory={work / 'libs'}",
         ]  # fmt: skip
         print(
-            f"resolving Apache Kafka {KAFKA_VERSION} (org.apache.kafka:kafka_{SCALA_VERSION} "
-            f"and its runtime jars, about 45 MB) from Maven Central into {cache} ...",
+            f"resolving Apache Kafka {KAFKA_VERSION} (org.apache.kafka:kafka_{SCALA_VERSION}, "
+            f"kafka-tools and their runtime jars, about 50 MB) from Maven Central into {cache} "
+            "...",
             file=sys.stderr,
             flush=True,
         )

@@ -7,20 +7,56 @@ settings and librdkafka's client settings.
 
 A secured cluster has three listeners:
 
-- CLIENT (SASL_SSL, SCRAM-SHA-512): every workload, one SCRAM user each (`app.acl_specs`);
+- CLIENT (SASL_SSL, SCRAM-SHA-256 and SCRAM-SHA-512): every workload, one SCRAM user each
+  (`app.acl_specs`), on the mechanism of the stack's credentials revision;
 - INTERNAL (SSL, client certificate required): replication between brokers, and the brokers'
-  readiness sidecars;
+  `grant-acls` containers (the bootstrap ACLs; the readiness sidecars use CLIENT, as a user);
 - CONTROLLER (SSL, client certificate required): the KRaft quorum.
 
 The brokers authenticate to each other with their certificate; its subject is the one super
 user. `StandardAuthorizer` denies whatever no ACL allows.
+
+Rotation without a gap: Kafka keeps one SCRAM credential per user and mechanism, so the
+mechanism alternates with the credentials revision (`scram_mechanism`). A rotation adds each
+user's credential of the new mechanism beside the old one, rolls the clients onto it, and only
+then retires the old mechanism's credentials; in between both passwords log in, so a client that
+reconnects with the password it read at start is never refused.
 
 Standard library only: the Pulumi program imports this module from its own environment.
 """
 
 from __future__ import annotations
 
-from app.acl_specs import SCRAM_MECHANISM
+# Kafka's two SCRAM mechanisms, both enabled on the client listener. Revision 1 (every stack's
+# first) uses SHA-512, what the listener offered alone before rotations alternated.
+SCRAM_SHA_256 = "SCRAM-SHA-256"
+SCRAM_SHA_512 = "SCRAM-SHA-512"
+SCRAM_MECHANISMS = (SCRAM_SHA_256, SCRAM_SHA_512)
+
+
+def scram_mechanism(revision: int) -> str:
+    """The SCRAM mechanism of credentials revision `revision`: SHA-512 on odd revisions, SHA-256
+    on even ones, so a rotation's new credentials never replace the ones still in use."""
+    if revision < 1:
+        raise ValueError(f"credentials revision {revision}: must be at least 1")
+    return SCRAM_SHA_512 if revision % 2 else SCRAM_SHA_256
+
+
+def previous_scram_mechanism(revision: int) -> str:
+    """The mechanism of the revision before `revision`: its credentials are retired once every
+    client has moved on."""
+    return scram_mechanism(revision + 1)
+
+
+def scram_key(mechanism: str) -> str:
+    """A mechanism as a Secret key, a file name and a lower-case config segment
+    (`SCRAM-SHA-256` -> `scram-sha-256`), after checking it is one of Kafka's two."""
+    if mechanism not in SCRAM_MECHANISMS:
+        raise ValueError(
+            f"SCRAM mechanism {mechanism!r}: must be one of {', '.join(SCRAM_MECHANISMS)}"
+        )
+    return mechanism.lower()
+
 
 PLAINTEXT = "PLAINTEXT"
 SASL_SSL = "SASL_SSL"
@@ -109,8 +145,13 @@ def broker_security_configs(client_protocol: str, tls_dir: str) -> dict[str, str
     client = CLIENT_LISTENER.lower()
     return {
         **configs,
-        f"listener.name.{client}.sasl.enabled.mechanisms": SCRAM_MECHANISM,
-        f"listener.name.{client}.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": SCRAM_LOGIN_MODULE,
+        # Both, always: during a rotation the old mechanism's password and the new one's are
+        # valid at once (see the module's docstring).
+        f"listener.name.{client}.sasl.enabled.mechanisms": ",".join(SCRAM_MECHANISMS),
+        **{
+            f"listener.name.{client}.{scram_key(m)}.sasl.jaas.config": SCRAM_LOGIN_MODULE
+            for m in SCRAM_MECHANISMS
+        },
         # Brokers and controllers prove who they are with their certificate.
         f"listener.name.{INTERNAL_LISTENER.lower()}.ssl.client.auth": "required",
         f"listener.name.{CONTROLLER_LISTENER.lower()}.ssl.client.auth": "required",
@@ -137,15 +178,19 @@ def listeners(client_port: int, internal_port: int, controller_port: int, host: 
     )
 
 
-def scram_client_configs(username: str, password: str, ca_file: str) -> dict[str, str]:
+def scram_client_configs(
+    username: str, password: str, ca_file: str, mechanism: str = SCRAM_SHA_512
+) -> dict[str, str]:
     """librdkafka settings of a workload on the CLIENT listener (SCRAM over TLS).
 
     `password` is usually a reference (`${env:SASL_PASSWORD}`) that the client resolves from
-    its environment, so the properties file holds no secret.
+    its environment, so the properties file holds no secret. `mechanism` is the one of the
+    credentials revision the password belongs to (`scram_mechanism`).
     """
+    scram_key(mechanism)  # one of Kafka's two, or a ValueError naming it
     return {
         "security.protocol": SASL_SSL,
-        "sasl.mechanism": SCRAM_MECHANISM,
+        "sasl.mechanism": mechanism,
         "sasl.username": username,
         "sasl.password": password,
         "ssl.ca.location": ca_file,

@@ -21,7 +21,7 @@ directory; the processes are killed on `close()` (also at interpreter exit), the
 removed unless asked to keep it for a post-mortem.
 
 `KraftCluster(..., security=ClusterSecurity(scram_users={...}))` starts it secured exactly as
-the prod stack renders it (`app.kafka_security`): SASL_SSL/SCRAM-SHA-512 clients, SSL with
+the prod stack renders it (`app.kafka_security`): SASL_SSL/SCRAM clients, SSL with
 client certificates between brokers and controllers, `StandardAuthorizer`, deny by default.
 """
 
@@ -48,7 +48,6 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app import kafka_security
-from app.acl_specs import SCRAM_MECHANISM
 from app.kafka_release import KafkaRelease, java_command
 from app.kafka_release import ensure as ensure_release
 from app.local_tls import write_broker_tls
@@ -135,17 +134,20 @@ class KraftClusterError(RuntimeError):
 @dataclass(frozen=True)
 class ClusterSecurity:
     """Secure the cluster as the prod stack does (`app.kafka_security`, client listener
-    SASL_SSL): TLS on every listener, SCRAM-SHA-512 users, `StandardAuthorizer` denying what no
+    SASL_SSL): TLS on every listener, SCRAM users, `StandardAuthorizer` denying what no
     ACL allows, the broker certificate's principal the only super user.
 
     `scram_users` (name -> password) exist from the start: they are bootstrapped when the
     storage is formatted (`kafka-storage.sh format --add-scram`), as the prod init container
-    does. Users can own nothing until ACLs allow it.
+    does, with `scram_mechanism` (the credentials revision's: `kafka_security.scram_mechanism`);
+    the client listener enables both mechanisms. Users can own nothing until ACLs allow it.
     """
 
     scram_users: Mapping[str, str] = field(default_factory=dict)
+    scram_mechanism: str = kafka_security.SCRAM_SHA_512
 
     def __post_init__(self) -> None:
+        kafka_security.scram_key(self.scram_mechanism)  # one of Kafka's two, or a ValueError
         for name, password in self.scram_users.items():
             # Both go inside `[name=...,password=...]` of `--add-scram`, which has no escaping.
             if not name or not password or any(c in name + password for c in ',=[]"\n'):
@@ -335,10 +337,12 @@ class KraftCluster:
         """The CA certificate clients trust (`ssl.ca.location`)."""
         return self.tls_dir / kafka_security.TLS_CA_FILE
 
-    def client_configs(self, user: str, password: str | None = None) -> dict[str, str]:
+    def client_configs(
+        self, user: str, password: str | None = None, mechanism: str | None = None
+    ) -> dict[str, str]:
         """Client settings (`bootstrap.servers` included) of SCRAM user `user` on the client
-        listener; its bootstrapped password unless `password` is given. Plain settings on an
-        unsecured cluster."""
+        listener; its bootstrapped password unless `password` is given, the bootstrap mechanism
+        unless `mechanism` is. Plain settings on an unsecured cluster."""
         servers = {"bootstrap.servers": self.bootstrap_servers}
         if self.security is None:
             return servers
@@ -351,7 +355,9 @@ class KraftCluster:
             password = self.security.scram_users[user]
         return {
             **servers,
-            **kafka_security.scram_client_configs(user, password, str(self.ca_file)),
+            **kafka_security.scram_client_configs(
+                user, password, str(self.ca_file), mechanism or self.security.scram_mechanism
+            ),
         }
 
     def superuser_configs(self) -> dict[str, str]:
@@ -599,10 +605,11 @@ class KraftCluster:
     def _scram_arguments(self) -> list[str]:
         if self.security is None:
             return []
+        mechanism = self.security.scram_mechanism
         return [
             argument
             for name, password in self.security.scram_users.items()
-            for argument in ("--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]")
+            for argument in ("--add-scram", f"{mechanism}=[name={name},password={password}]")
         ]
 
     def _format_storage(self) -> None:

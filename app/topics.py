@@ -2,15 +2,23 @@
 
     python -m app.topics --bootstrap-servers kafka:9092 --specs /etc/topics/topics.json
         [--command-config /etc/topics/client.properties] [--allow-partition-increase] [--dry-run]
-        [--acls /etc/topics/acls.json [--scram-passwords-dir /etc/kafka/users]]
+        [--fallback-command-config /etc/topics/previous-client.properties]
+        [--acls /etc/topics/acls.json [--scram-passwords-dir /etc/kafka/users]
+         [--scram-mechanism SCRAM-SHA-256]]
 
 It prints the plan as a table, refuses unsafe changes before applying anything, and logs each
 change it makes. Run twice, the second run changes nothing and says so.
 
 With `--acls` it also reconciles the users' ACLs (`app.acl_reconciler`), and with
-`--scram-passwords-dir` their SCRAM credentials, after the topics: a second table, the same
-plan-refuse-apply shape. An ACL it would have to drop but did not create is refused (left in
-place, reported with the command that removes it by hand); the other changes still apply.
+`--scram-passwords-dir` their SCRAM credentials of `--scram-mechanism`, after the topics: a
+second table, the same plan-refuse-apply shape. An ACL it would have to drop but did not create
+is refused (left in place, reported with the command that removes it by hand); the other changes
+still apply.
+
+In a rotation the reconciler's own new credential does not exist until it sets it: when Kafka
+refuses `--command-config`'s credentials, it logs in with those of `--fallback-command-config`
+(settings over the first file's: the previous revision's mechanism and password, valid until
+they are retired by `python -m app.scram_retire`).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 from app import acl_reconciler, client_properties
 from app.acl_specs import AclSpecError, KafkaUser
 from app.acl_specs import loads as load_users
+from app.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512
 from app.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
 from app.topic_specs import TopicSpec, TopicSpecError, loads
 
@@ -114,7 +123,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         metavar="DIR",
         help="one file per user of --acls, named after it, holding its password: create or "
-        "update each user's SCRAM-SHA-512 credential",
+        "update each user's SCRAM credential of --scram-mechanism",
+    )
+    parser.add_argument(
+        "--scram-mechanism",
+        choices=SCRAM_MECHANISMS,
+        default=SCRAM_SHA_512,
+        help="the mechanism of the credentials --scram-passwords-dir sets (the credentials "
+        "revision's); the other mechanism's are left alone (default %(default)s)",
+    )
+    parser.add_argument(
+        "--fallback-command-config",
+        type=Path,
+        metavar="FILE",
+        help="client properties over --command-config's, tried when Kafka refuses that file's "
+        "credentials: in a rotation, the previous revision's sasl.mechanism and sasl.password",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     parser.add_argument(
@@ -125,6 +148,87 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"how long to wait for Kafka to answer (default {DEFAULT_WAIT_S:g})",
     )
     return parser.parse_args(argv)
+
+
+def client_logins(
+    servers: str, command_config: Path | None, fallback: Path | None, env: Mapping[str, str]
+) -> list[dict[str, str]]:
+    """The client settings of `command_config` with `bootstrap.servers`, then, if given, those
+    with `fallback`'s settings over them; a `UsageError` names a bad file."""
+    try:
+        first = {
+            **client_properties.ClientConfig.load(command_config, env).resolved,
+            "bootstrap.servers": servers,
+        }
+        if fallback is None:
+            return [first]
+        second = client_properties.ClientConfig.load(fallback, env)
+    except client_properties.ClientPropertiesError as exc:
+        raise UsageError(str(exc)) from exc
+    return [first, {**first, **second.resolved}]
+
+
+def admin_client(client_config: Mapping[str, str], command_config: Path | None) -> AdminClient:
+    """An admin client with `client_config`, its librdkafka lines logged; a `UsageError` when
+    librdkafka refuses the settings (of `command_config`)."""
+    try:
+        return AdminClient(
+            {
+                **client_config,
+                # A documented client setting that confluent-kafka's type stub leaves out.
+                "logger": librdkafka_logger(),  # type: ignore[dict-item]
+            }
+        )
+    except KafkaException as exc:
+        raise UsageError(
+            f"invalid client settings (--command-config {command_config}): {exc.args[0].str()}"
+        ) from exc
+
+
+def choose_login(
+    logins: Sequence[Mapping[str, str]], servers: str, timeout_s: float
+) -> Mapping[str, str]:
+    """The first of `logins` whose credentials Kafka accepts, trying them in turn until one
+    does or `timeout_s` has passed (a credential set a moment ago may not have reached every
+    broker yet). One login is returned as it is: the wait for the cluster reports its errors."""
+    if len(logins) == 1:
+        return logins[0]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        refused = []
+        for login in logins:
+            try:
+                answer = acl_reconciler.authenticates(login, ATTEMPT_TIMEOUT_S)
+            except KafkaException as exc:
+                raise UsageError(
+                    f"invalid client settings (--command-config, --fallback-command-config): "
+                    f"{exc.args[0].str()}"
+                ) from exc
+            if answer:
+                log.info(
+                    "logged in as %s with %s",
+                    login.get("sasl.username"),
+                    login.get("sasl.mechanism"),
+                )
+                return login
+            if answer is False:
+                refused.append(str(login.get("sasl.mechanism")))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(
+                f"Kafka at {servers} accepted none of the reconciler's logins within "
+                f"{timeout_s:g} s (refused: {', '.join(refused) or 'none'}; the others got no "
+                "answer). Check that the brokers are Ready and that --command-config or "
+                "--fallback-command-config holds a password the cluster has (a rotation "
+                "retired before its reconciler ran leaves neither)"
+            )
+        log.info(
+            "waiting for Kafka at %s to accept a login (refused: %s; %.0f s left)",
+            servers,
+            ", ".join(refused) or "none",
+            left,
+        )
+        time.sleep(min(2.0, left))
 
 
 def load_specs(path: Path) -> list[TopicSpec]:
@@ -190,31 +294,23 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Plan, print, and (unless refused or dry) apply; the exit code."""
     specs = load_specs(args.specs)
     users, passwords = load_acl_inputs(args.acls, args.scram_passwords_dir)
+    logins = client_logins(
+        args.bootstrap_servers, args.command_config, args.fallback_command_config, env
+    )
     try:
-        client_config = {
-            **client_properties.ClientConfig.load(args.command_config, env).resolved,
-            "bootstrap.servers": args.bootstrap_servers,
-        }
-    except client_properties.ClientPropertiesError as exc:
-        raise UsageError(str(exc)) from exc
-    try:
-        admin = AdminClient(
-            {
-                **client_config,
-                # A documented client setting that confluent-kafka's type stub leaves out.
-                "logger": librdkafka_logger(),  # type: ignore[dict-item]
-            }
-        )
-    except KafkaException as exc:
-        raise UsageError(
-            f"invalid client settings (--command-config {args.command_config}): {exc.args[0].str()}"
-        ) from exc
+        client_config = choose_login(logins, args.bootstrap_servers, args.wait_timeout)
+    except TimeoutError as exc:
+        log.error("%s", exc)
+        return EXIT_REFUSED_OR_FAILED
+    admin = admin_client(client_config, args.command_config)
     try:
         metadata = wait_for_cluster(admin, args.bootstrap_servers, args.wait_timeout)
         cluster = read_cluster(admin, [s.name for s in specs], metadata)
         acl_plan = None
         if users is not None:
-            state = acl_reconciler.read_state(admin, client_config, users, passwords)
+            state = acl_reconciler.read_state(
+                admin, client_config, users, passwords, args.scram_mechanism
+            )
             acl_plan = acl_reconciler.plan(
                 users,
                 state,
@@ -222,6 +318,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                 bootstrap=args.bootstrap_servers,
                 ledger_replication=acl_reconciler.ledger_replication(len(metadata.brokers)),
                 can_check=acl_reconciler.can_check_logins(client_config),
+                mechanism=args.scram_mechanism,
             )
     except (TimeoutError, KafkaException) as exc:
         log.error("cannot read the cluster's topics, ACLs or credentials: %s", exc)

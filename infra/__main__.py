@@ -18,7 +18,9 @@ if _ROOT not in sys.path:
 import pulumi  # noqa: E402
 import pulumi_kubernetes as k8s  # noqa: E402
 
+from app.acl_specs import BROKER_READINESS_USER  # noqa: E402
 from app.topic_specs import TopicRole  # noqa: E402
+from infra.alert_rules import AlertRules, AlertRulesArgs  # noqa: E402
 from infra.config import load_stack_config  # noqa: E402
 from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names  # noqa: E402
 from infra.kafka_credentials import (  # noqa: E402
@@ -30,6 +32,8 @@ from infra.processor import Processor, ProcessorArgs  # noqa: E402
 from infra.processor_properties import processor_properties  # noqa: E402
 from infra.topics import (  # noqa: E402
     RECONCILER_USER,
+    ScramRetirement,
+    ScramRetirementArgs,
     TopicReconciliation,
     TopicReconciliationArgs,
 )
@@ -75,8 +79,17 @@ kafka = KafkaCluster(
         readiness_image_pull_policy=config.processor.image_pull_policy,
         security=config.security,
         credentials=credentials,
-        # The reconciler's own ACLs, granted by the brokers: it manages everyone else's.
-        bootstrap_users=[user for user in config.kafka_users if user.name == RECONCILER_USER],
+        # The reconciler's own ACLs and the readiness user's, granted in the brokers' pods: the
+        # reconciler manages everyone else's, and the readiness sidecars judge before it runs.
+        bootstrap_users=[
+            user
+            for user in config.kafka_users
+            if user.name in (RECONCILER_USER, BROKER_READINESS_USER)
+        ],
+        readiness_user=BROKER_READINESS_USER,
+        # Prometheus scrapes the brokers' sidecars as it does the processor.
+        metrics_scrape=config.processor.metrics_scrape,
+        metrics_namespace=config.processor.metrics_namespace,
     ),
     opts=in_namespace,
 )
@@ -100,7 +113,10 @@ topics = TopicReconciliation(
 )
 
 access = (
-    credentials.client_access(config.processor.application_id) if credentials else ClientAccess()
+    # Pinned: the processor rolls on a rotation and reads its password at start.
+    credentials.client_access(config.processor.application_id, pinned=True)
+    if credentials
+    else ClientAccess()
 )
 processor = Processor(
     "processor",
@@ -114,6 +130,30 @@ processor = Processor(
     # The processor starts against topics that exist with the right configs.
     opts=pulumi.ResourceOptions(depends_on=[topics]),
 )
+
+if credentials is not None:
+    # A rotation's last step: the previous revision's SCRAM credentials go once every workload
+    # that logs in with them has moved onto the new ones. The processor rolls (Pulumi waits for
+    # the StatefulSet's roll); the brokers' readiness sidecars do not, they follow the in-place
+    # update of their password file once the reconciler's Job has set it (app.broker_readiness).
+    ScramRetirement(
+        "scram-retirement",
+        ScramRetirementArgs(
+            reconciliation=topics,
+            credentials=credentials,
+            bootstrap_servers=kafka.bootstrap_servers,
+            namespace=config.namespace,
+            image=config.processor.image,
+            image_pull_policy=config.processor.image_pull_policy,
+        ),
+        opts=pulumi.ResourceOptions(
+            depends_on=[topics, processor.stateful_set, kafka.stateful_set]
+        ),
+    )
+
+if config.processor.metrics_scrape == "podMonitor":
+    # Where the PodMonitors go, the alerts on what they scrape go too (dashboards/alerts.yaml).
+    AlertRules("alerts", AlertRulesArgs(namespace=config.namespace), opts=in_namespace)
 
 pulumi.export("namespace", config.namespace)
 pulumi.export("bootstrapServers", kafka.bootstrap_servers)

@@ -21,15 +21,24 @@ import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
 from app.acl_specs import KafkaUser, pipeline_users
-from app.kafka_security import PLAINTEXT, owned_by_security
+from app.kafka_security import PLAINTEXT, owned_by_security, scram_mechanism
 from app.topic_specs import TopicSpec, TopicSpecError, pipeline_topics
 from policies.rules.credential_values import find_credentials
+from policies.rules.images import is_digest_pinned
 from policies.rules.java_properties import is_credential_key, is_reference
 from policies.rules.tls_settings import tls_weakenings
 
 PROJECT = "stateful-streaming"
 
-KAFKA_IMAGE = "apache/kafka:4.1.0"
+# The broker image, pinned by digest (the index digest of Docker Hub's apache/kafka:4.1.1, the
+# release whose jars `app/kafka_release.py` runs locally): a tag can be pushed again, and a roll
+# would then run two versions side by side.
+KAFKA_IMAGE = (
+    "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40"
+)
+# Where the prod stack expects the processor image your CI pushes, pinned by the digest that
+# `docker push` printed; the zeros are the example's placeholder, which a fork replaces.
+EXAMPLE_PROCESSOR_IMAGE = "ghcr.io/example/stateful-streaming-processor:0.1.0@sha256:" + "0" * 64
 
 
 class StackConfigError(ValueError):
@@ -206,13 +215,25 @@ class SecurityConfig:
     certificates: Literal["generated", "cert-manager"] = _key("certificates")
     issuer_name: str = _key("issuerName")
     issuer_kind: Literal["ClusterIssuer", "Issuer"] = _key("issuerKind")
-    # Bump it to generate new SCRAM passwords for every user (rotation, see the README).
+    # Bump it by one to generate new SCRAM passwords for every user (rotation, see the README):
+    # it picks the SCRAM mechanism too, SHA-512 on odd revisions and SHA-256 on even ones, so the
+    # new credentials are set beside the old ones rather than over them.
     credentials_revision: int = _key("credentialsRevision")
+    # The generated CA that signs the brokers' certificate, and the CAs every trust store holds
+    # (empty: that one alone). A CA rollover takes three `pulumi up`s: trust [g, g+1], then sign
+    # with g+1, then trust [g+1] (README, "Certificates"; infra/certificate_authority.py).
+    ca_generation: int = _key("caGeneration")
+    trusted_ca_generations: tuple[int, ...] = _key("trustedCaGenerations")
 
     @property
     def secured(self) -> bool:
         """Whether the cluster runs with TLS, SCRAM users and ACLs."""
         return self.client_listener != PLAINTEXT
+
+    @property
+    def trusted_cas(self) -> tuple[int, ...]:
+        """The CA generations in every trust store, oldest first."""
+        return tuple(sorted(set(self.trusted_ca_generations) or {self.ca_generation}))
 
 
 @dataclass(frozen=True)
@@ -323,6 +344,8 @@ _BASE: dict[str, Any] = {
         "issuerName": "",
         "issuerKind": "Issuer",
         "credentialsRevision": 1,
+        "caGeneration": 1,
+        "trustedCaGenerations": [],
     },
 }
 
@@ -346,7 +369,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "topics": {**_BASE["topics"], "partitions": 12},
         "processor": {
             **_BASE["processor"],
-            "image": "ghcr.io/example/stateful-streaming-processor:0.1.0",
+            "image": EXAMPLE_PROCESSOR_IMAGE,
             "imagePullPolicy": "Always",
             "replicas": 3,
             # Measured (README, "Benchmarks"): a rollout of 3 instances left a partition without
@@ -436,6 +459,11 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
         if value not in allowed:
             raise setting_error(key, value, f"must be one of {', '.join(map(str, allowed))}")
         return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise setting_error(key, value, "must be a list")
+        inner = typing.get_args(hint)[0]
+        return tuple(_coerce(f"{key}[{i}]", item, inner) for i, item in enumerate(value))
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, key)
     if origin in (Mapping, dict, types.MappingProxyType) or hint is Mapping:
@@ -589,6 +617,7 @@ def _validate(config: StackConfig) -> None:
                 raise setting_error(f"{section}.{key}", getattr(obj, key), str(err)) from err
     _validate_session_timeout(config)
     _validate_security(config)
+    _validate_images(config)
 
 
 # Node settings the cluster component derives from the StatefulSet (identity, quorum, storage).
@@ -640,6 +669,52 @@ def _validate_session_timeout(config: StackConfig) -> None:
             poll,
             f"must be at least the session timeout, {effective} ms (librdkafka's rule; the "
             "processor refuses it at start); remove it to use the computed value",
+        )
+
+
+def _validate_images(config: StackConfig) -> None:
+    """Prod runs images pinned by digest: a tag can move, and a roll would then mix versions."""
+    if config.profile != "prod":
+        return
+    images = {"kafka.image": config.kafka.image, "processor.image": config.processor.image}
+    for key, image in images.items():
+        if not is_digest_pinned(image):
+            raise setting_error(
+                key,
+                image,
+                "a prod stack runs images pinned by digest, image[:tag]@sha256:<64 hex digits> "
+                "(the digest `docker push` or `docker buildx imagetools inspect` prints); a tag "
+                "can be pushed again, and a rolling restart would then run two versions",
+            )
+
+
+def _validate_ca_rollover(security: SecurityConfig) -> None:
+    """The generated CAs form one of a rollover's states: one CA, or two consecutive ones."""
+    generation, trusted = security.ca_generation, security.trusted_cas
+    if generation < 1:
+        raise setting_error("security.caGeneration", generation, "must be at least 1")
+    if security.certificates == "cert-manager" and (generation, trusted) != (1, (1,)):
+        raise setting_error(
+            "security.caGeneration",
+            generation,
+            "applies to the generated CA; with certificates: cert-manager the issuer's CA is "
+            'rolled over in cert-manager (README, "Certificates"); remove caGeneration and '
+            "trustedCaGenerations",
+        )
+    if generation not in trusted:
+        raise setting_error(
+            "security.trustedCaGenerations",
+            list(security.trusted_ca_generations),
+            f"must hold caGeneration ({generation}): the brokers would serve a certificate "
+            "that no trust store accepts",
+        )
+    if trusted[0] < 1 or len(trusted) > 2 or trusted[-1] - trusted[0] > 1:
+        raise setting_error(
+            "security.trustedCaGenerations",
+            list(security.trusted_ca_generations),
+            f"must be [{generation}] or two consecutive generations with it, [{generation - 1}, "
+            f"{generation}] or [{generation}, {generation + 1}]: a rollover moves one "
+            "generation at a time",
         )
 
 
@@ -695,10 +770,22 @@ def _validate_security(config: StackConfig) -> None:
             "certificate for whoever asks in any namespace, and every such certificate is a "
             "super user of these brokers (super.users=User:CN=kafka-broker); allowed here: Issuer",
         )
+    _validate_ca_rollover(security)
     if security.credentials_revision < 1:
         raise setting_error(
             "security.credentialsRevision", security.credentials_revision, "must be at least 1"
         )
+    for key, value in config.processor.properties.items():
+        # The revision picks the mechanism, so a rotation never replaces a password in use; a
+        # pinned one would leave the processor with a retired credential after every second one.
+        if security.secured and (key == "sasl.mechanism" or key.endswith(".sasl.mechanism")):
+            raise setting_error(
+                f"processor.properties.{key}",
+                value,
+                "set by the program from security.credentialsRevision "
+                f"({scram_mechanism(1)} on odd revisions, {scram_mechanism(2)} on even ones: "
+                "the gapless rotation in the README's security section); remove it",
+            )
     # A credential in Pulumi.<stack>.yaml is in git and in every preview: the processor reads
     # its secrets from its environment (`${env:NAME}`, from a Secret), never from the file.
     for key, value in config.processor.properties.items():

@@ -1,7 +1,15 @@
-"""A KRaft Kafka cluster: combined broker+controller nodes on the official `apache/kafka` image."""
+"""A KRaft Kafka cluster: combined broker+controller nodes on the official `apache/kafka` image.
+
+On a secured cluster each broker pod runs three containers: the broker; `grant-acls`, on the
+broker's image with the broker's certificate, which grants the bootstrap ACLs
+(`infra/bootstrap_grants.py`); and the readiness sidecar on the processor's image
+(`app.broker_readiness`), which connects as its own describe-only SCRAM user and never sees the
+broker's key.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,20 +22,20 @@ from app.acl_specs import KafkaUser
 from app.kafka_security import (
     CLIENT_LISTENER,
     INTERNAL_LISTENER,
-    SCRAM_MECHANISM,
     broker_security_configs,
     listeners,
+    scram_key,
 )
-from infra import workload
+from infra import bootstrap_grants, workload
 from infra.config import KafkaConfig, SecurityConfig, quantity
-from infra.kafka_credentials import USERS_DIR, KafkaCredentials
+from infra.kafka_credentials import USER_DIR, USERS_DIR, ClientAccess, KafkaCredentials
 from policies.rules.java_properties import format_properties
 
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
-# Replication between brokers, and the readiness sidecars (who connect as the broker).
+# Replication between brokers, and the `grant-acls` containers (who connect as the broker).
 INTERNAL_PORT = 9094
-# The broker-readiness sidecar's HTTP port (`app.broker_readiness`).
+# The broker-readiness sidecar's HTTP port (`app.broker_readiness`): /ready, /live, /metrics.
 READINESS_PORT = 8090
 # A restarted broker is ready once back in every ISR: the roll's budget per broker allows this
 # long for its replicas to catch up with what was written while it was down.
@@ -36,11 +44,19 @@ DATA_DIR = "/var/lib/kafka/data"
 # The brokers' key, certificate and CA (the TLS Secret), read-only.
 TLS_DIR = "/etc/kafka/tls"
 # What a new cluster starts from (the `<name>-bootstrap` ConfigMap): the settings its storage
-# is formatted with, and the ACLs the readiness sidecars grant (the topic reconciler's own).
+# is formatted with, the ACLs the `grant-acls` containers grant (the topic reconciler's and the
+# readiness user's own) as JSON (what the readiness sidecars check) and as `kafka-acls.sh`
+# arguments (what the grant script runs), and the readiness sidecars' client settings.
 BOOTSTRAP_DIR = "/etc/kafka/bootstrap"
 FORMAT_FILE = "server.properties"
 BOOTSTRAP_ACLS_FILE = "bootstrap-acls.json"
-# Read by the format step and the readiness sidecar alike.
+READINESS_CLIENT_FILE = "readiness-client.properties"
+# Its previous credentials revision's login, while a rotation is under way.
+READINESS_PREVIOUS_CLIENT_FILE = "readiness-previous-client.properties"
+# The SCRAM mechanism of the current credentials revision, which the format step creates the
+# users with. A file, not part of the script: a rotation changes it without rolling the brokers.
+SCRAM_MECHANISM_FILE = "scram-mechanism"
+# Read by the format step, the grant container and the readiness sidecar alike.
 BOOTSTRAP_MOUNT = k8s.core.v1.VolumeMountArgs(
     name="bootstrap", mount_path=BOOTSTRAP_DIR, read_only=True
 )
@@ -86,7 +102,8 @@ def broker_dns_names(name: str, namespace: str, replicas: int) -> list[str]:
 
 # Formats the node's storage with every SCRAM user before the image's own start formats it
 # without them (which then finds it formatted, and the image goes on): KRaft writes users
-# given at format into the cluster's first metadata, so they exist before any client connects.
+# given at format into the cluster's first metadata, so they exist before any client connects,
+# each with its password of the current credentials revision for that revision's mechanism.
 # The passwords are files (a projected volume of the user Secrets), never environment, and reach
 # a command line only for the first format: a formatted node skips the step at every later start.
 FORMAT_SCRIPT = f"""set -eu
@@ -97,14 +114,41 @@ fi
 config=/tmp/format.properties
 cp {BOOTSTRAP_DIR}/{FORMAT_FILE} "$config"
 echo "node.id=$KAFKA_NODE_ID" >> "$config"
+mechanism=$(cat {BOOTSTRAP_DIR}/{SCRAM_MECHANISM_FILE})
 set --
 for file in {USERS_DIR}/*; do
-  set -- "$@" --add-scram "{SCRAM_MECHANISM}=[name=$(basename "$file"),password=$(cat "$file")]"
+  set -- "$@" --add-scram "$mechanism=[name=$(basename "$file"),password=$(cat "$file")]"
 done
-echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) SCRAM user(s)"
+echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) $mechanism user(s)"
 exec /opt/kafka/bin/kafka-storage.sh format --cluster-id "$CLUSTER_ID" --config "$config" \
   --ignore-formatted "$@"
 """
+
+
+def readiness_access(credentials: KafkaCredentials, user: str) -> ClientAccess:
+    """What the readiness sidecar connects with: its user's whole Secret (every mechanism's
+    password, so the pod template stays the same across rotations and the files change in
+    place), the CA, and in `previous_properties` the previous revision's login.
+
+    The brokers do not roll on a rotation, and the Job that sets the new credential runs only
+    once they are ready: a sidecar must be able to log in with the previous one meanwhile.
+    """
+    access = credentials.client_access(user)
+    whole = k8s.core.v1.VolumeArgs(
+        name="kafka-user",
+        secret=k8s.core.v1.SecretVolumeSourceArgs(
+            secret_name=credentials.user_secrets[user], default_mode=0o440
+        ),
+    )
+    previous = credentials.previous_scram_mechanism
+    return dataclasses.replace(
+        access,
+        volumes=[whole, *(v for v in access.volumes if v.name != whole.name)],
+        previous_properties={
+            "sasl.mechanism": previous,
+            "sasl.password": f"${{dir:{USER_DIR}:{scram_key(previous)}}}",
+        },
+    )
 
 
 def heap_megabytes(memory: str) -> int:
@@ -128,8 +172,15 @@ class KafkaClusterArgs:
     # The TLS Secret and the SCRAM users' Secrets; None on a PLAINTEXT cluster.
     credentials: KafkaCredentials | None
     # Users whose ACLs the brokers grant on a secured cluster: the topic reconciler, which
-    # cannot grant itself its first rights under deny-by-default and manages everyone else's.
+    # cannot grant itself its first rights under deny-by-default and manages everyone else's,
+    # and the readiness user, which must describe the cluster before any broker is ready.
     bootstrap_users: Sequence[KafkaUser] = ()
+    # The SCRAM user the readiness sidecars connect as (one of the bootstrap users).
+    readiness_user: str = acl_specs.BROKER_READINESS_USER
+    # How Prometheus finds the sidecars' /metrics, and the only namespace that may reach them:
+    # the processor's settings (`processor.metricsScrape`, `processor.metricsNamespace`).
+    metrics_scrape: str = "none"
+    metrics_namespace: str = "monitoring"
 
 
 class KafkaCluster(pulumi.ComponentResource):
@@ -188,7 +239,9 @@ class KafkaCluster(pulumi.ComponentResource):
         )
         workload.disruption_budget(name, ns, component_labels, child)
         workload.service_account(name, ns, component_labels, child)
-        self._network_policy(name, ns, component_labels, child)
+        self._network_policy(name, ns, component_labels, args.metrics_namespace, child)
+        if args.metrics_scrape == "podMonitor":
+            workload.pod_monitor(f"{name}-metrics", name, ns, component_labels, "readiness", child)
 
         voters = ",".join(
             f"{i}@{pod_dns_name(name, ns, f'{name}-{i}')}:{CONTROLLER_PORT}"
@@ -220,6 +273,7 @@ class KafkaCluster(pulumi.ComponentResource):
         )
         bootstrap = None
         if args.credentials is not None:
+            readiness = readiness_access(args.credentials, args.readiness_user)
             bootstrap = k8s.core.v1.ConfigMap(
                 f"{name}-bootstrap",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -231,8 +285,20 @@ class KafkaCluster(pulumi.ComponentResource):
                     FORMAT_FILE: format_properties(
                         {k: v for k, v in settings.items() if k != "advertised.listeners"}
                     ),
-                    # Not in the pod template: the sidecars read an update without a roll.
+                    # Not in the pod template: the grant containers and the sidecars read an
+                    # update without a roll.
                     BOOTSTRAP_ACLS_FILE: acl_specs.dumps(list(args.bootstrap_users)),
+                    bootstrap_grants.GRANTS_FILE: bootstrap_grants.grant_lines(
+                        list(args.bootstrap_users)
+                    ),
+                    bootstrap_grants.GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(
+                        TLS_DIR
+                    ),
+                    READINESS_CLIENT_FILE: format_properties(readiness.properties),
+                    READINESS_PREVIOUS_CLIENT_FILE: format_properties(
+                        readiness.previous_properties
+                    ),
+                    SCRAM_MECHANISM_FILE: args.credentials.scram_mechanism,
                 },
                 opts=child,
             )
@@ -249,11 +315,9 @@ class KafkaCluster(pulumi.ComponentResource):
                 namespace=ns,
                 labels=component_labels,
                 annotations=workload.checkov_skips(
-                    {
-                        **workload.processor_image_skips(args.readiness_image_pull_policy),
-                        "CKV_K8S_43": "the fork pins apache/kafka and the processor image by "
-                        "digest for its registry",
-                    }
+                    workload.image_skips(
+                        [cfg.image, args.readiness_image], args.readiness_image_pull_policy
+                    )
                 ),
             ),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
@@ -315,7 +379,9 @@ class KafkaCluster(pulumi.ComponentResource):
             )
         ]
         tls_mounts: list[k8s.core.v1.VolumeMountArgs] = []
-        annotations = None
+        annotations: dict[str, pulumi.Input[str]] = {}
+        grant: list[k8s.core.v1.ContainerArgs] = []
+        readiness_mounts: list[k8s.core.v1.VolumeMountArgs] = []
         credentials = args.credentials
         if credentials is not None and bootstrap is not None:
             tls_mounts = [
@@ -357,8 +423,19 @@ class KafkaCluster(pulumi.ComponentResource):
             )
             # A renewed certificate rolls the brokers: each reads its key store at start.
             annotations = {"stateful-streaming.io/certificate": credentials.certificate_revision}
+            grant = [KafkaCluster._grant_container(cfg.image, [*tls_mounts, *mounts])]
+            # The readiness user's password and the CA, never the broker's key. No revision
+            # annotation: the sidecar reads a new password itself, and a roll of the brokers
+            # waiting on a credential only the reconciler (after the roll) sets would never end.
+            readiness = readiness_access(credentials, args.readiness_user)
+            volumes += readiness.volumes
+            readiness_mounts = [*readiness.mounts, BOOTSTRAP_MOUNT]
+        if args.metrics_scrape == "annotations":
+            annotations.update(workload.scrape_annotations(READINESS_PORT))
         return k8s.core.v1.PodTemplateSpecArgs(
-            metadata=k8s.meta.v1.ObjectMetaArgs(labels=component_labels, annotations=annotations),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                labels=component_labels, annotations=annotations or None
+            ),
             spec=k8s.core.v1.PodSpecArgs(
                 service_account_name=name,
                 automount_service_account_token=False,
@@ -415,7 +492,8 @@ class KafkaCluster(pulumi.ComponentResource):
                             *tls_mounts,
                         ],
                     ),
-                    KafkaCluster._readiness_sidecar(args, security, tls_mounts),
+                    *grant,
+                    KafkaCluster._readiness_sidecar(args, security, readiness_mounts),
                 ],
                 volumes=volumes,
             ),
@@ -425,22 +503,27 @@ class KafkaCluster(pulumi.ComponentResource):
     def _readiness_sidecar(
         args: KafkaClusterArgs,
         security: k8s.core.v1.SecurityContextArgs,
-        tls_mounts: list[k8s.core.v1.VolumeMountArgs],
+        mounts: list[k8s.core.v1.VolumeMountArgs],
     ) -> k8s.core.v1.ContainerArgs:
         """`app.broker_readiness` beside the broker: one admin client, no JVM per probe.
 
-        On a secured cluster it connects as the broker (INTERNAL listener, the broker's
-        certificate): it is part of the broker, and needs no user of its own. There it also
-        grants the bootstrap users' ACLs before its broker is ready, so the reconciler Job
-        (which Pulumi starts once every broker is ready) is never refused on a new cluster.
+        On a secured cluster (`mounts`: its user's Secret, the CA and the bootstrap ConfigMap)
+        it connects to the broker's CLIENT listener as the readiness user, who may only
+        DESCRIBE: a compromised processor image gets no more than an observer. It answers
+        ready only once the bootstrap ACLs exist (DescribeAcls), so the reconciler Job (which
+        Pulumi starts once every broker is ready) is never refused on a new cluster, and it
+        serves the certificates' expiry on /metrics.
         """
         connect = ["--bootstrap-server", f"localhost:{CLIENT_PORT}"]
-        mounts = list(tls_mounts)
-        if tls_mounts:
-            connect = ["--bootstrap-server", f"localhost:{INTERNAL_PORT}", "--tls-dir", TLS_DIR]
-            if args.bootstrap_users:
-                connect += ["--grant-acls", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_ACLS_FILE}"]
-                mounts.append(BOOTSTRAP_MOUNT)
+        if mounts:
+            connect += [
+                "--command-config",
+                f"{BOOTSTRAP_DIR}/{READINESS_CLIENT_FILE}",
+                "--fallback-command-config",
+                f"{BOOTSTRAP_DIR}/{READINESS_PREVIOUS_CLIENT_FILE}",
+                "--bootstrap-acls",
+                f"{BOOTSTRAP_DIR}/{BOOTSTRAP_ACLS_FILE}",
+            ]
         return k8s.core.v1.ContainerArgs(
             name="broker-readiness",
             image=args.readiness_image,
@@ -474,13 +557,69 @@ class KafkaCluster(pulumi.ComponentResource):
         )
 
     @staticmethod
+    def _grant_container(
+        image: str, mounts: list[k8s.core.v1.VolumeMountArgs]
+    ) -> k8s.core.v1.ContainerArgs:
+        """`grant-acls`: the bootstrap ACLs, granted as the broker from the broker's own image.
+
+        The broker's key stays with the image that runs the broker; the script
+        (`infra/bootstrap_grants.py`) needs only busybox sh and Kafka's `kafka-acls.sh`.
+        `mounts`: the broker's TLS Secret and its writable folders (the tool's logs, config, /tmp).
+        """
+        # Each round touches the heartbeat; one stuck longer than this is restarted.
+        alive = [
+            "sh",
+            "-c",
+            f'test -n "$(find {bootstrap_grants.HEARTBEAT} '
+            f'-mmin -{bootstrap_grants.STUCK_MINUTES})"',
+        ]
+        return k8s.core.v1.ContainerArgs(
+            name="grant-acls",
+            image=image,
+            image_pull_policy="Always",
+            command=[
+                "sh",
+                "-c",
+                bootstrap_grants.grant_script(BOOTSTRAP_DIR, f"localhost:{INTERNAL_PORT}"),
+            ],
+            # kafka-acls.sh starts a JVM a line; the tool needs little heap.
+            env=[k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value="-Xmx128m")],
+            volume_mounts=[*mounts, BOOTSTRAP_MOUNT],
+            resources=workload.guaranteed_resources("250m", "384Mi"),
+            security_context=workload.container_security_context(),
+            startup_probe=k8s.core.v1.ProbeArgs(
+                exec_=k8s.core.v1.ExecActionArgs(command=alive),
+                period_seconds=5,
+                failure_threshold=12,
+            ),
+            # Ready while its loop runs: the pod's readiness waits on the bootstrap ACLs through
+            # the readiness sidecar (DescribeAcls: they exist in the cluster), so a restarted
+            # broker does not wait for its own container to grant them again.
+            readiness_probe=k8s.core.v1.ProbeArgs(
+                exec_=k8s.core.v1.ExecActionArgs(command=alive),
+                period_seconds=10,
+                failure_threshold=3,
+            ),
+            liveness_probe=k8s.core.v1.ProbeArgs(
+                exec_=k8s.core.v1.ExecActionArgs(command=alive),
+                period_seconds=60,
+                failure_threshold=3,
+            ),
+        )
+
+    @staticmethod
     def _network_policy(
-        name: str, ns: str, component_labels: dict[str, str], opts: pulumi.ResourceOptions
+        name: str,
+        ns: str,
+        component_labels: dict[str, str],
+        metrics_namespace: str,
+        opts: pulumi.ResourceOptions,
     ) -> k8s.networking.v1.NetworkPolicy:
-        """Brokers reach each other on every port; only labelled clients reach the client port.
+        """Brokers reach each other on every port; only labelled clients reach the client port,
+        and only `metrics_namespace` (Prometheus) the readiness sidecars' port.
 
         Out of the pods: the other brokers (replication, the quorum; the readiness sidecar's
-        admin client follows the metadata to them) and the cluster DNS, nothing else.
+        admin client follows the metadata to their client port) and the cluster DNS, nothing else.
         """
         brokers = workload.pod_peer(workload.selector(name))
         return workload.network_policy(
@@ -496,10 +635,16 @@ class KafkaCluster(pulumi.ComponentResource):
                     from_=[workload.pod_peer(workload.KAFKA_CLIENT_LABEL)],
                     ports=workload.tcp_ports(CLIENT_PORT),
                 ),
+                # /metrics (the kubelet's probes are not subject to NetworkPolicies).
+                k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                    from_=[workload.namespace_peer(metrics_namespace)],
+                    ports=workload.tcp_ports(READINESS_PORT),
+                ),
             ],
             egress=[
                 k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                    to=[brokers], ports=workload.tcp_ports(CONTROLLER_PORT, INTERNAL_PORT)
+                    to=[brokers],
+                    ports=workload.tcp_ports(CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT),
                 )
             ],
             opts=opts,

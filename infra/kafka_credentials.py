@@ -3,6 +3,13 @@
 Everything secret is a Pulumi secret (encrypted in the stack's state) and a Kubernetes Secret;
 pods read them as files or `secretKeyRef` variables, never from a ConfigMap. The settings that
 use them are in `app/kafka_security.py`; who may do what is in `app/acl_specs.py`.
+
+Each user's Secret holds one password per SCRAM mechanism (keys `scram-sha-256`,
+`scram-sha-512`) and, under `password`, the one of the current credentials revision. A revision
+renews only its own mechanism's password (`app.kafka_security.scram_mechanism`), so during a
+rotation the previous one is still there for what still uses it: a pod mounts the key of the
+mechanism its properties name, which an in-place update of the Secret never changes under it,
+and the reconciler logs in with the previous one until its new credential exists.
 """
 
 from __future__ import annotations
@@ -22,16 +29,22 @@ from app.kafka_security import (
     TLS_CERT_FILE,
     TLS_COMBINED_FILE,
     TLS_KEY_FILE,
+    previous_scram_mechanism,
     scram_client_configs,
+    scram_key,
+    scram_mechanism,
 )
 from infra import workload
+from infra.certificate_authority import generated_cas, trust_bundle
 from infra.config import SecurityConfig
 
-# The Secret key that holds a user's password (and the file name in a mounted user Secret).
+# The Secret key that holds a user's password of the current revision (and the file name of
+# the password in a mounted user Secret, whichever mechanism's it is).
 PASSWORD_KEY = "password"
-# A CA outlives many broker certificates; the brokers' certificate is renewed by the first
-# `pulumi up` in its last 30 days (pulumi-tls marks it ready for renewal then).
-CA_VALIDITY_HOURS = 5 * 365 * 24
+# The file of the previous revision's password, in the reconciler's mount of its own Secret.
+PREVIOUS_PASSWORD_FILE = "previous-password"
+# The brokers' certificate is renewed by the first `pulumi up` in its last 30 days (pulumi-tls
+# marks it ready for renewal then); its CA lasts longer (infra/certificate_authority.py).
 CERTIFICATE_VALIDITY_HOURS = 365 * 24
 EARLY_RENEWAL_HOURS = 30 * 24
 # The broker certificate's key: RSA 2048, what cert-manager issues by default and every Kafka
@@ -63,6 +76,9 @@ class ClientAccess:
     # On the pod template: a new password (a new revision) restarts the pods, whose clients
     # read it at start.
     annotations: dict[str, str] = field(default_factory=dict)
+    # Only with `client_access(..., previous=True)`: the settings that replace `properties`'
+    # mechanism and password with the previous revision's, valid until they are retired.
+    previous_properties: dict[str, str] = field(default_factory=dict)
 
 
 def user_secret_name(cluster: str, user: str) -> str:
@@ -94,9 +110,14 @@ class KafkaCredentials(pulumi.ComponentResource):
     tls_secret: str
     user_secrets: dict[str, str]
     credentials_revision: int
+    # The SCRAM mechanism of the current revision's passwords, and the previous revision's.
+    scram_mechanism: str
+    previous_scram_mechanism: str
     # Changes with the certificate: the brokers' pod template carries it, so a renewal rolls
     # them (a broker reads its key store at start).
     certificate_revision: pulumi.Output[str]
+    # Changes with the CAs in the clients' trust store: their pod templates carry it.
+    trust_revision: str
 
     def __init__(
         self, name: str, args: KafkaCredentialsArgs, opts: pulumi.ResourceOptions | None = None
@@ -105,7 +126,9 @@ class KafkaCredentials(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         labels = workload.labels(args.cluster, "kafka-credentials")
         self.tls_secret = tls_secret_name(args.cluster)
-        self.credentials_revision = args.security.credentials_revision
+        revision = self.credentials_revision = args.security.credentials_revision
+        self.scram_mechanism = scram_mechanism(revision)
+        self.previous_scram_mechanism = previous_scram_mechanism(revision)
         if args.security.certificates == "cert-manager":
             certificate = self._cert_manager_certificate(name, args, labels, child)
         else:
@@ -113,17 +136,19 @@ class KafkaCredentials(pulumi.ComponentResource):
         self.certificate_revision = certificate.apply(
             lambda text: workload.content_name("certificate", text)
         )
+        # The generated CAs a client trusts (cert-manager's issuer CA is rolled outside Pulumi).
+        self.trust_revision = (
+            "issuer"
+            if args.security.certificates == "cert-manager"
+            else "ca-" + "-".join(map(str, args.security.trusted_cas))
+        )
 
         self.user_secrets = {}
         for user in args.users:
-            password = random.RandomPassword(
-                f"{name}-{user.name}",
-                length=PASSWORD_LENGTH,
-                special=False,
-                # A new revision is a new password: `pulumi up` rotates them all.
-                keepers={"credentialsRevision": str(args.security.credentials_revision)},
-                opts=child,
-            )
+            passwords = {
+                mechanism: self._password(name, user.name, mechanism, revision, child)
+                for mechanism in (self.scram_mechanism, self.previous_scram_mechanism)
+            }
             secret = user_secret_name(args.cluster, user.name)
             k8s.core.v1.Secret(
                 f"{name}-{user.name}",
@@ -134,19 +159,65 @@ class KafkaCredentials(pulumi.ComponentResource):
                     annotations={"stateful-streaming.io/purpose": user.purpose},
                 ),
                 type="Opaque",
-                string_data={"username": user.name, PASSWORD_KEY: password.result},
+                string_data={
+                    "username": user.name,
+                    PASSWORD_KEY: passwords[self.scram_mechanism].result,
+                    **{scram_key(m): password.result for m, password in passwords.items()},
+                },
                 opts=child,
             )
             self.user_secrets[user.name] = secret
         self.register_outputs({"tlsSecret": self.tls_secret, "userSecrets": self.user_secrets})
 
-    def client_access(self, user: str) -> ClientAccess:
-        """The properties, password file and CA mount of a pod that connects as `user`."""
+    @staticmethod
+    def _password(
+        name: str, user: str, mechanism: str, revision: int, opts: pulumi.ResourceOptions
+    ) -> random.RandomPassword:
+        """`user`'s password for `mechanism`: renewed by each revision that uses the mechanism
+        (its keeper is the latest such revision), kept by the others."""
+        latest = revision if scram_mechanism(revision) == mechanism else revision - 1
+        return random.RandomPassword(
+            # SCRAM-SHA-512's keeps the name of the one password every user had before the
+            # mechanisms alternated: a stack at revision 1 keeps its passwords.
+            f"{name}-{user}"
+            if mechanism == scram_mechanism(1)
+            else f"{name}-{user}-{scram_key(mechanism)}",
+            length=PASSWORD_LENGTH,
+            special=False,
+            keepers={"credentialsRevision": str(latest)},
+            opts=opts,
+        )
+
+    def client_access(
+        self, user: str, *, pinned: bool = False, previous: bool = False
+    ) -> ClientAccess:
+        """The properties, password file and CA mount of a pod that connects as `user`.
+
+        The password file is the Secret's `password` key, which the kubelet updates in place
+        when a rotation renews it: for a pod that does not roll on a rotation and follows a
+        changed file itself (the brokers' readiness sidecars). `pinned` mounts the key of the
+        current revision's mechanism instead, which the next rotation leaves alone: for a pod
+        that rolls on a rotation (its pod template carries `annotations`) and reads its password
+        once, so that the file under it always matches the mechanism its properties name.
+        `previous` (pinned too) adds the previous revision's password and `previous_properties`.
+        """
         if user not in self.user_secrets:
             raise KeyError(f"no SCRAM user {user!r}; users: {sorted(self.user_secrets)}")
+        pinned = pinned or previous
+        files = {scram_key(self.scram_mechanism) if pinned else PASSWORD_KEY: PASSWORD_KEY}
+        previous_properties = {}
+        if previous:
+            files[scram_key(self.previous_scram_mechanism)] = PREVIOUS_PASSWORD_FILE
+            previous_properties = {
+                "sasl.mechanism": self.previous_scram_mechanism,
+                "sasl.password": f"${{dir:{USER_DIR}:{PREVIOUS_PASSWORD_FILE}}}",
+            }
         return ClientAccess(
             properties=scram_client_configs(
-                user, f"${{dir:{USER_DIR}:{PASSWORD_KEY}}}", f"{CA_DIR}/{TLS_CA_FILE}"
+                user,
+                f"${{dir:{USER_DIR}:{PASSWORD_KEY}}}",
+                f"{CA_DIR}/{TLS_CA_FILE}",
+                self.scram_mechanism,
             ),
             mounts=[
                 k8s.core.v1.VolumeMountArgs(name="kafka-user", mount_path=USER_DIR, read_only=True),
@@ -160,7 +231,10 @@ class KafkaCredentials(pulumi.ComponentResource):
                     secret=k8s.core.v1.SecretVolumeSourceArgs(
                         secret_name=self.user_secrets[user],
                         default_mode=0o440,
-                        items=[k8s.core.v1.KeyToPathArgs(key=PASSWORD_KEY, path=PASSWORD_KEY)],
+                        items=[
+                            k8s.core.v1.KeyToPathArgs(key=key, path=path)
+                            for key, path in files.items()
+                        ],
                     ),
                 ),
                 k8s.core.v1.VolumeArgs(
@@ -173,12 +247,17 @@ class KafkaCredentials(pulumi.ComponentResource):
                 ),
             ],
             annotations={
-                "stateful-streaming.io/credentials-revision": str(self.credentials_revision)
+                "stateful-streaming.io/credentials-revision": str(self.credentials_revision),
+                # librdkafka reads `ssl.ca.location` at start: a CA rollover's trust step rolls.
+                "stateful-streaming.io/trust": self.trust_revision,
             },
+            previous_properties=previous_properties,
         )
 
     def users_volume(self, name: str) -> k8s.core.v1.VolumeArgs:
-        """Every SCRAM user's password as a file named after the user (mount it at USERS_DIR)."""
+        """Every SCRAM user's password of the current revision as a file named after the user
+        (mount it at USERS_DIR). The key does not change with the revision, so a rotation does
+        not change the pod template of a pod that mounts this (the brokers')."""
         return k8s.core.v1.VolumeArgs(
             name=name,
             projected=k8s.core.v1.ProjectedVolumeSourceArgs(
@@ -202,17 +281,12 @@ class KafkaCredentials(pulumi.ComponentResource):
         labels: dict[str, str],
         opts: pulumi.ResourceOptions,
     ) -> pulumi.Output[str]:
-        """A CA of this stack's own and the brokers' certificate signed by it (pulumi-tls)."""
-        ca_key = tls.PrivateKey(f"{name}-ca", algorithm=KEY_ALGORITHM, rsa_bits=KEY_BITS, opts=opts)
-        ca = tls.SelfSignedCert(
-            f"{name}-ca",
-            private_key_pem=ca_key.private_key_pem,
-            subject=tls.SelfSignedCertSubjectArgs(common_name=f"{args.cluster} CA"),
-            is_ca_certificate=True,
-            validity_period_hours=CA_VALIDITY_HOURS,
-            allowed_uses=["cert_signing", "crl_signing"],
-            opts=opts,
-        )
+        """The stack's CAs and the brokers' certificate signed by the current one (pulumi-tls);
+        the certificate and every trusted CA, for the brokers' pod template."""
+        security = args.security
+        cas = generated_cas(name, args.cluster, security.trusted_cas, KEY_ALGORITHM, KEY_BITS, opts)
+        signer = cas[security.ca_generation]
+        bundle = trust_bundle(cas)
         key = tls.PrivateKey(
             f"{name}-broker", algorithm=KEY_ALGORITHM, rsa_bits=KEY_BITS, opts=opts
         )
@@ -228,8 +302,8 @@ class KafkaCredentials(pulumi.ComponentResource):
         certificate = tls.LocallySignedCert(
             f"{name}-broker",
             cert_request_pem=request.cert_request_pem,
-            ca_private_key_pem=ca_key.private_key_pem,
-            ca_cert_pem=ca.cert_pem,
+            ca_private_key_pem=signer.key.private_key_pem,
+            ca_cert_pem=signer.certificate.cert_pem,
             validity_period_hours=CERTIFICATE_VALIDITY_HOURS,
             early_renewal_hours=EARLY_RENEWAL_HOURS,
             # The same certificate serves the listeners and identifies the broker to the others.
@@ -246,14 +320,15 @@ class KafkaCredentials(pulumi.ComponentResource):
                 TLS_CERT_FILE: certificate.cert_pem,
                 # PKCS#8: the only unencrypted form Kafka's PEM key store reads.
                 TLS_KEY_FILE: key.private_key_pem_pkcs8,
-                TLS_CA_FILE: ca.cert_pem,
+                TLS_CA_FILE: bundle,
                 TLS_COMBINED_FILE: pulumi.Output.concat(
                     key.private_key_pem_pkcs8, certificate.cert_pem
                 ),
             },
             opts=opts,
         )
-        return certificate.cert_pem
+        # A broker reads its trust store at start too: a new CA in it rolls the brokers.
+        return pulumi.Output.concat(certificate.cert_pem, bundle)
 
     def _cert_manager_certificate(
         self,

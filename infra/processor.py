@@ -15,7 +15,6 @@ from infra.processor_properties import HEALTH_PORT, PROPERTIES_DIR, PROPERTIES_F
 from policies.rules.java_properties import format_properties
 
 PROCESSOR_UID = 10001
-METRICS_PATH = "/metrics"
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ class Processor(pulumi.ComponentResource):
         )
 
         if cfg.metrics_scrape == "podMonitor":
-            self._pod_monitor(name, ns, app, component_labels, child)
+            workload.pod_monitor(f"{name}-metrics", app, ns, component_labels, "health", child)
 
         self.stateful_set = k8s.apps.v1.StatefulSet(
             name,
@@ -100,7 +99,7 @@ class Processor(pulumi.ComponentResource):
                 namespace=ns,
                 labels=component_labels,
                 annotations=workload.checkov_skips(
-                    workload.processor_image_skips(cfg.image_pull_policy)
+                    workload.image_skips([cfg.image], cfg.image_pull_policy)
                 ),
             ),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
@@ -135,33 +134,6 @@ class Processor(pulumi.ComponentResource):
         self.register_outputs({"name": self.name})
 
     @staticmethod
-    def _pod_monitor(
-        name: str,
-        namespace: str,
-        app: str,
-        component_labels: dict[str, str],
-        opts: pulumi.ResourceOptions,
-    ) -> k8s.apiextensions.CustomResource:
-        """A Prometheus Operator PodMonitor for every processor pod's /metrics.
-
-        The operator labels each target with its pod's name (`pod`), which the dashboard's
-        per-instance panels and its `pod` variable select on.
-        """
-        return k8s.apiextensions.CustomResource(
-            f"{name}-metrics",
-            api_version="monitoring.coreos.com/v1",
-            kind="PodMonitor",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=app, namespace=namespace, labels=component_labels
-            ),
-            spec={
-                "selector": {"matchLabels": workload.selector(app)},
-                "podMetricsEndpoints": [{"port": "health", "path": METRICS_PATH}],
-            },
-            opts=opts,
-        )
-
-    @staticmethod
     def _pod_template(
         cfg: ProcessorConfig,
         component_labels: dict[str, str],
@@ -175,18 +147,15 @@ class Processor(pulumi.ComponentResource):
 
         http_probe = partial(workload.http_probe, port=HEALTH_PORT)
         files = workload.config_and_tmp("config", config_map.metadata.name, PROPERTIES_DIR)
-        # The convention a Prometheus `kubernetes-pods` scrape job reads (the community Helm
-        # chart's relabels the pod name to `pod`, as the dashboard needs).
-        scrape_annotations = {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": str(HEALTH_PORT),
-            "prometheus.io/path": METRICS_PATH,
-        }
         return k8s.core.v1.PodTemplateSpecArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 labels={**component_labels, **workload.KAFKA_CLIENT_LABEL},
                 annotations={
-                    **(scrape_annotations if cfg.metrics_scrape == "annotations" else {}),
+                    **(
+                        workload.scrape_annotations(HEALTH_PORT)
+                        if cfg.metrics_scrape == "annotations"
+                        else {}
+                    ),
                     **access.annotations,
                 }
                 or None,

@@ -107,6 +107,8 @@ class _Mocks(pulumi.runtime.Mocks):
         elif args.typ == "random:index/randomPassword:RandomPassword":
             state["result"] = unique.hexdigest()[: int(args.inputs.get("length", 16))]
         elif args.typ.startswith("tls:"):
+            # Every pulumi-tls input forces a replacement: new inputs (a new signing CA), new PEM.
+            unique.update(json.dumps(args.inputs, sort_keys=True, default=str).encode())
             state.update(_tls_outputs(args.typ, unique.hexdigest()))
         return f"{args.name}-id", state
 

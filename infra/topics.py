@@ -1,5 +1,7 @@
 """The pipeline's topics (and, on a secured cluster, its users and ACLs), reconciled into the
-cluster by a Job that runs `python -m app.topics`."""
+cluster by a Job that runs `python -m app.topics`; and the Job that ends a SCRAM rotation by
+retiring the previous revision's credentials (`python -m app.scram_retire`), once every workload
+that logs in with them has rolled."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ SPECS_DIR = "/etc/topics"
 SPECS_FILE = "topics.json"
 ACLS_FILE = "acls.json"
 CLIENT_FILE = "client.properties"
+# The reconciler's login when Kafka refuses CLIENT_FILE's: in a rotation its new credential does
+# not exist until it sets it, and it logs in with the previous revision's (still valid) instead.
+PREVIOUS_CLIENT_FILE = "previous-client.properties"
 # The SCRAM user the Job connects as (one of `app.acl_specs.pipeline_users`).
 RECONCILER_USER = "topic-reconciler"
 RECONCILER_UID = 10001
@@ -50,6 +55,10 @@ class TopicReconciliation(pulumi.ComponentResource):
     """
 
     job_name: str
+    # What `ScramRetirement`'s Job reuses: the pods' labels (the NetworkPolicy selects them)
+    # and the ConfigMap's mounts (its users and its client.properties).
+    pod_labels: dict[str, str]
+    specs_files: workload.ReadOnlyRootVolumes
 
     def __init__(
         self, name: str, args: TopicReconciliationArgs, opts: pulumi.ResourceOptions | None = None
@@ -74,17 +83,23 @@ class TopicReconciliation(pulumi.ComponentResource):
             command_line.append("--allow-partition-increase")
         access = None
         if args.credentials is not None:
-            access = args.credentials.client_access(RECONCILER_USER)
+            access = args.credentials.client_access(RECONCILER_USER, previous=True)
             data[ACLS_FILE] = acl_specs.dumps(list(args.users))
             data[CLIENT_FILE] = format_properties(access.properties)
+            data[PREVIOUS_CLIENT_FILE] = format_properties(access.previous_properties)
             command_line += [
                 "--acls",
                 f"{SPECS_DIR}/{ACLS_FILE}",
                 "--command-config",
                 f"{SPECS_DIR}/{CLIENT_FILE}",
-                # Every user's password, upserted as its SCRAM credential: a rotation.
+                "--fallback-command-config",
+                f"{SPECS_DIR}/{PREVIOUS_CLIENT_FILE}",
+                # Every user's password, upserted as its SCRAM credential of the revision's
+                # mechanism beside the previous one's: the first step of a rotation.
                 "--scram-passwords-dir",
                 USERS_DIR,
+                "--scram-mechanism",
+                args.credentials.scram_mechanism,
             ]
         # Everything in the immutable Job template that can change, so a change is a new Job
         # (a new credentials revision too: the new passwords are upserted by the new Job).
@@ -106,7 +121,8 @@ class TopicReconciliation(pulumi.ComponentResource):
             opts=child,
         )
         self.job_name = revision
-        files = workload.config_and_tmp("specs", specs.metadata.name, SPECS_DIR)
+        self.pod_labels = component_labels
+        files = self.specs_files = workload.config_and_tmp("specs", specs.metadata.name, SPECS_DIR)
         mounts, volumes = [*files.mounts], [*files.volumes]
         if access is not None and args.credentials is not None:
             mounts += [
@@ -114,49 +130,144 @@ class TopicReconciliation(pulumi.ComponentResource):
                 k8s.core.v1.VolumeMountArgs(name="users", mount_path=USERS_DIR, read_only=True),
             ]
             volumes += [*access.volumes, args.credentials.users_volume("users")]
-        k8s.batch.v1.Job(
+        reconciler_job(
             name,
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=revision,
-                namespace=ns,
-                labels=component_labels,
-                annotations=workload.checkov_skips(
-                    workload.processor_image_skips(args.image_pull_policy)
-                ),
-            ),
-            spec=k8s.batch.v1.JobSpecArgs(
-                # Retries cover a cluster that is still electing leaders after a roll.
-                backoff_limit=6,
-                active_deadline_seconds=900,
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(
-                        labels={**component_labels, **workload.KAFKA_CLIENT_LABEL}
-                    ),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        restart_policy="OnFailure",
-                        automount_service_account_token=False,
-                        security_context=workload.pod_security_context(RECONCILER_UID),
-                        containers=[
-                            k8s.core.v1.ContainerArgs(
-                                name="reconcile",
-                                image=args.image,
-                                image_pull_policy=args.image_pull_policy,
-                                args=command_line,
-                                resources=workload.guaranteed_resources("250m", "256Mi"),
-                                security_context=workload.container_security_context(),
-                                volume_mounts=mounts,
-                            )
-                        ],
-                        volumes=volumes,
-                    ),
-                ),
-            ),
-            # No ttlSecondsAfterFinished: the completed Job is the record that this revision of
-            # the specs was applied; a Job deleted behind Pulumi's back would run again.
-            opts=child,
+            ReconcilerPod(ns, revision, component_labels, args.image, args.image_pull_policy),
+            command_line,
+            mounts,
+            volumes,
+            child,
         )
         # The reconciler serves nothing: no ingress at all; out, only the brokers and DNS.
         workload.network_policy(
             name, ns, component_labels, ingress=[], egress=[args.kafka_egress], opts=child
+        )
+        self.register_outputs({"jobName": self.job_name})
+
+
+@dataclass(frozen=True)
+class ReconcilerPod:
+    """What a reconciler Job's metadata and container take besides its command and volumes."""
+
+    namespace: str
+    job_name: str
+    labels: dict[str, str]
+    image: str
+    image_pull_policy: str
+    container: str = "reconcile"
+
+
+def reconciler_job(
+    name: str,
+    pod: ReconcilerPod,
+    command_line: Sequence[str],
+    mounts: Sequence[k8s.core.v1.VolumeMountArgs],
+    volumes: Sequence[k8s.core.v1.VolumeArgs],
+    opts: pulumi.ResourceOptions,
+) -> k8s.batch.v1.Job:
+    """A Job that runs `command_line` once as the reconciler's user (its pods are the
+    reconciler's: the same labels, so the same NetworkPolicy)."""
+    return k8s.batch.v1.Job(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=pod.job_name,
+            namespace=pod.namespace,
+            labels=pod.labels,
+            annotations=workload.checkov_skips(
+                workload.image_skips([pod.image], pod.image_pull_policy)
+            ),
+        ),
+        spec=k8s.batch.v1.JobSpecArgs(
+            # Retries cover a cluster that is still electing leaders after a roll.
+            backoff_limit=6,
+            active_deadline_seconds=900,
+            template=k8s.core.v1.PodTemplateSpecArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    labels={**pod.labels, **workload.KAFKA_CLIENT_LABEL}
+                ),
+                spec=k8s.core.v1.PodSpecArgs(
+                    restart_policy="OnFailure",
+                    automount_service_account_token=False,
+                    security_context=workload.pod_security_context(RECONCILER_UID),
+                    containers=[
+                        k8s.core.v1.ContainerArgs(
+                            name=pod.container,
+                            image=pod.image,
+                            image_pull_policy=pod.image_pull_policy,
+                            args=list(command_line),
+                            resources=workload.guaranteed_resources("250m", "256Mi"),
+                            security_context=workload.container_security_context(),
+                            volume_mounts=list(mounts),
+                        )
+                    ],
+                    volumes=list(volumes),
+                ),
+            ),
+        ),
+        # No ttlSecondsAfterFinished: the completed Job is the record that this revision was
+        # applied; a Job deleted behind Pulumi's back would run again.
+        opts=opts,
+    )
+
+
+@dataclass(frozen=True)
+class ScramRetirementArgs:
+    """Inputs of a `ScramRetirement`."""
+
+    reconciliation: TopicReconciliation
+    credentials: KafkaCredentials
+    bootstrap_servers: str
+    namespace: str
+    image: str
+    image_pull_policy: str
+
+
+class ScramRetirement(pulumi.ComponentResource):
+    """The Job that deletes every user's SCRAM credential of the previous revision's mechanism.
+
+    The last step of a rotation: create it with `depends_on` every workload that logs in as a
+    SCRAM user (Pulumi waits for a StatefulSet's roll), so the previous passwords stop working
+    only once no running pod uses them. Named after the reconciler's Job and the mechanism it
+    retires, it runs again whenever that Job does (and then finds nothing to retire).
+    """
+
+    job_name: str
+
+    def __init__(
+        self, name: str, args: ScramRetirementArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("stateful-streaming:topics:ScramRetirement", name, None, opts)
+        reconciliation, credentials = args.reconciliation, args.credentials
+        retired = credentials.previous_scram_mechanism
+        self.job_name = workload.content_name(reconciliation.job_name, f"retire {retired}")
+        # It logs in with the new credential, which the reconciler's Job has set.
+        access = credentials.client_access(RECONCILER_USER, pinned=True)
+        files = reconciliation.specs_files
+        reconciler_job(
+            name,
+            ReconcilerPod(
+                args.namespace,
+                self.job_name,
+                reconciliation.pod_labels,
+                args.image,
+                args.image_pull_policy,
+                container="retire",
+            ),
+            [
+                "python",
+                "-m",
+                "app.scram_retire",
+                "--bootstrap-servers",
+                args.bootstrap_servers,
+                "--acls",
+                f"{SPECS_DIR}/{ACLS_FILE}",
+                "--command-config",
+                f"{SPECS_DIR}/{CLIENT_FILE}",
+                "--retire",
+                retired,
+            ],
+            [*files.mounts, *access.mounts],
+            [*files.volumes, *access.volumes],
+            pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"jobName": self.job_name})

@@ -5,11 +5,13 @@ the Pulumi timeout that covers a full roll."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
+
+from policies.rules.images import is_digest_pinned
 
 PART_OF = "stateful-streaming"
 
@@ -58,9 +60,12 @@ def checkov_skips(reasons: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def processor_image_skips(image_pull_policy: str) -> dict[str, str]:
-    """The checks the processor image cannot pass as shipped, with the reason for each."""
-    skips = {"CKV_K8S_43": "the fork pins its processor image by digest"}
+def image_skips(images: Iterable[str], image_pull_policy: str) -> dict[str, str]:
+    """The image checks a workload's images fail as configured, with the reason for each."""
+    skips = {}
+    if not all(is_digest_pinned(image) for image in images):
+        # Prod's stack validation refuses an image without a digest; dev runs a local build.
+        skips["CKV_K8S_43"] = "a dev stack may run images by tag; prod requires digests"
     if image_pull_policy != "Always":
         skips["CKV_K8S_15"] = "dev loads the image into kind (kind load); no registry to pull"
     return skips
@@ -339,4 +344,46 @@ def config_and_tmp(
             ),
             k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()),
         ],
+    )
+
+
+# Where the processor and the brokers' readiness sidecars serve Prometheus' text format.
+METRICS_PATH = "/metrics"
+
+
+def scrape_annotations(port: int) -> dict[str, str]:
+    """The convention a Prometheus `kubernetes-pods` scrape job reads (the community Helm chart's
+    relabels the pod name to `pod`, as the dashboard needs)."""
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": METRICS_PATH,
+    }
+
+
+def pod_monitor(
+    resource_name: str,
+    workload_name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    port_name: str,
+    opts: pulumi.ResourceOptions,
+) -> k8s.apiextensions.CustomResource:
+    """A Prometheus Operator PodMonitor for every pod of a workload, on its named port.
+
+    The operator labels each target with its pod's name (`pod`), which the dashboard's
+    per-instance panels and its `pod` variable select on.
+    """
+    return k8s.apiextensions.CustomResource(
+        resource_name,
+        api_version="monitoring.coreos.com/v1",
+        kind="PodMonitor",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=workload_name, namespace=namespace, labels=dict(labels)
+        ),
+        spec={
+            "selector": {"matchLabels": selector(workload_name)},
+            "podMetricsEndpoints": [{"port": port_name, "path": METRICS_PATH}],
+        },
+        opts=opts,
     )

@@ -1,12 +1,12 @@
 """Every Kafka user holds no more than its own rights in the ACLs the stack grants.
 
 Two files grant ACLs: `acls.json`, beside the topic specs, which the topic Job reconciles, and
-`bootstrap-acls.json` in the Kafka cluster's bootstrap ConfigMap, which the brokers' readiness
-sidecars grant as the brokers (super users) before any broker is ready. Both are written by
-`app.acl_specs.dumps` and parsed here with a few lines rather than with `app.acl_specs`: the
-pack runs on its own under `pulumi preview --policy-pack policies`, where the repository is not
-importable, and `AclSpec` rejects some of the very grants (a wildcard) this rule exists to
-report.
+`bootstrap-acls.json` in the Kafka cluster's bootstrap ConfigMap, which the `grant-acls`
+container of each broker's pod grants as the broker (a super user) before any broker is ready.
+Both are written by `app.acl_specs.dumps` and parsed here with a few lines rather than with
+`app.acl_specs`: the pack runs on its own under `pulumi preview --policy-pack policies`, where
+the repository is not importable, and `AclSpec` rejects some of the very grants (a wildcard)
+this rule exists to report.
 
 The users the pack knows, each with rights derived from the stack itself where it can:
 
@@ -15,7 +15,10 @@ The users the pack knows, each with rights derived from the stack itself where i
 - the topic reconciler: the `sasl.username` of the client.properties beside a topics.json; the
   declared topics, its ACL ledger and ledger group, and the cluster's ACL administration;
 - a read-only user (this rule's readOnlyUsers, the observer by default): READ and DESCRIBE on
-  the declared topics, DESCRIBE on a processor's group and on the cluster.
+  the declared topics, DESCRIBE on a processor's group and on the cluster;
+- the brokers' readiness user: the `sasl.username` of a properties file the Kafka cluster's pods
+  mount (its readiness sidecar's client settings); DESCRIBE only, on the cluster, the declared
+  topics, the ledger and Kafka's internal topics.
 
 An ACL for a wildcard principal, or for a principal none of these is, is a finding too.
 """
@@ -47,6 +50,7 @@ _FIELDS = ("principal", "resource_type", "resource_name", "pattern_type", "opera
 CLUSTER_RESOURCE = "kafka-cluster"
 ACL_LEDGER_TOPIC = "topic-reconciler-acl-ledger"
 ACL_LEDGER_READER_GROUP = ACL_LEDGER_TOPIC
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 OBSERVER = "observer"
 # What the processor does with each of its topics, by the property that names the topic.
 # READ and WRITE imply DESCRIBE in Kafka's authorizer; an explicit DESCRIBE is harmless.
@@ -70,6 +74,9 @@ _RECONCILER_CLUSTER = frozenset({"ALTER", "DESCRIBE"})
 _READ_ONLY_TOPIC = frozenset({"READ", "DESCRIBE", "DESCRIBE_CONFIGS"})
 _READ_ONLY_GROUP = frozenset({"DESCRIBE"})
 _READ_ONLY_CLUSTER = frozenset({"DESCRIBE", "DESCRIBE_CONFIGS"})
+# The readiness sidecars judge the ISR (Metadata) and see that the bootstrap ACLs exist
+# (DescribeAcls): nothing else, not even READ.
+_READINESS = frozenset({"DESCRIBE"})
 _NOUNS = {
     "TOPIC": "topic",
     "GROUP": "group",
@@ -295,6 +302,30 @@ def read_only_rights(
     return UserRights("the read-only user", user, grants, _READ_ONLY_FIX)
 
 
+_READINESS_FIX = (
+    f"remove the grant from the readiness user's ACLs in {_PIPELINE_USERS} (readiness_user): "
+    "the readiness sidecars run on the processor's image in every broker's pod, and need only "
+    "to describe the cluster and the topics a broker hosts; anything more turns one "
+    "compromised image into access to the data"
+)
+
+
+def readiness_rights(view: StackView, topics: Iterable[str]) -> list[UserRights]:
+    """The rights of each Kafka cluster's readiness user (its sidecars' `sasl.username`)."""
+    found = []
+    for cluster in view.kafka_clusters():
+        user = view.kafka_user(cluster)
+        if not user:
+            continue
+        names = dict.fromkeys([*topics, ACL_LEDGER_TOPIC, *INTERNAL_TOPICS])
+        grants = (
+            *(Grant("TOPIC", name, _READINESS) for name in names),
+            Grant("CLUSTER", CLUSTER_RESOURCE, _READINESS),
+        )
+        found.append(UserRights("the brokers' readiness user", user, grants, _READINESS_FIX))
+    return found
+
+
 def known_users(view: StackView, read_only: Sequence[str]) -> dict[str, list[UserRights]]:
     """Every user the stack lets the pack attribute ACLs to, by principal."""
     processors = [r for r in map(processor_rights, view.processors()) if r is not None]
@@ -311,6 +342,7 @@ def known_users(view: StackView, read_only: Sequence[str]) -> dict[str, list[Use
         *processors,
         *reconcilers,
         *(read_only_rights(str(user).strip(), topics, processors) for user in read_only),
+        *readiness_rights(view, topics),
     ]:
         known.setdefault(rights.principal, []).append(rights)
     return known
@@ -412,8 +444,10 @@ POLICIES = [
             "topics and its ledger, READ/WRITE on its ledger, DESCRIBE on its ledger group, "
             "ALTER/DESCRIBE on the cluster. A read-only user (readOnlyUsers): READ/DESCRIBE/"
             "DESCRIBE_CONFIGS on the declared topics, DESCRIBE on the processor's group and the "
-            "cluster. DESCRIBE where READ, WRITE or ALTER is allowed. No ALL, wildcard name, "
-            "other resource, wildcard principal, or principal of no known user."
+            "cluster. The brokers' readiness user (sasl.username of the properties their pods "
+            "mount): DESCRIBE on the cluster, the declared topics, the ledger and Kafka's "
+            "internal topics. DESCRIBE where READ, WRITE or ALTER is allowed. No ALL, wildcard "
+            "name, other resource, wildcard principal, or principal of no known user."
         ),
         level=MANDATORY,
         check=check_least_privilege,

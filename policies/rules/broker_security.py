@@ -2,8 +2,8 @@
 
 Both read the broker configs the official image builds from the Kafka StatefulSet's KAFKA_*
 variables: `listeners`, `listener.security.protocol.map`, `inter.broker.listener.name`,
-`controller.listener.names`, `authorizer.class.name`, `allow.everyone.if.no.acl.found`,
-`super.users`.
+`controller.listener.names`, `sasl.enabled.mechanisms` (and its `listener.name.` form),
+`authorizer.class.name`, `allow.everyone.if.no.acl.found`, `super.users`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,14 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS = "User:ANONYMOUS"
 # The subject of the brokers' certificate, as app/kafka_security.py names it (BROKER_PRINCIPAL).
 BROKER_PRINCIPAL = "User:CN=kafka-broker"
+# The SASL mechanisms a SASL_SSL client listener may offer, as app/kafka_security.py names them
+# (SCRAM_MECHANISMS): the workloads are SCRAM users, and a rotation moves them from one to the
+# other, so the listener offers either or both.
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 _MAP_ENV = env_name("listener.security.protocol.map")
 _CLIENT_FIX = (
-    "map it to SASL_SSL (TLS and SCRAM-SHA-512; the stack setting security.clientListener: "
+    "map it to SASL_SSL (TLS and SCRAM; the stack setting security.clientListener: "
     "SASL_SSL renders CLIENT:SASL_SSL), or require client certificates on an SSL listener: on "
     "PLAINTEXT any pod that reaches the port reads and writes every topic without proving who "
     "it is, SASL_PLAINTEXT authenticates but sends every record in clear, and SSL without "
@@ -155,6 +159,9 @@ def check_listener_encryption(
             f"SASL_SSL, or SSL with {auth_key}=required (env {env_name(auth_key)})",
             fix,
         )
+    for name in on_client_port:
+        if protocols.get(name) == "SASL_SSL":
+            yield from _mechanism_findings(subject, configs, name)
     for weakening in tls_weakenings(configs):
         yield violation(
             subject,
@@ -163,6 +170,27 @@ def check_listener_encryption(
             weakening.required,
             f"remove {env_name(weakening.key)} from the brokers' environment: {weakening.why}",
         )
+
+
+def _mechanism_findings(subject: str, configs: Mapping[str, str], listener: str) -> Iterator[str]:
+    """The SASL_SSL client listener offers SCRAM-SHA-256 and/or SCRAM-SHA-512, nothing else
+    (unset, Kafka offers GSSAPI)."""
+    scoped = f"listener.name.{listener.lower()}.sasl.enabled.mechanisms"
+    key = scoped if scoped in configs else "sasl.enabled.mechanisms"
+    mechanisms = [m.strip().upper() for m in configs[key].split(",") if m.strip()]
+    if mechanisms and all(m in SCRAM_MECHANISMS for m in mechanisms):
+        return
+    others = [m for m in mechanisms if m not in SCRAM_MECHANISMS]
+    yield violation(
+        subject,
+        f"client listener {listener}'s SASL mechanisms, broker config {key} (env {env_name(key)})",
+        configs[key] or "empty",
+        f"{' and/or '.join(SCRAM_MECHANISMS)}, nothing else",
+        f"set {env_name(scoped)}={','.join(SCRAM_MECHANISMS)} (app/kafka_security.py renders "
+        f"it), without {', '.join(others) or 'an empty list'}: the workloads are SCRAM users "
+        "(app/acl_specs.py), SCRAM never sends a password to the broker, and a rotation moves "
+        'them from one SCRAM mechanism to the other (the README\'s "Rotated.")',
+    )
 
 
 def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:

@@ -48,6 +48,7 @@ KAFKA_DEFAULTS = {
     ),
     "security.inter.broker.protocol": "PLAINTEXT",
     "ssl.client.auth": "none",
+    "sasl.enabled.mechanisms": "GSSAPI",
     "authorizer.class.name": "",
     "allow.everyone.if.no.acl.found": "false",
     "super.users": "",

@@ -177,15 +177,17 @@ def image_repository(image: str) -> str:
     return head if head and "/" not in tail else without_digest
 
 
+def is_kafka_container(container: Mapping[str, Any]) -> bool:
+    """A container running Apache Kafka (the official image, or KRaft env configuration)."""
+    repository = image_repository(str(container.get("image", "")))
+    return bool(re.search(r"(^|/)apache/kafka(-native)?$", repository)) or (
+        "KAFKA_PROCESS_ROLES" in env(container)
+    )
+
+
 def is_kafka_broker(resource_type: str, props: Mapping[str, Any]) -> bool:
     """A workload running Apache Kafka nodes (the official image, or KRaft env configuration)."""
-    for container in containers(pod_spec(resource_type, props)):
-        repository = image_repository(str(container.get("image", "")))
-        if re.search(r"(^|/)apache/kafka(-native)?$", repository):
-            return True
-        if "KAFKA_PROCESS_ROLES" in env(container):
-            return True
-    return False
+    return any(is_kafka_container(c) for c in containers(pod_spec(resource_type, props)))
 
 
 def is_processor(resource_type: str, props: Mapping[str, Any]) -> bool:

@@ -1,6 +1,8 @@
 """Each workload reads only its own Kafka credentials: its user's Secret and the CA of the brokers'
 TLS Secret. The brokers alone read their private key and, to format their storage with the SCRAM
-users, every user's password.
+users, every user's password: in a broker's pod, only the containers on the broker's own image
+(the broker, its format step, the container that grants the bootstrap ACLs); a sidecar on any
+other image (the readiness sidecar, on the processor's) is held to the workloads' rule.
 
 The Secrets are known the way the Pulumi program names them after the Kafka cluster (its
 StatefulSet `<cluster>`): `<cluster>-tls` (cert-manager's layout: `tls.key`, `tls.crt`,
@@ -9,7 +11,7 @@ StatefulSet `<cluster>`): `<cluster>-tls` (cert-manager's layout: `tls.key`, `tl
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +19,11 @@ from pulumi_policy import PolicyResource, StackValidationArgs
 
 from .acls import acls_of
 from .config import MANDATORY, stack_rule
-from .java_properties import load_properties
 from .manifests import (
     SECRET,
     all_containers,
     get,
+    is_kafka_container,
     items,
     label,
     name_of,
@@ -32,7 +34,6 @@ from .messages import violation
 from .stack_view import StackView
 
 CA_KEY = "ca.crt"
-PROPERTIES_SUFFIX = ".properties"
 # AlterUserScramCredentials (and CreateAcls) need ALTER on the cluster: a user holding it may
 # set any user's password, so reading the passwords gives it nothing it does not have.
 CREDENTIAL_ADMIN_OPERATIONS = frozenset({"ALTER", "ALL"})
@@ -47,6 +48,15 @@ class SecretUse:
     secret: str
     keys: frozenset[str] | None  # None: every key of the Secret
     where: str  # how a message names the place
+    volume: str | None = None  # the pod volume it comes from (None: a container's env)
+    container: str | None = None  # the container whose env takes it (None: a volume)
+
+    def reaches(self, container: Mapping[str, Any]) -> bool:
+        """Whether `container` reads it: mounts its volume, or takes it into its env."""
+        if self.volume is not None:
+            mounted = {get(m, "name") for m in items(container, "volumeMounts")}
+            return self.volume in mounted
+        return self.container == container.get("name", "?")
 
 
 def secret_uses(spec: Mapping[str, Any] | None) -> list[SecretUse]:
@@ -58,7 +68,10 @@ def secret_uses(spec: Mapping[str, Any] | None) -> list[SecretUse]:
         if secret is not None:
             uses.append(
                 SecretUse(
-                    str(get(secret, "secretName", default="")), _keys(secret), f"volume {name}"
+                    str(get(secret, "secretName", default="")),
+                    _keys(secret),
+                    f"volume {name}",
+                    volume=str(name),
                 )
             )
         for source in items(volume, "projected", "sources"):
@@ -69,6 +82,7 @@ def secret_uses(spec: Mapping[str, Any] | None) -> list[SecretUse]:
                         str(get(projected, "name", default="")),
                         _keys(projected),
                         f"projected volume {name}",
+                        volume=str(name),
                     )
                 )
     for container in all_containers(spec):
@@ -81,13 +95,19 @@ def secret_uses(spec: Mapping[str, Any] | None) -> list[SecretUse]:
                         str(get(ref, "name", default="")),
                         frozenset({str(get(ref, "key", default=""))}),
                         f"container {cname} env {get(var, 'name', default='?')}",
+                        container=cname,
                     )
                 )
         for source in items(container, "envFrom"):
             ref = get(source, "secretRef")
             if ref is not None:
                 uses.append(
-                    SecretUse(str(get(ref, "name", default="")), None, f"container {cname} envFrom")
+                    SecretUse(
+                        str(get(ref, "name", default="")),
+                        None,
+                        f"container {cname} envFrom",
+                        container=cname,
+                    )
                 )
     return uses
 
@@ -148,25 +168,6 @@ class KafkaSecrets:
         return sorted(map(str, keys))
 
 
-def kafka_user(view: StackView, workload: PolicyResource) -> str | None:
-    """The Kafka user a workload connects as: `sasl.username` of a properties file its pods mount
-    (else a processor's `application.id`, which names its user)."""
-    namespace = namespace_of(workload.props)
-    found: dict[str, str] = {}
-    for volume in items(pod_spec(workload.resource_type, workload.props), "volumes"):
-        names = [get(volume, "configMap", "name")] + [
-            get(source, "configMap", "name") for source in items(volume, "projected", "sources")
-        ]
-        for name in filter(None, names):
-            config_map = view.config_map(namespace, str(name))
-            data = get(config_map.props, "data", default={}) if config_map else {}
-            for key, text in data.items():
-                if str(key).endswith(PROPERTIES_SUFFIX) and isinstance(text, str):
-                    for setting, value in load_properties(text).items():
-                        found.setdefault(setting, value)
-    return found.get("sasl.username") or found.get("application.id")
-
-
 def credential_admins(view: StackView) -> set[str]:
     """Users that may set any user's SCRAM credential: ALTER (or ALL) on the cluster."""
     admins = set()
@@ -180,54 +181,85 @@ def credential_admins(view: StackView) -> set[str]:
     return admins
 
 
+def _readers(workload: PolicyResource, broker: bool) -> Iterator[tuple[str, list[SecretUse]]]:
+    """Who in a workload's pods is held to the rule, with the Secret keys each reads.
+
+    A workload's whole pod is one reader. In a broker's pod, each container not on the broker's
+    image is one (the broker's own containers hold its key and, for the format, every password).
+    """
+    spec = pod_spec(workload.resource_type, workload.props)
+    uses = secret_uses(spec)
+    if not broker:
+        yield "", uses
+        return
+    kafka_images = {str(c.get("image", "")) for c in all_containers(spec) if is_kafka_container(c)}
+    for container in all_containers(spec):
+        if str(container.get("image", "")) not in kafka_images:
+            name = container.get("name", "?")
+            yield (
+                f"container {name} (image {container.get('image', '?')}, not the broker's): ",
+                [use for use in uses if use.reaches(container)],
+            )
+
+
 def check_secret_mounts(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
-    """Outside the brokers: only the workload's own user's Secret and `ca.crt` of the TLS one."""
+    """Outside the brokers' own image: only the reader's own user's Secret and `ca.crt` of the
+    TLS one."""
     view = StackView(args.resources)
     secrets = KafkaSecrets(view)
     admins = credential_admins(view)
     brokers = {id(b) for b in view.kafka_clusters()}
     for workload in view.workloads():
-        if id(workload) in brokers:
-            continue  # their own key, and every password for format-storage's --add-scram
         namespace = namespace_of(workload.props)
         subject = label(workload.resource_type, workload.props)
-        own = kafka_user(view, workload)
-        for use in secret_uses(pod_spec(workload.resource_type, workload.props)):
-            user = secrets.user_of(namespace, use.secret)
-            if user is not None and user != own and own not in admins:
-                yield (
-                    violation(
-                        subject,
-                        use.where,
-                        f"Secret {use.secret} (user {user}'s password)",
-                        "only the Secret of the Kafka user it connects as"
-                        + (f" ({own}: {secrets.user_secret(namespace, own)})" if own else ""),
-                        f"mount only its own user's Secret: with {user}'s password this "
-                        f"workload can act as {user}, with every ACL {user} holds (only a user "
-                        "with ALTER on the cluster, which may set any password, may read them)",
-                    ),
-                    workload.urn,
-                )
-            elif user is None and secrets.is_broker_secret(namespace, use.secret):
-                if use.keys is None:
-                    extra = secrets.keys_of(namespace, use.secret) or ["every key"]
-                else:
-                    extra = sorted(use.keys - {CA_KEY})
-                if not extra:
-                    continue
-                whole = "the whole Secret" if use.keys is None else "keys"
-                yield (
-                    violation(
-                        subject,
-                        use.where,
-                        f"Secret {use.secret}, {whole} ({', '.join(extra)})",
-                        f"only {CA_KEY} of the brokers' TLS Secret",
-                        f"take only the CA: secret.items: [{{key: {CA_KEY}, path: {CA_KEY}}}]; "
-                        "the other keys are the brokers' private key, with which anyone can "
-                        "pose as a broker (a super user) or read the cluster's TLS traffic",
-                    ),
-                    workload.urn,
-                )
+        own = view.kafka_user(workload)
+        for reader, uses in _readers(workload, id(workload) in brokers):
+            for message in _findings(subject, reader, uses, own, namespace, secrets, admins):
+                yield message, workload.urn
+
+
+def _findings(
+    subject: str,
+    reader: str,
+    uses: Sequence[SecretUse],
+    own: str | None,
+    namespace: str,
+    secrets: KafkaSecrets,
+    admins: set[str],
+) -> Iterator[str]:
+    """One message per Secret key a reader takes beyond its own password and the CA."""
+    for use in uses:
+        user = secrets.user_of(namespace, use.secret)
+        if user is not None and user != own and own not in admins:
+            yield violation(
+                subject,
+                reader + use.where,
+                f"Secret {use.secret} (user {user}'s password)",
+                "only the Secret of the Kafka user it connects as"
+                + (f" ({own}: {secrets.user_secret(namespace, own)})" if own else ""),
+                f"mount only its own user's Secret: with {user}'s password this "
+                f"workload can act as {user}, with every ACL {user} holds (only a user "
+                "with ALTER on the cluster, which may set any password, may read them)",
+            )
+        elif user is None and secrets.is_broker_secret(namespace, use.secret):
+            if use.keys is None:
+                extra = secrets.keys_of(namespace, use.secret) or ["every key"]
+            else:
+                extra = sorted(use.keys - {CA_KEY})
+            if not extra:
+                continue
+            whole = "the whole Secret" if use.keys is None else "keys"
+            yield violation(
+                subject,
+                reader + use.where,
+                f"Secret {use.secret}, {whole} ({', '.join(extra)})",
+                f"only {CA_KEY} of the brokers' TLS Secret",
+                f"take only the CA: secret.items: [{{key: {CA_KEY}, path: {CA_KEY}}}]; "
+                "the other keys are the brokers' private key, with which anyone can "
+                "pose as a broker (a super user) or read the cluster's TLS traffic; only "
+                "containers on the broker's own image may hold it (a sidecar on another "
+                "image connects as a SCRAM user of its own)",
+            )
 
 
 POLICIES = [
@@ -236,8 +268,9 @@ POLICIES = [
         description=(
             "Each workload mounts only its own Kafka user's Secret and only ca.crt of the "
             "brokers' TLS Secret: the brokers alone hold their private key and (to format their "
-            "storage) every user's password; a user that may set passwords (ALTER on the "
-            "cluster) may read them."
+            "storage) every user's password, and in a broker's pod only the containers on the "
+            "broker's image (a sidecar on any other image is held to the same rule); a user "
+            "that may set passwords (ALTER on the cluster) may read them."
         ),
         level=MANDATORY,
         check=check_secret_mounts,

@@ -8,6 +8,7 @@ from typing import Any
 from pulumi_policy import ResourceValidationArgs
 
 from .config import ADVISORY, MANDATORY, Threshold, resource_rule
+from .images import is_digest_pinned
 from .manifests import (
     STATEFUL_SET,
     all_containers,
@@ -232,9 +233,9 @@ def check_pinned_images(args: ResourceValidationArgs, cfg: Mapping[str, Any]) ->
         image = str(container.get("image", ""))
         name_part = image.split("@", 1)[0].rsplit("/", 1)[-1]
         tag = name_part.split(":", 1)[1] if ":" in name_part else None
-        has_digest = "@sha256:" in image
+        has_digest = is_digest_pinned(image)
         if cfg["requireDigest"] and not has_digest:
-            required = "a digest pin (image@sha256:...)"
+            required = "a digest pin (image@sha256:<64 hex digits>)"
         elif not has_digest and tag in (None, "latest"):
             required = "a version tag or a digest"
         else:
@@ -337,11 +338,12 @@ POLICIES = [
     resource_rule(
         name="pinned-images",
         description=(
-            "Container images are pinned to a version tag or a digest, never `latest` or "
-            "untagged: the same manifest must run the same code on every pod."
+            "Container images are pinned by digest (image@sha256:<64 hex digits>); with "
+            "requireDigest false (dev) a version tag is enough, never `latest` or untagged: the "
+            "same manifest must run the same code on every pod."
         ),
         level=MANDATORY,
         check=check_pinned_images,
-        thresholds=[Threshold("requireDigest", "boolean", False, "Require image@sha256 digests.")],
+        thresholds=[Threshold("requireDigest", "boolean", True, "Require image@sha256 digests.")],
     ),
 ]

@@ -1,64 +1,242 @@
-"""What the tests of a secured Apache Kafka (`KraftCluster(security=...)`) share.
+"""What the tests of a secured Apache Kafka (`KraftCluster(security=...)`) share: the brokers'
+pods' two helpers, run on this host.
 
-Deny by default holds for the topic reconciler too: on a fresh secured cluster its own ACLs come
-from the brokers' readiness sidecars (`python -m app.broker_readiness --grant-acls`), as prod
-runs them, so these tests start the sidecars before they run the reconciler.
+Deny by default holds for the topic reconciler and the readiness user too: on a fresh secured
+cluster their ACLs come from each broker pod's `grant-acls` container (the rendered
+`infra/bootstrap_grants.py` script, with `kafka-acls.sh` from the release's jars), and each
+readiness sidecar (`python -m app.broker_readiness`, as its own SCRAM user) answers ready only
+once they exist, as prod runs them; so these tests start both before they run the reconciler.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from app import acl_specs
+from app.acl_specs import KafkaUser
 from app.kraft_cluster import KraftCluster, free_port
+from infra import bootstrap_grants
 from tests.app.processor_harness import REPO, wait_until
 
-# Each sidecar answers 200 once its broker is in sync and the ACLs are granted: three JVMs and
-# their clients share two cores here.
+# Each sidecar answers 200 once its broker is in sync and the ACLs are granted: three JVMs, their
+# clients and a JVM per line of the grants share two cores here.
 SIDECAR_DEADLINE_S = 240.0
+# The distribution's bin/kafka-acls.sh runs this class (kafka-run-class.sh, Kafka 4.1).
+ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
+# Where the grant script of `readiness_sidecars` finds the bootstrap files: a mount path of this
+# test's own, pointed at a local folder as the rendered ones are.
+BOOTSTRAP_MOUNT = "/pod/bootstrap"
+
+
+def localize(text: str, mounts: Mapping[str, Path]) -> str:
+    """`text` with every path under a mount path pointing into that mount's local folder."""
+    if not mounts:
+        return text
+    paths = "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w./-])({paths})(?=[/:\s\"']|\Z)")
+    return pattern.sub(lambda m: str(mounts[m[1]]), text)
+
+
+def kafka_acls_shim(cluster: KraftCluster, folder: Path) -> Path:
+    """A `kafka-acls.sh` equivalent to the distribution's, on the cluster's release jars."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shim = folder / "kafka-acls.sh"
+    log4j = cluster.work_dir / "log4j2-tools.properties"
+    shim.write_text(
+        "#!/bin/sh\n"
+        f"exec '{cluster.java}' -Xmx128m -XX:TieredStopAtLevel=1 "
+        f"-Dlog4j2.configurationFile='{log4j}' -cp '{cluster.release.classpath}' "
+        f'{ACL_COMMAND} "$@"\n',
+        encoding="utf-8",
+    )
+    shim.chmod(0o755)
+    return shim
+
+
+def grant_command(
+    script: str, cluster: KraftCluster, node_id: int, mounts: Mapping[str, Path], state: Path
+) -> list[str]:
+    """A `grant-acls` container's `sh -c` script, run here for node `node_id`: its mount paths
+    point at local folders (`mounts`), its `/tmp` at `state`, `kafka-acls.sh` at the shim, and
+    the broker it connects to (`localhost:<port>`) is this node's INTERNAL listener."""
+    shim = kafka_acls_shim(cluster, state / "bin")
+    local = localize(
+        script, {**mounts, bootstrap_grants.STATE_DIR: state, bootstrap_grants.KAFKA_ACLS: shim}
+    )
+    local, found = re.subn(r"\blocalhost:\d+", cluster.node(node_id).admin_endpoint, local)
+    assert found == 1, f"the grant script names its broker once, as localhost:<port>:\n{script}"
+    return ["sh", "-c", local]
+
+
+@dataclass
+class BrokerPod:
+    """One broker's two helpers as started here, and where they write."""
+
+    node_id: int
+    port: int  # the readiness sidecar's HTTP port
+    sidecar_log: Path
+    grant_log: Path | None = None
+    grant: subprocess.Popen[bytes] | None = None
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def answer(self, path: str) -> tuple[int, bytes]:
+        """The sidecar's status and body for `path` (0 when it does not answer)."""
+        try:
+            with urllib.request.urlopen(self.url(path), timeout=10) as response:
+                return int(response.status), bytes(response.read())
+        except urllib.error.HTTPError as refused:
+            return int(refused.code), bytes(refused.read())
+        except OSError:
+            return 0, b""
+
+    def ready(self) -> bool:
+        return self.answer("/ready")[0] == 200
+
+
+def _start(command: Sequence[str], log_file: Path) -> subprocess.Popen[bytes]:
+    with log_file.open("wb") as out:
+        # Its own process group: the grant script's kafka-acls.sh JVM stops with it.
+        return subprocess.Popen(
+            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+
+
+@dataclass
+class BrokerPods:
+    """Every broker's readiness sidecar, started; the grant containers once `start_grants`."""
+
+    pods: list[BrokerPod]
+    grant_commands: Mapping[int, Sequence[str]]
+    log_dir: Path
+    stack: ExitStack
+
+    def start_grants(self) -> None:
+        """Start each broker's grant container (its script, run here)."""
+        for pod in self.pods:
+            pod.grant_log = self.log_dir / f"grant-acls-{pod.node_id}.log"
+            pod.grant = _start(self.grant_commands[pod.node_id], pod.grant_log)
+            self.stack.callback(_stop, pod.grant)
+
+    def wait_ready(self, deadline_s: float = SIDECAR_DEADLINE_S) -> None:
+        """Wait until every sidecar answers 200 on /ready."""
+        for pod in self.pods:
+            wait_until(
+                pod.ready,
+                deadline_s,
+                f"the readiness sidecar of node {pod.node_id} to answer 200 on /ready (logs "
+                f"{pod.sidecar_log}, {pod.grant_log})",
+                seen=partial(pod.answer, "/ready"),
+            )
+
+    def logs(self) -> list[Path]:
+        """The sidecars' and the grant containers' log files."""
+        return [p for pod in self.pods for p in (pod.sidecar_log, pod.grant_log) if p]
+
+
+@contextmanager
+def broker_pods(
+    cluster: KraftCluster,
+    sidecar_args: Mapping[int, Sequence[str]],
+    grant_commands: Mapping[int, Sequence[str]],
+    log_dir: Path,
+    deadline_s: float = SIDECAR_DEADLINE_S,
+    *,
+    grant: bool = True,
+) -> Iterator[BrokerPods]:
+    """Per node its readiness sidecar (`python -m app.broker_readiness` + `sidecar_args[id]`, on
+    a free port) and, unless `grant` is false (the test starts them), its grant container
+    (`grant_commands[id]`), then waits until every sidecar answers 200 on /ready."""
+    with ExitStack() as stack:
+        pods = []
+        for node in cluster.nodes:
+            port = free_port()
+            pod = BrokerPod(node.node_id, port, log_dir / f"sidecar-{node.node_id}.log")
+            command = [sys.executable, "-m", "app.broker_readiness", *sidecar_args[node.node_id],
+                       "--port", str(port), "--host", "127.0.0.1"]  # fmt: skip
+            stack.callback(_stop, _start(command, pod.sidecar_log))
+            pods.append(pod)
+        running = BrokerPods(pods, grant_commands, log_dir, stack)
+        if grant:
+            running.start_grants()
+            running.wait_ready(deadline_s)
+        yield running
+
+
+def readiness_files(
+    cluster: KraftCluster,
+    bootstrap_users: Sequence[KafkaUser],
+    readiness_password: str,
+    folder: Path,
+) -> Path:
+    """The bootstrap ConfigMap's files for the pods' helpers, written from the program's own
+    functions (`infra.bootstrap_grants`, `app.acl_specs`) into `folder`; the readiness user's
+    password beside them."""
+    bootstrap, user = folder / "bootstrap", folder / "kafka-user"
+    for directory in (bootstrap, user, folder / "tmp"):
+        directory.mkdir(parents=True, exist_ok=True)
+    (user / "password").write_text(readiness_password, encoding="utf-8")
+    readiness = cluster.client_configs(acl_specs.BROKER_READINESS_USER, f"${{dir:{user}:password}}")
+    files = {
+        "bootstrap-acls.json": acl_specs.dumps(list(bootstrap_users)),
+        bootstrap_grants.GRANTS_FILE: bootstrap_grants.grant_lines(list(bootstrap_users)),
+        bootstrap_grants.GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(
+            str(cluster.tls_dir)
+        ),
+        "readiness-client.properties": "".join(
+            f"{key}={value}\n" for key, value in readiness.items() if key != "bootstrap.servers"
+        ),
+    }
+    for name, text in files.items():
+        (bootstrap / name).write_text(text, encoding="utf-8")
+    return bootstrap
 
 
 @contextmanager
 def readiness_sidecars(
-    cluster: KraftCluster, grants: Path, log_dir: Path, deadline_s: float = SIDECAR_DEADLINE_S
-) -> Iterator[list[Path]]:
-    """One `app.broker_readiness` per broker with the prod sidecar's arguments (the broker's
-    certificate on its INTERNAL listener, the ACLs file `grants` to grant); yields their log
-    files (in `log_dir`) once every one answers 200 on /ready."""
-    started: list[tuple[subprocess.Popen[bytes], int, Path]] = []
-    try:
-        for node in cluster.nodes:
-            port, log_file = free_port(), log_dir / f"sidecar-{node.node_id}.log"
-            with log_file.open("wb") as out:
-                sidecar = subprocess.Popen(
-                    [sys.executable, "-m", "app.broker_readiness", "--node-id", str(node.node_id),
-                     "--bootstrap-server", node.admin_endpoint,
-                     "--tls-dir", str(cluster.tls_dir), "--grant-acls", str(grants),
-                     "--port", str(port), "--host", "127.0.0.1"],
-                    cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                )  # fmt: skip
-            started.append((sidecar, port, log_file))
-        for _, port, log_file in started:
-            wait_until(
-                partial(_ready, port),
-                deadline_s,
-                f"the readiness sidecar on :{port} to answer 200 on /ready (log {log_file})",
-            )
-        yield [log_file for _, _, log_file in started]
-    finally:
-        for sidecar, _, _ in started:
-            sidecar.terminate()
-            sidecar.wait(30)
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
+    cluster: KraftCluster,
+    bootstrap_users: Sequence[KafkaUser],
+    readiness_password: str,
+    log_dir: Path,
+    deadline_s: float = SIDECAR_DEADLINE_S,
+) -> Iterator[BrokerPods]:
+    """Every broker's grant container and readiness sidecar as the program makes them, with
+    files written here (not from a render); yields once every sidecar answers 200 on /ready."""
+    script = bootstrap_grants.grant_script(BOOTSTRAP_MOUNT, "localhost:9094")
+    sidecars, grants = {}, {}
+    for node in cluster.nodes:
+        folder = log_dir / f"pod-{node.node_id}"
+        bootstrap = readiness_files(cluster, bootstrap_users, readiness_password, folder)
+        sidecars[node.node_id] = [
+            "--node-id", str(node.node_id),
+            "--bootstrap-server", f"127.0.0.1:{node.broker_port}",
+            "--command-config", str(bootstrap / "readiness-client.properties"),
+            "--bootstrap-acls", str(bootstrap / "bootstrap-acls.json"),
+        ]  # fmt: skip
+        grants[node.node_id] = grant_command(
+            script, cluster, node.node_id, {BOOTSTRAP_MOUNT: bootstrap}, folder / "tmp"
+        )
+    with broker_pods(cluster, sidecars, grants, log_dir, deadline_s) as pods:
+        yield pods

@@ -16,6 +16,7 @@ from app.acl_reconciler import (
     AclState,
     Binding,
     Credential,
+    admin_mechanism,
     format_table,
     plan,
     read_passwords,
@@ -31,6 +32,7 @@ from app.acl_specs import (
     dumps,
     loads,
 )
+from app.kafka_security import previous_scram_mechanism, scram_mechanism
 
 
 def allow(principal: str, kind: ResourceType, name: str, operation: Operation) -> AclSpec:
@@ -129,6 +131,26 @@ def test_a_password_that_no_longer_logs_in_is_updated() -> None:
     unchecked = plan([APP], cluster, passwords={"app": "new"}, can_check=False)
     (step,) = unchecked.of(AclAction.UPDATE_CREDENTIAL)
     assert "cannot check the password" in step.detail
+
+
+def test_the_credentials_planned_are_of_the_revisions_mechanism() -> None:
+    # The state holds what the cluster has for that mechanism: none yet in a rotation's first
+    # run, whatever the other mechanism holds (the credentials the running clients use).
+    rotating = plan([APP], state(), passwords={"app": "new"}, mechanism="SCRAM-SHA-256")
+    (step,) = rotating.of(AclAction.CREATE_CREDENTIAL)
+    assert step.detail == "SCRAM-SHA-256: no credential yet"
+    assert rotating.mechanism == "SCRAM-SHA-256"
+    assert plan([APP], state(), passwords={"app": "pw"}).mechanism == "SCRAM-SHA-512"
+
+
+def test_a_mechanism_is_one_of_kafkas_two() -> None:
+    assert scram_mechanism(1) == scram_mechanism(3) == "SCRAM-SHA-512"
+    assert scram_mechanism(2) == previous_scram_mechanism(3) == "SCRAM-SHA-256"
+    assert previous_scram_mechanism(2) == "SCRAM-SHA-512"
+    with pytest.raises(ValueError, match="'PLAIN': must be one of SCRAM-SHA-256, SCRAM-SHA-512"):
+        admin_mechanism("PLAIN")
+    with pytest.raises(ValueError, match="credentials revision 0: must be at least 1"):
+        scram_mechanism(0)
 
 
 def test_without_passwords_credentials_are_not_touched() -> None:

@@ -1,8 +1,9 @@
 """A broker is ready when it is an unfenced member of the cluster and in sync on what it hosts.
 
-Node 1 of the tests' 3-node Apache Kafka shows the answers and the HTTP endpoint; a restart
-shows the point of it: a restarted broker is not ready until it is back in every ISR, and the
-others stay ready meanwhile.
+Node 1 of the tests' 3-node Apache Kafka (PLAINTEXT) shows the answers and the HTTP endpoint; a
+restart shows the point of it: a restarted broker is not ready until it is back in every ISR,
+and the others stay ready meanwhile. The secured cluster's sidecars (their own user, the
+bootstrap ACLs, the certificates' expiry) are tested in test_rendered_prod_on_secured_kafka.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.broker_readiness import BootstrapAcls, ReadinessCache, client_configs, judge, serve
+from app.broker_readiness import (
+    AdminSource,
+    BootstrapAcls,
+    ReadinessCache,
+    judge,
+    metrics_text,
+    serve,
+)
 from app.kraft_cluster import HOST, KraftCluster, free_port
 from tests.app.processor_harness import wait_until
 
@@ -33,6 +41,8 @@ def admin(kraft_cluster: KraftCluster) -> Iterator[AdminClient]:
     client = AdminClient({"bootstrap.servers": f"{HOST}:{node.broker_port}"})
     topic = "hosted-by-every-node"
     client.create_topics([NewTopic(topic, 2, 3)])[topic].result(timeout=30)
+    # Created is not yet in this broker's metadata: wait until node 1 sees both partitions.
+    wait_until(lambda: judge(client, NODE_ID).hosted >= 2, DEADLINE_S, f"{topic} in the metadata")
     yield client
     client.delete_topics([topic])[topic].result(timeout=30)
 
@@ -62,7 +72,7 @@ def test_a_broker_whose_bootstrap_acls_cannot_be_read_is_not_ready_and_says_whic
     path = tmp_path / "bootstrap-acls.json"
     if content is not None:
         path.write_text(content)
-    readiness = ReadinessCache(admin, NODE_ID, bootstrap_acls=BootstrapAcls(path)).current()
+    readiness = ReadinessCache(lambda: admin, NODE_ID, bootstrap_acls=BootstrapAcls(path)).current()
     assert not readiness.ready
     assert readiness.reason.startswith(f"bootstrap ACLs {path}: unreadable (")
     assert problem in readiness.reason
@@ -77,7 +87,7 @@ def test_a_broker_that_does_not_answer_is_not_ready() -> None:
 
 
 def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) -> None:
-    server = serve(ReadinessCache(admin, NODE_ID), "127.0.0.1", 0)
+    server = serve(ReadinessCache(lambda: admin, NODE_ID), "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
@@ -86,7 +96,10 @@ def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) 
             assert json.loads(response.read())["ready"] is True
         with urllib.request.urlopen(f"{base}/live", timeout=30) as response:
             assert response.status == 200
-        unready = serve(ReadinessCache(admin, 7), "127.0.0.1", 0)
+        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
+            assert response.status == 200  # no TLS, no certificate to expire: no series
+            assert response.read() == b""
+        unready = serve(ReadinessCache(lambda: admin, 7), "127.0.0.1", 0)
         threading.Thread(target=unready.serve_forever, daemon=True).start()
         port = unready.server_address[1]
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -145,17 +158,19 @@ def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(
     kraft_cluster.wait_until_fully_replicated(DEADLINE_S)
 
 
-def test_with_a_tls_dir_the_probe_connects_as_the_broker_over_ssl() -> None:
-    configs = client_configs("localhost:9094", "/etc/kafka/tls")
-    assert configs == {
-        "bootstrap.servers": "localhost:9094",
-        "security.protocol": "SSL",
-        "ssl.ca.location": "/etc/kafka/tls/ca.crt",
-        "ssl.certificate.location": "/etc/kafka/tls/tls.crt",
-        "ssl.key.location": "/etc/kafka/tls/tls.key",
-        "log_level": 3,
-    }
-    assert client_configs("localhost:9092", None) == {
-        "bootstrap.servers": "localhost:9092",
-        "log_level": 3,
-    }
+def test_a_changed_command_config_is_used_only_once_it_connects(
+    kraft_cluster: KraftCluster, tmp_path: Path
+) -> None:
+    """A rotated password reaches the file before the cluster knows it: the open client goes on."""
+    config = tmp_path / "readiness-client.properties"
+    config.write_text("client.id=broker-readiness\n")
+    source = AdminSource(f"{HOST}:{kraft_cluster.node(NODE_ID).broker_port}", config, env={})
+    first = source()
+    assert source.tls_target is None and metrics_text(source.tls_target) == ""
+    # Settings this PLAINTEXT listener refuses (a TLS handshake) stand in for a new password.
+    config.write_text("client.id=broker-readiness\nsecurity.protocol=SSL\n")
+    assert source() is first
+    assert judge(source(), NODE_ID).ready
+    config.write_text("client.id=broker-readiness-2\n")
+    assert source() is not first  # it answers: the new client is the one now
+    assert judge(source(), NODE_ID).ready

@@ -1,5 +1,6 @@
-"""The Grafana dashboard: valid structure, and every PromQL expression names metrics the
-processor really exports (read from a real `ProcessorMetrics` registry, every series present)."""
+"""The Grafana dashboard and the alerting rules: valid structure, and every PromQL expression
+names metrics the processor really exports (read from a real `ProcessorMetrics` registry, every
+series present) or the brokers' readiness sidecars do (`app.broker_readiness`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from app import broker_readiness
 from app.processor.metrics import ProcessorMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "processor.json"
-METRIC_NAME = re.compile(r"\b(processor_[a-z_]+)\b")
+ALERTS = DASHBOARD.parent / "alerts.yaml"
+METRIC_NAME = re.compile(r"\b((?:processor|kafka_tls)_[a-z_]+)\b")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +39,9 @@ def exported_names() -> set[str]:
     metrics.batch_skipped()
     metrics.set_ready(True)
     text = metrics.exposition().decode("utf-8")
-    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples} | {
+        broker_readiness.EXPIRY_METRIC
+    }
 
 
 def _expressions(dashboard: dict[str, Any]) -> list[str]:
@@ -83,4 +89,33 @@ def test_dashboard_is_grafana_json_with_datasource_and_pod_variables(
         assert {"x", "y", "w", "h"} <= panel["gridPos"].keys()
         assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
         for target in panel["targets"]:
-            assert 'pod=~"$pod"' in target["expr"], f"{panel['title']}: not filtered by $pod"
+            if "processor_" in target["expr"]:  # the $pod variable lists processor pods
+                assert 'pod=~"$pod"' in target["expr"], f"{panel['title']}: not filtered by $pod"
+
+
+def _alert_rules() -> list[dict[str, Any]]:
+    document = yaml.safe_load(ALERTS.read_text(encoding="utf-8"))
+    return [rule for group in document["groups"] for rule in group["rules"]]
+
+
+def test_every_alert_names_exported_metrics_a_severity_and_what_to_do(
+    exported_names: set[str],
+) -> None:
+    rules = _alert_rules()
+    assert {r["alert"] for r in rules} >= {
+        "KafkaCertificateExpiresSoon",
+        "KafkaCertificateExpiresThisWeek",
+    }
+    for rule in rules:
+        names = set(METRIC_NAME.findall(rule["expr"]))
+        assert names and names <= exported_names, (rule["alert"], names - exported_names)
+        assert rule["labels"]["severity"] in ("warning", "critical")
+        assert {"summary", "description"} <= rule["annotations"].keys()
+
+
+def test_the_certificate_panel_and_the_alerts_read_the_sidecars_metric(
+    dashboard: dict[str, Any],
+) -> None:
+    panel_metrics = {n for e in _expressions(dashboard) for n in METRIC_NAME.findall(e)}
+    alert_metrics = {n for r in _alert_rules() for n in METRIC_NAME.findall(r["expr"])}
+    assert broker_readiness.EXPIRY_METRIC in panel_metrics & alert_metrics

@@ -1,5 +1,6 @@
 """Kafka secured as prod renders it, on a real 3-node Apache Kafka (`KraftCluster(security=...)`):
-TLS on every listener, SCRAM-SHA-512 clients, StandardAuthorizer denying what no ACL allows.
+TLS on every listener, SCRAM clients (SCRAM-SHA-512: revision 1's), StandardAuthorizer
+denying what no ACL allows.
 
 The topic reconciler creates the topics, the users' credentials and their ACLs; the real
 processor counts page views exactly once with only its own ACLs; and Kafka refuses a client
@@ -17,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ from confluent_kafka.admin import ResourceType as AdminResourceType
 from app.acl_reconciler import Binding, grant, read_bindings
 from app.acl_specs import (
     ACL_LEDGER_TOPIC,
-    SCRAM_MECHANISM,
+    BROKER_READINESS_USER,
     AclSpec,
     KafkaUser,
     Operation,
@@ -50,6 +51,7 @@ from app.acl_specs import (
 from app.bench.throughput import ThroughputParams, produce_backlog, raw_consume_rate
 from app.client_properties import ClientConfig
 from app.java_properties import load_properties
+from app.kafka_security import SCRAM_SHA_512
 from app.kraft_cluster import ClusterSecurity, KraftCluster
 from app.loadgen import LoadSettings
 from app.local.instances import InstanceOptions, PipelineNames
@@ -75,6 +77,8 @@ RECONCILER = "topic-reconciler"
 # The reconciler's own user exists from the start (bootstrapped at format, as in prod); the
 # others are created by the reconciler.
 RECONCILER_PASSWORD = "reconciler-Pw-1"
+# So does the brokers' readiness user, whose sidecars judge before the reconciler runs.
+READINESS_PASSWORD = "readiness-Pw-1"
 LOAD_PRODUCER = "load-producer"
 PARTITIONS = 4
 DEADLINE_S = 240.0
@@ -89,7 +93,7 @@ class Secured:
     workdir: Path
     users: list[KafkaUser]
     passwords: dict[str, str]
-    sidecar_logs: list[Path] = field(default_factory=list)
+    pod_logs: list[Path] = field(default_factory=list)  # the sidecars' and grant containers'
 
     @cached_property
     def superuser(self) -> AdminClient:
@@ -142,7 +146,9 @@ def _properties(settings: Mapping[str, str]) -> str:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     workdir = tmp_path_factory.mktemp("secured")
-    security = ClusterSecurity(scram_users={RECONCILER: RECONCILER_PASSWORD})
+    security = ClusterSecurity(
+        scram_users={RECONCILER: RECONCILER_PASSWORD, BROKER_READINESS_USER: READINESS_PASSWORD}
+    )
     with KraftCluster(security=security) as cluster:
         topics = pipeline_topics(
             application_id=APPLICATION_ID,
@@ -156,6 +162,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         users = pipeline_users(application_id=APPLICATION_ID, topics=topics)
         passwords = {u.name: f"{u.name}-{uuid.uuid4().hex}" for u in users}
         passwords[RECONCILER] = RECONCILER_PASSWORD
+        passwords[BROKER_READINESS_USER] = READINESS_PASSWORD
         (workdir / "topics.json").write_text(dump_topics(topics))
         (workdir / "users").mkdir()
         for name, password in passwords.items():
@@ -166,13 +173,14 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         reconciler["sasl.password"] = "${env:SASL_PASSWORD}"
         (workdir / "client.properties").write_text(_properties(reconciler))
         secured = Secured(cluster, workdir, users, passwords)
-        # Deny by default holds for the reconciler too: its own ACLs come from the brokers'
-        # readiness sidecars, as prod runs them, and the Job starts once all are ready.
-        (reconciler_user,) = [u for u in users if u.name == RECONCILER]
-        grants = workdir / "bootstrap-acls.json"
-        grants.write_text(dumps([reconciler_user]))
-        with readiness_sidecars(cluster, grants, workdir, DEADLINE_S) as sidecars:
-            secured.sidecar_logs = sidecars
+        # Deny by default holds for the reconciler and the readiness user too: their ACLs come
+        # from the brokers' grant containers, as prod runs them, and the Job starts once every
+        # readiness sidecar (connected as its own user) answers ready.
+        bootstrap = [u for u in users if u.name in (RECONCILER, BROKER_READINESS_USER)]
+        with readiness_sidecars(
+            cluster, bootstrap, READINESS_PASSWORD, workdir, DEADLINE_S
+        ) as pods:
+            secured.pod_logs = pods.logs()
             _add_load_producer(secured, f"{APPLICATION_ID}-page-views")
             yield secured
 
@@ -223,7 +231,8 @@ def test_the_reconciler_creates_topics_users_and_acls_and_a_second_run_changes_n
 
     assert second.returncode == 0, second.stdout + second.stderr
     acls = sum(len(u.acls) for u in secured.users)
-    assert f"0 changes: 4 topics, 3 users and {acls} ACLs up to date" in second.stdout
+    users = len(secured.users)
+    assert f"0 changes: 4 topics, {users} users and {acls} ACLs up to date" in second.stdout
     present = read_bindings(secured.superuser, [u.principal for u in secured.users])
     assert present == {Binding.of(acl) for user in secured.users for acl in user.acls}
 
@@ -249,7 +258,7 @@ def test_the_processor_counts_exactly_once_with_only_its_own_acls(
     ca = str(secured.cluster.ca_file)
     security = {
         "security.protocol": "SASL_SSL",
-        "sasl.mechanism": SCRAM_MECHANISM,
+        "sasl.mechanism": SCRAM_SHA_512,
         "sasl.username": APPLICATION_ID,
         "sasl.password": "${env:SASL_PASSWORD}",
         "ssl.ca.location": ca,
@@ -343,7 +352,7 @@ def test_a_wrong_password_is_refused(secured: Secured) -> None:
     error = authentication[0]
     assert (
         "Authentication failed during authentication due to invalid credentials with SASL "
-        f"mechanism {SCRAM_MECHANISM}"
+        f"mechanism {SCRAM_SHA_512}"
     ) in error.str()
 
 
@@ -526,6 +535,10 @@ def test_the_local_run_and_the_bench_clients_take_command_config(
 # --- the brokers' readiness sidecar ----------------------------------------------------------
 
 
+def _says(log_file: Path, text: str) -> bool:
+    return text in log_file.read_text(errors="replace")
+
+
 def test_the_brokers_sidecars_grant_the_reconciler_its_own_acls_on_a_fresh_cluster(
     secured: Secured,
 ) -> None:
@@ -534,7 +547,14 @@ def test_the_brokers_sidecars_grant_the_reconciler_its_own_acls_on_a_fresh_clust
     (reconciler,) = [u for u in secured.users if u.name == RECONCILER]
     present = read_bindings(secured.superuser, [reconciler.principal])
     assert present == {Binding.of(acl) for acl in reconciler.acls}
-    for log_file in secured.sidecar_logs:
-        text = log_file.read_text()
-        assert f"granted the {len(reconciler.acls)} bootstrap ACLs of User:{RECONCILER}" in text
-        assert "ready: in sync on all" in text
+    for log_file in secured.pod_logs:
+        if log_file.name.startswith("grant-acls-"):
+            # Every broker's grant container grants them all (the first sufficed for ready).
+            wait_until(
+                partial(_says, log_file, "granted every ACL of"),
+                DEADLINE_S,
+                f"{log_file} to report its grants",
+                seen=log_file.read_text,
+            )
+        else:
+            assert "ready: in sync on all" in log_file.read_text(), log_file.read_text()[-3000:]

@@ -1,12 +1,14 @@
 """The prod stack as rendered starts and counts on a secured 3-node Apache Kafka (issue 27).
 
 Everything comes from `python -m infra.render --stack prod`: the brokers' settings (the
-`kafka-bootstrap` ConfigMap's server.properties), the ACLs their readiness sidecars grant
-(its bootstrap-acls.json), the topic Job's own command with its ConfigMap (topics, users, ACLs,
-client settings) and the processor's `processor.properties`, its environment and its volumes.
-The test changes only what names the pod or the cluster's network instead of this host (ports,
-addresses, mount paths, the image's interpreter), each change listed below with its reason; so a
-rendered prod setting that the brokers, the reconciler or the processor would refuse fails here.
+`kafka-bootstrap` ConfigMap's server.properties), each broker pod's `grant-acls` script (run
+with `kafka-acls.sh` of the release's jars) and readiness sidecar with the files they mount, the
+topic Job's own command with its ConfigMap (topics, users, ACLs, client settings) and the
+processor's `processor.properties`, its environment and its volumes. The test changes only what
+names the pod or the cluster's network instead of this host (ports, addresses, mount paths, the
+image's interpreter and `kafka-acls.sh`), each change listed below with its reason; so a
+rendered prod setting that the brokers, their pods' helpers, the reconciler or the processor
+would refuse fails here.
 
 Broker settings the render leaves at Kafka's defaults take the local cluster's test values
 (`app.kraft_cluster.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
@@ -16,18 +18,31 @@ Broker settings the render leaves at Kafka's defaults take the local cluster's t
 from __future__ import annotations
 
 import os
-import re
+import socket
+import ssl
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ConfigResource,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from cryptography import x509
 
 from app import acl_specs, topic_specs
@@ -40,16 +55,24 @@ from app.kafka_security import (
     TLS_COMBINED_FILE,
     TLS_KEY_FILE,
 )
-from app.kraft_cluster import ClusterSecurity, KraftCluster
-from tests.app.processor_harness import REPO, ProcessorProcess, produce_page_views, wait_for_counts
+from app.kraft_cluster import ClusterSecurity, KraftCluster, free_port
+from tests.app.processor_harness import (
+    REPO,
+    ProcessorProcess,
+    produce_page_views,
+    wait_for_counts,
+    wait_until,
+)
 from tests.app.rendered_deployment import Manifests, render
-from tests.app.secured_kafka import readiness_sidecars
+from tests.app.secured_kafka import BrokerPod, BrokerPods, broker_pods, grant_command, localize
 
 pytestmark = [
     pytest.mark.timeout(900),
 ]
 
 STACK = "prod"
+# The brokers' client listener in the pod: the readiness sidecar connects to it on localhost.
+CLIENT_PORT = 9092
 DEADLINE_S = 300.0
 JOB_TIMEOUT_S = 600.0
 VIEWS = 3000
@@ -86,15 +109,6 @@ PROCESSOR_KEYS_CHANGED = {
 # The topic Job's command runs as rendered but for the image's interpreter (`python` on the
 # image's PATH: this environment's), --bootstrap-servers (the brokers' loopback listeners) and
 # its mount paths (each volume's local folder, in its arguments and in its ConfigMap's files).
-
-
-def localize(text: str, mounts: Mapping[str, Path]) -> str:
-    """`text` with every path under a mount path pointing into that mount's local folder."""
-    if not mounts:
-        return text
-    paths = "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True))
-    pattern = re.compile(rf"(?<![\w./-])({paths})(?=[/:\s]|\Z)")
-    return pattern.sub(lambda m: str(mounts[m[1]]), text)
 
 
 def downward_env(container: Mapping[str, Any], pod: str, namespace: str) -> dict[str, str]:
@@ -162,8 +176,8 @@ class Kubelet:
         if secret.get("type") == "kubernetes.io/tls":
             return {key: (self.tls_dir / key).read_text(encoding="utf-8") for key in keys}
         user = self.user_secrets[name]
-        values = {"password": self.passwords[user], "username": user}
-        return {key: values[key] for key in keys}
+        # Every other key holds the user's password (one per SCRAM mechanism).
+        return {key: user if key == "username" else self.passwords[user] for key in keys}
 
 
 @dataclass
@@ -176,7 +190,12 @@ class Deployed:
     workdir: Path
     rendered_broker: dict[str, str]
     broker_configs: dict[str, str]
-    sidecar_logs: list[Path]
+    pods: BrokerPods
+    readiness_user: str
+    # Seen before the grant containers started: each sidecar's /ready, and the bootstrap
+    # principals' ACLs on the cluster.
+    unready_before_grants: dict[int, tuple[int, str]]
+    acls_before_grants: frozenset[Binding]
 
     @cached_property
     def superuser(self) -> AdminClient:
@@ -186,7 +205,7 @@ class Deployed:
 
     def logs(self) -> dict[Path, str]:
         """Every log file so far: the sidecars' and the brokers' (console and log4j files)."""
-        paths = [*self.sidecar_logs]
+        paths = [*self.pods.logs()]
         for node in self.cluster.nodes:
             paths += [node.console_path, *sorted(node.log_dir.glob("*.log"))]
         return {p: p.read_text(errors="replace") for p in paths if p.is_file()}
@@ -198,7 +217,18 @@ def _only(objects: list[dict[str, Any]], what: str) -> dict[str, Any]:
 
 
 def _topic_job(manifests: Manifests) -> dict[str, Any]:
-    return _only(manifests.of_kind("Job"), "Jobs")
+    """The Job that reconciles the topics (`python -m app.topics`)."""
+    return _only(
+        [
+            job
+            for job in manifests.of_kind("Job")
+            if any(
+                "app.topics" in c.get("args", [])
+                for c in job["spec"]["template"]["spec"]["containers"]
+            )
+        ],
+        "topic reconciler Jobs",
+    )
 
 
 def _processor_set(manifests: Manifests) -> dict[str, Any]:
@@ -259,6 +289,48 @@ def broker_configs(rendered: Mapping[str, str], tls_dir: Path) -> dict[str, str]
     return configs
 
 
+def _answers(pod: BrokerPod, path: str, status: int) -> bool:
+    return pod.answer(path)[0] == status
+
+
+def _says(log_file: Path, text: str) -> bool:
+    return log_file.is_file() and text in log_file.read_text(errors="replace")
+
+
+def _kafka_pod(manifests: Manifests) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The brokers' pod spec and its containers by name."""
+    pod = manifests.get("StatefulSet", "kafka")["spec"]["template"]["spec"]
+    return pod, {c["name"]: c for c in pod["containers"]}
+
+
+def _pod_helpers(
+    manifests: Manifests, cluster: KraftCluster, kubelet: Kubelet, workdir: Path
+) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """Each node's rendered readiness sidecar arguments and grant-acls command, on this host:
+    their mounts are local folders (the kubelet's files), the broker is the node's listener
+    (the sidecar's CLIENT, the grant script's INTERNAL), `$(KAFKA_NODE_ID)` the node's id."""
+    pod, containers = _kafka_pod(manifests)
+    sidecar, grant = containers["broker-readiness"], containers["grant-acls"]
+    assert sidecar["args"][:3] == ["python", "-m", "app.broker_readiness"], sidecar["args"]
+    assert grant["command"][:2] == ["sh", "-c"], grant["command"]
+    sidecars, grants = {}, {}
+    for node in cluster.nodes:
+        root = workdir / f"pod-{node.node_id}"
+        mounts = kubelet.mount(pod, sidecar, root / "broker-readiness")
+        args = [localize(arg, mounts) for arg in sidecar["args"][3:]]
+        args = [a.replace("$(KAFKA_NODE_ID)", str(node.node_id)) for a in args]
+        server = args.index("--bootstrap-server") + 1
+        assert args[server] == f"localhost:{CLIENT_PORT}", args
+        args[server] = f"127.0.0.1:{node.broker_port}"
+        port = args.index("--port")
+        sidecars[node.node_id] = args[:port] + args[port + 2 :]  # a free port instead
+        mounts = kubelet.mount(pod, grant, root / "grant-acls")
+        grants[node.node_id] = grant_command(
+            grant["command"][2], cluster, node.node_id, mounts, mounts["/tmp"]
+        )
+    return sidecars, grants
+
+
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     workdir = tmp_path_factory.mktemp("rendered-prod")
@@ -270,18 +342,35 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     user_secrets = _job_user_secrets(job)
     passwords = {user: f"{user}-{uuid.uuid4().hex}" for user in user_secrets.values()}
     reconciler = load_properties(_job_config(manifests)["client.properties"])["sasl.username"]
-    # The reconciler's user exists from the start (bootstrapped at format, as prod's init
-    # container does); the reconciler creates the others.
-    security = ClusterSecurity(scram_users={reconciler: passwords[reconciler]})
+    readiness = load_properties(bootstrap["readiness-client.properties"])["sasl.username"]
+    # The reconciler's and the readiness sidecars' users exist from the start (bootstrapped at
+    # format, as prod's init container does with every user); the reconciler creates the others.
+    security = ClusterSecurity(
+        scram_users={user: passwords[user] for user in (reconciler, readiness)}
+    )
     cluster_dir = workdir / "cluster"
     configs = broker_configs(rendered, cluster_dir / "tls")
     with KraftCluster(security=security, broker_configs=configs, work_dir=cluster_dir) as cluster:
         assert cluster.tls_dir == cluster_dir / "tls"
-        grants = workdir / "bootstrap-acls.json"
-        grants.write_text(bootstrap["bootstrap-acls.json"], encoding="utf-8")
         kubelet = Kubelet(manifests, cluster.tls_dir, passwords, user_secrets)
-        with readiness_sidecars(cluster, grants, workdir, DEADLINE_S) as sidecar_logs:
-            yield Deployed(manifests, cluster, kubelet, workdir, rendered, configs, sidecar_logs)
+        sidecars, grants = _pod_helpers(manifests, cluster, kubelet, workdir)
+        principals = [u.principal for u in acl_specs.loads(bootstrap["bootstrap-acls.json"])]
+        superuser = AdminClient({**cluster.superuser_configs()})
+        with broker_pods(cluster, sidecars, grants, workdir, DEADLINE_S, grant=False) as pods:
+            # Before the grants, no sidecar is ready, and says why.
+            unready = {}
+            for pod in pods.pods:
+                wait_until(partial(_answers, pod, "/ready", 503), DEADLINE_S,
+                           f"the sidecar of node {pod.node_id} to judge")  # fmt: skip
+                status, body = pod.answer("/ready")
+                unready[pod.node_id] = (status, body.decode())
+            before = read_bindings(superuser, principals)
+            pods.start_grants()
+            pods.wait_ready(DEADLINE_S)
+            yield Deployed(
+                manifests, cluster, kubelet, workdir, rendered, configs, pods, readiness,
+                unready, before,
+            )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -374,6 +463,91 @@ def test_the_rendered_topic_job_creates_the_rendered_topics_users_and_acls(
     )
 
 
+def test_the_brokers_are_ready_only_after_their_grant_containers_granted_the_bootstrap_acls(
+    deployed: Deployed,
+) -> None:
+    """The sidecars, on their own user, said not ready while no ACL existed, and why; the
+    grant containers (the rendered script, as the broker) granted every bootstrap ACL; then
+    every sidecar answered ready."""
+    bootstrap = deployed.manifests.get("ConfigMap", "kafka-bootstrap")["data"]
+    users = acl_specs.loads(bootstrap["bootstrap-acls.json"])
+    assert {u.name for u in users} >= {deployed.readiness_user}
+    assert deployed.acls_before_grants == frozenset()  # a fresh cluster: deny by default
+    for node_id, (status, body) in deployed.unready_before_grants.items():
+        assert status == 503, (node_id, body)
+        assert "grant-acls container" in body, (node_id, body)
+    present = read_bindings(deployed.superuser, [u.principal for u in users])
+    assert present == {Binding.of(acl) for user in users for acl in user.acls}
+    for pod in deployed.pods.pods:
+        assert pod.ready()
+        assert pod.grant_log is not None
+        wait_until(
+            partial(_says, pod.grant_log, "granted every ACL of"),
+            DEADLINE_S,
+            f"{pod.grant_log} to report its grants",
+            seen=pod.grant_log.read_text,
+        )
+        assert "ready: in sync on all" in pod.sidecar_log.read_text()
+    # The sidecar's own identity: its folders hold its password and the CA, no private key.
+    for folder in (deployed.workdir / "pod-1" / "broker-readiness").iterdir():
+        for file in folder.iterdir():
+            assert "PRIVATE KEY" not in file.read_text(errors="replace"), file
+
+
+def test_the_readiness_user_may_describe_and_nothing_more(
+    deployed: Deployed, topic_job: subprocess.CompletedProcess[str]
+) -> None:
+    assert topic_job.returncode == 0, topic_job.stderr[-3000:]
+    user = deployed.readiness_user
+    configs = deployed.cluster.client_configs(user, deployed.kubelet.passwords[user])
+    admin = AdminClient({**configs})
+    specs = topic_specs.loads(_job_config(deployed.manifests)["topics.json"])
+    seen = admin.list_topics(timeout=30).topics
+    assert {spec.name for spec in specs} <= set(seen)  # DESCRIBE: it judges their ISR
+    # No ACL administration (CreateAcls needs ALTER on the cluster).
+    acl = AclBinding(ResourceType.TOPIC, specs[0].name, ResourcePatternType.LITERAL,
+                     f"User:{user}", "*", AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
+    with pytest.raises(KafkaException) as refused:
+        admin.create_acls([acl])[acl].result(30)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # No data: a produce is refused.
+    errors: list[KafkaError] = []
+    producer = Producer({**configs, "acks": "all"})
+    producer.produce(specs[0].name, b"x", on_delivery=lambda err, _msg: errors.append(err))  # type: ignore[arg-type]
+    assert producer.flush(60) == 0
+    assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], errors
+
+
+def test_the_sidecars_serve_the_expiry_of_the_certificate_the_broker_serves(
+    deployed: Deployed,
+) -> None:
+    pod = deployed.pods.pods[0]
+    status, body = pod.answer("/metrics")
+    assert status == 200, body
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in body.decode().splitlines()
+        if line and not line.startswith("#")
+    }
+    metric = "kafka_tls_certificate_expiration_timestamp_seconds"
+    files = {"broker": TLS_CERT_FILE, "ca": TLS_CA_FILE}
+    for certificate, name in files.items():
+        pem = (deployed.cluster.tls_dir / name).read_bytes()
+        expires = x509.load_pem_x509_certificate(pem).not_valid_after_utc.timestamp()
+        assert values[f'{metric}{{certificate="{certificate}"}}'] == expires, values
+    # The broker's is what it serves: the same as a handshake of this test's own.
+    context = ssl.create_default_context(cafile=str(deployed.cluster.ca_file))
+    node = deployed.cluster.node(pod.node_id)
+    with (
+        socket.create_connection(("127.0.0.1", node.broker_port), timeout=30) as sock,
+        context.wrap_socket(sock, server_hostname="127.0.0.1") as tls,
+    ):
+        peer = tls.getpeercert()
+    assert peer, "the broker served no certificate"
+    served = ssl.cert_time_to_seconds(str(peer["notAfter"]))
+    assert values[f'{metric}{{certificate="broker"}}'] == served
+
+
 def _on_this_host(properties: str, bootstrap_servers: str) -> str:
     """The processor's properties with the brokers' loopback listeners, without the pod's
     health.port (the harness appends a free one)."""
@@ -427,3 +601,47 @@ def test_the_rendered_processor_counts_exactly_once_and_stops_cleanly(
     for user, password in deployed.kubelet.passwords.items():
         leaked = [str(path) for path, log in logs.items() if password in log]
         assert not leaked, f"the password of {user} is in {leaked}"
+
+
+def test_a_sidecar_started_mid_rotation_logs_in_with_the_previous_revisions_credential(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    """A broker restarted after a rotation wrote the new password, before the reconciler set
+    it: the rendered fallback login (the previous mechanism's password, still valid) makes its
+    sidecar ready, so the roll never waits on the Job that waits on the roll."""
+    user = deployed.readiness_user
+    previous = load_properties(
+        deployed.manifests.get("ConfigMap", "kafka-bootstrap")["data"][
+            "readiness-previous-client.properties"
+        ]
+    )
+    mechanism, previous_password = previous["sasl.mechanism"], f"previous-{uuid.uuid4().hex}"
+    upsert = UserScramCredentialUpsertion(
+        user,
+        ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], 4096),
+        previous_password.encode(),
+    )
+    deployed.superuser.alter_user_scram_credentials([upsert])[user].result(30)
+    sidecars, _ = _pod_helpers(deployed.manifests, deployed.cluster, deployed.kubelet, tmp_path)
+    node_id = deployed.cluster.nodes[0].node_id
+    secret_files = tmp_path / f"pod-{node_id}" / "broker-readiness" / "kafka-user"
+    # The new revision's password, which the cluster does not know yet.
+    (secret_files / "password").write_text(f"not-set-yet-{uuid.uuid4().hex}")
+    (secret_files / previous["sasl.password"].rsplit(":", 1)[1].rstrip("}")).write_text(
+        previous_password
+    )
+    port, log_file = free_port(), tmp_path / "sidecar.log"
+    with log_file.open("wb") as out:
+        sidecar = subprocess.Popen(
+            [sys.executable, "-m", "app.broker_readiness", *sidecars[node_id],
+             "--port", str(port), "--host", "127.0.0.1"],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    pod = BrokerPod(node_id, port, log_file)
+    try:
+        wait_until(pod.ready, DEADLINE_S, "the mid-rotation sidecar to answer 200 on /ready",
+                   seen=log_file.read_text)  # fmt: skip
+    finally:
+        sidecar.terminate()
+        sidecar.wait(30)
+    assert "connected with the previous revision's credentials" in log_file.read_text()

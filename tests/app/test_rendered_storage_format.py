@@ -25,29 +25,30 @@ MOUNTS = {
 }
 
 
-def _format_step(manifests: Manifests) -> tuple[str, str]:
-    """The init container's script and the format settings it reads."""
+def _format_step(manifests: Manifests) -> tuple[str, dict[str, str]]:
+    """The init container's script and the `kafka-bootstrap` files it reads (the format
+    settings, the SCRAM mechanism of the current credentials revision)."""
     pod = manifests.get("StatefulSet", "kafka")["spec"]["template"]["spec"]
     init = next(c for c in pod["initContainers"] if c["name"] == "format-storage")
     assert init["command"][:2] == ["sh", "-c"]
-    settings = manifests.config_maps()["kafka-bootstrap"]["server.properties"]
-    return init["command"][2], settings
+    return init["command"][2], manifests.config_maps()["kafka-bootstrap"]
 
 
 def test_the_rendered_format_step_bootstraps_every_scram_user(tmp_path: Path) -> None:
     kafka_home = distribution_with_scripts(ensure_release(), tmp_path / "kafka")
     render("prod", tmp_path / "manifests")
-    script, settings = _format_step(Manifests.load(tmp_path / "manifests"))
+    script, bootstrap = _format_step(Manifests.load(tmp_path / "manifests"))
     folders = {path: tmp_path / name for path, name in MOUNTS.items()}
     folders["/opt/kafka"] = Path(kafka_home)
     for path, folder in folders.items():
         script = script.replace(path, str(folder))
-    format_settings = load_properties(settings)
+    format_settings = load_properties(bootstrap["server.properties"])
     format_settings["log.dirs"] = str(folders["/var/lib/kafka/data"] / "logs")
     folders["/etc/kafka/bootstrap"].mkdir()
     (folders["/etc/kafka/bootstrap"] / "server.properties").write_text(
         format_properties(format_settings)
     )
+    (folders["/etc/kafka/bootstrap"] / "scram-mechanism").write_text(bootstrap["scram-mechanism"])
     users = {"page-view-counter": "p1", "topic-reconciler": "p2", "observer": "p3"}
     folders["/etc/kafka/users"].mkdir()
     for user, password in users.items():
@@ -61,6 +62,8 @@ def test_the_rendered_format_step_bootstraps_every_scram_user(tmp_path: Path) ->
 
     first = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stdout + first.stderr
+    # Revision 1's mechanism (prod's credentialsRevision): Kafka accepted it for every user.
+    assert "with 3 SCRAM-SHA-512 user(s)" in first.stdout, first.stdout
     checkpoint = (folders["/var/lib/kafka/data"] / "logs" / "bootstrap.checkpoint").read_bytes()
     for user in users:
         assert user.encode() in checkpoint, f"no SCRAM credential for {user} in {checkpoint!r}"

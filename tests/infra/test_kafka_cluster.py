@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from infra.config import KAFKA_IMAGE
 from infra.kafka_cluster import broker_env_name, heap_megabytes
 from infra.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object
@@ -110,7 +111,8 @@ def test_a_broker_is_ready_when_in_sync_as_its_sidecar_judges_no_jvm_per_probe(
     stack: RecordedStack,
 ) -> None:
     sts = k8s_object(stack, "StatefulSet", "kafka")
-    kafka, sidecar = sts["spec"]["template"]["spec"]["containers"]
+    containers = {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}
+    kafka, sidecar = containers["kafka"], containers["broker-readiness"]
     assert kafka["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 8090}
     assert "exec" not in kafka["readinessProbe"]
     assert "tcpSocket" in kafka["startupProbe"]
@@ -126,16 +128,18 @@ def test_a_broker_is_ready_when_in_sync_as_its_sidecar_judges_no_jvm_per_probe(
     assert "command" not in sidecar  # the image's tini stays PID 1
     assert sidecar["args"][:3] == ["python", "-m", "app.broker_readiness"]
     assert sidecar["args"][3:5] == ["--node-id", "$(KAFKA_NODE_ID)"]
-    # Secured, it connects as the broker: the INTERNAL listener and the broker's certificate,
-    # and grants the reconciler's own ACLs (tests/infra/test_kafka_security.py).
-    connect = (
-        [
-            *("--bootstrap-server", "localhost:9094", "--tls-dir", "/etc/kafka/tls"),
-            *("--grant-acls", "/etc/kafka/bootstrap/bootstrap-acls.json"),
+    # Secured, it connects as its own user and waits for the bootstrap ACLs
+    # (tests/infra/test_kafka_security.py).
+    connect = ["--bootstrap-server", "localhost:9092"]
+    if stack.stack == "prod":
+        connect += [
+            *("--command-config", "/etc/kafka/bootstrap/readiness-client.properties"),
+            *(
+                "--fallback-command-config",
+                "/etc/kafka/bootstrap/readiness-previous-client.properties",
+            ),
+            *("--bootstrap-acls", "/etc/kafka/bootstrap/bootstrap-acls.json"),
         ]
-        if stack.stack == "prod"
-        else ["--bootstrap-server", "localhost:9092"]
-    )
     assert sidecar["args"][5:-2] == connect
     node_id = next(e for e in sidecar["env"] if e["name"] == "KAFKA_NODE_ID")
     assert node_id["valueFrom"]["fieldRef"]["fieldPath"] == (
@@ -170,7 +174,7 @@ def test_brokers_run_non_root_with_a_read_only_root(stack: RecordedStack) -> Non
         assert security["allowPrivilegeEscalation"] is False
         assert security["capabilities"] == {"drop": ["ALL"]}
         if container["name"] != "broker-readiness":  # the processor's image, tested above
-            assert container["image"] == "apache/kafka:4.1.0"
+            assert container["image"] == KAFKA_IMAGE
 
 
 def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> None:
@@ -180,9 +184,18 @@ def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> 
             p["port"] for p in rule["ports"]
         )
         for rule in policy["ingress"]
+        if "podSelector" in rule["from"][0]
     }
     assert peers[(("stateful-streaming.io/kafka-client", "true"),)] == [9092]
     assert sorted(peers.values()) == [[9092], [9092, 9093, 9094]]
+    # The readiness sidecars' /metrics: only from Prometheus' namespace, as the processor's.
+    (metrics,) = [rule for rule in policy["ingress"] if "podSelector" not in rule["from"][0]]
+    assert metrics == {
+        "from": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ],
+        "ports": [{"port": 8090, "protocol": "TCP"}],
+    }
     for client in ("page-view-counter",):
         labels = k8s_object(stack, "StatefulSet", client)["spec"]["template"]["metadata"]["labels"]
         assert labels["stateful-streaming.io/kafka-client"] == "true"
@@ -226,3 +239,21 @@ def test_cluster_id_survives_any_change_to_the_cluster_settings(dev: RecordedSta
     assert container_env(k8s_object(changed, "StatefulSet", "kafka"))["KAFKA_HEAP_OPTS"] == (
         "-Xms1024m -Xmx1024m"
     )
+
+
+@pytest.mark.parametrize("scrape", ["podMonitor", "annotations"])
+def test_prometheus_scrapes_the_brokers_sidecars_as_it_does_the_processor(scrape: str) -> None:
+    stack = record_stack("prod", {"processor": {"metricsScrape": scrape}})
+    sts = k8s_object(stack, "StatefulSet", "kafka")
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    monitors = [o for o in stack.kubernetes_objects() if o["kind"] == "PodMonitor"]
+    if scrape == "annotations":
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == "8090"
+        assert annotations["prometheus.io/path"] == "/metrics"
+        assert not monitors
+    else:
+        assert "prometheus.io/scrape" not in annotations
+        (kafka,) = [m for m in monitors if m["metadata"]["name"] == "kafka"]
+        assert kafka["spec"]["selector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+        assert kafka["spec"]["podMetricsEndpoints"] == [{"port": "readiness", "path": "/metrics"}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from infra.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object
 
 APP = "page-view-counter"
-USERS = ("page-view-counter", "topic-reconciler", "observer")
+USERS = ("page-view-counter", "topic-reconciler", "observer", "broker-readiness")
 
 
 def _config_map(stack: RecordedStack, prefix: str) -> dict[str, Any]:
@@ -49,7 +50,10 @@ def test_prod_listeners_are_tls_with_scram_for_clients_and_certificates_between_
         "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
     )
     assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
-    assert env[broker_env_name("listener.name.client.sasl.enabled.mechanisms")] == "SCRAM-SHA-512"
+    # Both SCRAM mechanisms: a rotation moves from one to the other (test_scram_rotation.py).
+    assert env[broker_env_name("listener.name.client.sasl.enabled.mechanisms")] == (
+        "SCRAM-SHA-256,SCRAM-SHA-512"
+    )
     for listener in ("internal", "controller"):
         assert env[broker_env_name(f"listener.name.{listener}.ssl.client.auth")] == "required"
     assert env["KAFKA_SSL_KEYSTORE_LOCATION"] == "/etc/kafka/tls/tls-combined.pem"
@@ -84,6 +88,9 @@ def test_brokers_mount_their_certificate_from_the_tls_secret(prod: RecordedStack
     assert _volumes(pod)["tls"]["secret"]["secretName"] == "kafka-tls"
     for container in pod["spec"]["containers"]:
         mounts = {m["name"]: m for m in container["volumeMounts"]}
+        if container["name"] == "broker-readiness":  # the processor's image: no broker key
+            assert "tls" not in mounts
+            continue
         assert mounts["tls"] == {"name": "tls", "mountPath": "/etc/kafka/tls", "readOnly": True}
     # A renewed certificate changes the template: the brokers roll and read it.
     assert pod["metadata"]["annotations"]["stateful-streaming.io/certificate"].startswith(
@@ -112,33 +119,128 @@ def test_scram_users_are_bootstrapped_when_the_storage_is_formatted(prod: Record
     assert "advertised.listeners" not in formatted and "node.id" not in formatted
 
 
-def test_the_brokers_grant_the_reconciler_its_own_acls_before_they_are_ready(
+def test_the_readiness_sidecar_holds_no_broker_key_and_connects_as_its_own_user(
     prod: RecordedStack,
 ) -> None:
     pod = _pod(prod, "StatefulSet", "kafka")
     sidecar = {c["name"]: c for c in pod["spec"]["containers"]}["broker-readiness"]
+    volumes = _volumes(pod)
+    mounted = {m["name"]: volumes[m["name"]] for m in sidecar["volumeMounts"]}
+    # Of the brokers' TLS Secret only the CA; no projected passwords; its own user's Secret.
+    assert mounted["kafka-ca"]["secret"] == {
+        "secretName": "kafka-tls",
+        "defaultMode": 0o440,
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    # The whole of its own Secret: every mechanism's password, so a rotation changes the files
+    # in place and never the brokers' pod template (which would roll them before the Job that
+    # sets the new credential can run).
+    assert mounted["kafka-user"]["secret"] == {
+        "secretName": "kafka-user-broker-readiness",
+        "defaultMode": 0o440,
+    }
+    assert "tls" not in mounted and "users" not in mounted
+    assert all("projected" not in volume for volume in mounted.values())
+    assert not any("valueFrom" in e and "secretKeyRef" in e["valueFrom"] for e in sidecar["env"])
     args = sidecar["args"]
-    grants = args[args.index("--grant-acls") + 1]
-    assert grants == "/etc/kafka/bootstrap/bootstrap-acls.json"
-    # As the broker: its certificate on the INTERNAL listener, where it is the super user.
-    assert args[args.index("--bootstrap-server") + 1] == "localhost:9094"
-    assert args[args.index("--tls-dir") + 1] == "/etc/kafka/tls"
-    mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
-    assert mounts["/etc/kafka/bootstrap"] == "bootstrap"
-    assert _volumes(pod)["bootstrap"]["configMap"]["name"] == "kafka-bootstrap"
-    # Exactly the reconciler's ACLs of the reconciled specs: it manages everyone else's.
-    bootstrap = k8s_object(prod, "ConfigMap", "kafka-bootstrap")["data"]["bootstrap-acls.json"]
+    # Its own SCRAM user on the CLIENT listener, from a properties file without a secret.
+    assert args[args.index("--bootstrap-server") + 1] == "localhost:9092"
+    config = args[args.index("--command-config") + 1]
+    assert config == "/etc/kafka/bootstrap/readiness-client.properties"
+    bootstrap = k8s_object(prod, "ConfigMap", "kafka-bootstrap")["data"]
+    client = load_properties(bootstrap["readiness-client.properties"])
+    assert client["sasl.username"] == acl_specs.BROKER_READINESS_USER
+    assert client["sasl.password"] == "${dir:/etc/kafka-user:password}"
+    assert client["ssl.ca.location"] == "/etc/kafka-ca/ca.crt"
+    assert "--tls-dir" not in args and "--grant-acls" not in args
+    # While a rotation is under way, the previous revision's login (still valid until retired).
+    fallback = args[args.index("--fallback-command-config") + 1]
+    assert fallback == "/etc/kafka/bootstrap/readiness-previous-client.properties"
+    previous = load_properties(bootstrap["readiness-previous-client.properties"])
+    assert previous == {
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.password": "${dir:/etc/kafka-user:scram-sha-256}",
+    }
+    assert client["sasl.mechanism"] == "SCRAM-SHA-512"  # revision 1's
+    # Describe only: the cluster and the topics a broker hosts.
     reconciled = acl_specs.loads(_config_map(prod, "topics-")["data"]["acls.json"])
-    (reconciler,) = [u for u in reconciled if u.name == "topic-reconciler"]
-    assert acl_specs.loads(bootstrap) == [reconciler]
-    # An ACL change reaches the mounted file without rolling the brokers.
+    (readiness,) = [u for u in reconciled if u.name == acl_specs.BROKER_READINESS_USER]
+    assert {acl.operation for acl in readiness.acls} == {acl_specs.Operation.DESCRIBE}
+    assert {acl.resource_type for acl in readiness.acls} == {
+        acl_specs.ResourceType.TOPIC,
+        acl_specs.ResourceType.CLUSTER,
+    }
+
+
+def _acls_of_lines(lines: list[str]) -> set[tuple[str, str, str, str, str]]:
+    """What `kafka-acls.sh --add <line>` adds for each line: (principal, type, name, pattern,
+    operation), operations in app.acl_specs' spelling."""
+    flags = {"--topic": "TOPIC", "--group": "GROUP", "--transactional-id": "TRANSACTIONAL_ID"}
+    found = set()
+    for line in lines:
+        words = line.split()
+        pairs = list(zip(words[::2], words[1::2], strict=False))
+        principal = dict(pairs)["--allow-principal"]
+        operations = [
+            re.sub(r"(?<!^)(?=[A-Z])", "_", v).upper() for k, v in pairs if k == "--operation"
+        ]
+        if words[-1] == "--cluster":
+            resources = [("CLUSTER", acl_specs.CLUSTER_RESOURCE, "LITERAL")]
+        else:
+            pattern = dict(pairs)["--resource-pattern-type"].upper()
+            resources = [(flags[k], v, pattern) for k, v in pairs if k in flags]
+        found |= {(principal, t, n, p, op) for t, n, p in resources for op in operations}
+    return found
+
+
+def test_the_bootstrap_acls_are_granted_as_the_broker_from_the_brokers_own_image(
+    prod: RecordedStack,
+) -> None:
+    pod = _pod(prod, "StatefulSet", "kafka")
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    grant, kafka = containers["grant-acls"], containers["kafka"]
+    assert grant["image"] == kafka["image"]
+    assert {m["name"] for m in grant["volumeMounts"]} >= {"tls", "bootstrap", "tmp"}
+    script = grant["command"][2]
+    assert grant["command"][:2] == ["sh", "-c"]
+    assert "/opt/kafka/bin/kafka-acls.sh" in script and "localhost:9094" in script
+    assert "/etc/kafka/bootstrap/bootstrap-acls.args" in script
+    # Its probes: the loop runs (the sidecar's DescribeAcls gates the pod's readiness).
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "bootstrap-acls.alive" in " ".join(grant[probe]["exec"]["command"])
+    bootstrap = k8s_object(prod, "ConfigMap", "kafka-bootstrap")["data"]
+    client = load_properties(bootstrap["grant-client.properties"])
+    assert client["ssl.keystore.location"] == "/etc/kafka/tls/tls-combined.pem"
+    assert client["security.protocol"] == "SSL"
+    # Exactly the reconciler's and the readiness user's ACLs of the reconciled specs.
+    reconciled = acl_specs.loads(_config_map(prod, "topics-")["data"]["acls.json"])
+    wanted = [u for u in reconciled if u.name in ("topic-reconciler", "broker-readiness")]
+    assert sorted(acl_specs.loads(bootstrap["bootstrap-acls.json"]), key=lambda u: u.name) == (
+        sorted(wanted, key=lambda u: u.name)
+    )
+    # The script's kafka-acls.sh lines add exactly those, grouped: few JVMs per round.
+    lines = bootstrap["bootstrap-acls.args"].splitlines()
+    assert "--allow-principal User:broker-readiness --operation Describe --cluster" in lines
+    assert len(lines) == 6
+    assert _acls_of_lines(lines) == {
+        (a.principal, a.resource_type.value, a.resource_name, a.pattern_type.value, a.operation)
+        for user in wanted
+        for a in user.acls
+    }
+    # An ACL change reaches the mounted files without rolling the brokers.
     assert "bootstrap-acls" not in json.dumps(pod["metadata"])
+    # The sidecar checks them before it says ready.
+    sidecar = containers["broker-readiness"]
+    args = sidecar["args"]
+    assert args[args.index("--bootstrap-acls") + 1] == "/etc/kafka/bootstrap/bootstrap-acls.json"
 
 
 def test_a_plaintext_stack_grants_nothing(dev: RecordedStack) -> None:
     pod = _pod(dev, "StatefulSet", "kafka")
-    sidecar = {c["name"]: c for c in pod["spec"]["containers"]}["broker-readiness"]
-    assert "--grant-acls" not in sidecar["args"]
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    assert "grant-acls" not in containers
+    sidecar = containers["broker-readiness"]
+    assert "--bootstrap-acls" not in sidecar["args"] and "volumeMounts" not in sidecar
 
 
 def test_each_workload_connects_as_its_own_user_with_a_password_file(prod: RecordedStack) -> None:
@@ -170,8 +272,12 @@ def test_the_reconciler_job_reconciles_the_acl_specs_and_every_users_password(
         "/etc/topics/acls.json",
         "--command-config",
         "/etc/topics/client.properties",
+        "--fallback-command-config",
+        "/etc/topics/previous-client.properties",
         "--scram-passwords-dir",
         "/etc/kafka/users",
+        "--scram-mechanism",
+        "SCRAM-SHA-512",
     ]
 
 
@@ -194,12 +300,16 @@ def test_rotating_credentials_renews_passwords_reruns_the_job_and_rolls_the_proc
     prod: RecordedStack,
 ) -> None:
     rotated = record_stack("prod", {"security": {"credentialsRevision": 2}})
-    keepers = [
-        r.props["keepers"]
+    keepers = {
+        r.name: r.props["keepers"]
         for r in rotated.resources
         if r.type == "random:index/randomPassword:RandomPassword"
-    ]
-    assert keepers == [{"credentialsRevision": "2"}] * len(USERS)
+    }
+    # Revision 2 renews each user's SCRAM-SHA-256 password and keeps revision 1's SHA-512 one.
+    assert keepers == {
+        **{f"kafka-credentials-{u}-scram-sha-256": {"credentialsRevision": "2"} for u in USERS},
+        **{f"kafka-credentials-{u}": {"credentialsRevision": "1"} for u in USERS},
+    }
     before, after = (
         _pod(s, "StatefulSet", APP)["metadata"]["annotations"] for s in (prod, rotated)
     )

@@ -42,7 +42,8 @@ def test_every_policy_restricts_ingress_and_egress(stack: RecordedStack) -> None
 
 
 def test_brokers_reach_only_each_other_and_dns(stack: RecordedStack) -> None:
-    assert _policy(stack, "kafka")["egress"] == [_to_brokers(9093, 9094), DNS]
+    # 9092: the readiness sidecar's admin client follows the metadata to the other brokers.
+    assert _policy(stack, "kafka")["egress"] == [_to_brokers(9092, 9093, 9094), DNS]
 
 
 @pytest.mark.parametrize("client", ["topics", APP])
@@ -70,9 +71,13 @@ def test_metrics_are_open_to_the_monitoring_namespace_by_default(stack: Recorded
 def test_the_metrics_namespace_is_a_stack_setting() -> None:
     recorded = record_stack("prod", {"processor": {"metricsNamespace": "observability"}})
     (rule,) = _policy(recorded, APP)["ingress"]
-    assert rule["from"] == [
+    observability = [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
     ]
+    assert rule["from"] == observability
+    # The brokers' readiness sidecars' /metrics: the same namespace, their port only.
+    (brokers,) = [r for r in _policy(recorded, "kafka")["ingress"] if r["from"] == observability]
+    assert brokers["ports"] == [{"port": 8090, "protocol": "TCP"}]
 
 
 @pytest.mark.parametrize("value", ["", "Monitoring", "monitoring/prometheus", {"team": "obs"}])

@@ -54,6 +54,16 @@ from infra.render import record_stack
         ),
         (
             "prod",
+            {"processor": {"image": "ghcr.io/example/stateful-streaming-processor:0.1.0"}},
+            ["processor.image = 'ghcr.io/example/", "pinned by digest", "@sha256:<64 hex digits>"],
+        ),
+        (
+            "prod",
+            {"kafka": {"image": "apache/kafka:4.1.1@sha256:0bc1bb24"}},
+            ["kafka.image = 'apache/kafka:4.1.1@sha256:0bc1bb24'", "pinned by digest"],
+        ),
+        (
+            "prod",
             {"security": {"clientListener": "PLAINTEXT"}},
             ["security.clientListener = 'PLAINTEXT'", "a prod stack needs SASL_SSL"],
         ),
@@ -279,3 +289,12 @@ def test_presets_keep_standby_state_in_prod_only() -> None:
 def test_unknown_membership_mode_names_the_allowed_values() -> None:
     with pytest.raises(StackConfigError, match=r"processor\.membershipMode = 'eager'"):
         build_stack_config("dev", {"processor": {"membershipMode": "eager"}})
+
+
+def test_dev_runs_a_local_image_by_tag_and_prod_only_by_digest() -> None:
+    local = {"processor": {"image": "stateful-streaming/processor:0.1.0"}}
+    assert build_stack_config("dev", local).processor.image == "stateful-streaming/processor:0.1.0"
+    with pytest.raises(StackConfigError, match=r"processor\.image"):
+        build_stack_config("prod", local)
+    pinned = {"processor": {"image": f"registry.example/processor@sha256:{'ab' * 32}"}}
+    assert build_stack_config("prod", pinned).processor.image.endswith("ab" * 32)

@@ -29,13 +29,12 @@ def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: Rec
     kinds = inventory(stack)
     assert kinds >= COMMON
     extra = kinds - COMMON
-    # The specs ConfigMap, the reconciler Job and the processor properties, named by content.
+    # The specs ConfigMap, the reconciler Job and the processor properties, named by content;
+    # a secured stack's SCRAM retire Job too, named after the reconciler's.
     by_content = (kind for kind, name in extra if kind != "Secret" and name != "kafka-bootstrap")
-    assert sorted(by_content) == [
-        "ConfigMap",
-        "ConfigMap",
-        "Job",
-    ]
+    assert sorted(by_content) == ["ConfigMap", "ConfigMap", "Job"] + (
+        ["Job"] if stack.stack == "prod" else []
+    )
     # A secured stack adds its TLS Secret, a password Secret per user and what a new cluster
     # starts from (format settings, the reconciler's ACLs).
     secured = {
@@ -46,7 +45,7 @@ def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: Rec
         ("ConfigMap", "kafka-bootstrap"),
     }
     assert (extra >= secured) == (stack.stack == "prod")
-    assert len(kinds) == len(stack.kubernetes_objects()) == (21 if stack.stack == "prod" else 16)
+    assert len(kinds) == len(stack.kubernetes_objects()) == (23 if stack.stack == "prod" else 16)
 
 
 def test_every_namespaced_object_lives_in_the_stack_namespace(stack: RecordedStack) -> None:
@@ -78,7 +77,14 @@ def test_components_parent_their_resources(stack: RecordedStack) -> None:
         "stateful-streaming:kafka:KafkaCluster",
         "stateful-streaming:topics:TopicReconciliation",
         "stateful-streaming:processor:Processor",
-        *(["stateful-streaming:kafka:KafkaCredentials"] if stack.stack == "prod" else []),
+        *(
+            [
+                "stateful-streaming:kafka:KafkaCredentials",
+                "stateful-streaming:topics:ScramRetirement",
+            ]
+            if stack.stack == "prod"
+            else []
+        ),
     }
     for resource in stack.resources:
         if resource.type.startswith(("tls:", "random:index/randomPassword")):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.acl_specs import dumps, pipeline_users
+from app.acl_specs import BROKER_READINESS_USER, dumps, pipeline_users
 from app.topic_specs import TopicSpec
 
 PROJECT = "stateful-streaming"
@@ -265,7 +265,10 @@ KAFKA_ENV = {
     "KAFKA_SSL_KEYSTORE_LOCATION": "/etc/kafka/tls/tls-combined.pem",
     "KAFKA_SSL_TRUSTSTORE_TYPE": "PEM",
     "KAFKA_SSL_TRUSTSTORE_LOCATION": "/etc/kafka/tls/ca.crt",
-    "KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512",
+    "KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256,SCRAM-SHA-512",
+    "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___256_SASL_JAAS_CONFIG": (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    ),
     "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG": (
         "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     ),
@@ -322,16 +325,19 @@ def _secret(name: str, string_data: dict[str, str], secret_type: str = "Opaque")
 
 
 def acls_json() -> str:
-    """The reconciler's acls.json: the pipeline's real users and ACLs, as infra renders them."""
+    """The reconciler's acls.json: the pipeline's real users and ACLs, as infra renders them,
+    but for the brokers' readiness user: these handmade brokers run no readiness sidecar (the
+    rendered prod stack's tests cover it)."""
     topics = [TopicSpec.from_dict(topic) for topic in TOPICS["topics"]]
-    return dumps(pipeline_users(application_id="page-view-counter", topics=topics))
+    users = pipeline_users(application_id="page-view-counter", topics=topics)
+    return dumps([user for user in users if user.name != BROKER_READINESS_USER])
 
 
 def handmade_stack() -> list[Resource]:
     """Kafka, topics and the processor, compliant with every rule at its default threshold."""
     kafka_container = _container(
         "kafka",
-        "apache/kafka:4.1.0",
+        "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40",
         ["/etc/kafka/docker/run"],
         [{"name": k, "value": v} for k, v in KAFKA_ENV.items()],
         {"exec": {"command": ["/opt/kafka/bin/kafka-broker-api-versions.sh"]}},
@@ -345,7 +351,7 @@ def handmade_stack() -> list[Resource]:
 
     processor_container = _container(
         "processor",
-        "ghcr.io/example/processor:0.1.0",
+        f"ghcr.io/example/processor:0.1.0@sha256:{'1' * 64}",
         ["python", "-m", "app.processor", "--properties", "/etc/processor/processor.properties"],
         [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},

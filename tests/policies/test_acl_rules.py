@@ -705,3 +705,85 @@ def test_the_rendered_prod_stack_is_blocked_by_each_acl_beyond_its_users_rights(
         violation.message
     )
     assert found in violation.message
+
+
+# --- the brokers' readiness user -------------------------------------------------------------
+
+READINESS = f"User:{acl_specs.BROKER_READINESS_USER}"
+
+
+def test_the_pack_names_kafkas_internal_topics_as_app_acl_specs_does() -> None:
+    """The readiness user describes them to judge a broker's ISR; the pack must accept it."""
+    assert acls.INTERNAL_TOPICS == acl_specs.INTERNAL_TOPICS
+
+
+def test_the_rendered_readiness_user_holds_describe_only_and_passes(run, recorded_stacks) -> None:
+    resources = recorded_stacks["prod"].resources
+    (bootstrap,) = [r for r in resources if r.name == "kafka-bootstrap"]
+    users = acl_specs.loads(bootstrap.props["data"][BOOTSTRAP_ACLS])
+    (readiness,) = [u for u in users if u.principal == READINESS]
+    assert {acl.operation for acl in readiness.acls} == {acl_specs.Operation.DESCRIBE}
+    assert [v for v in run(resources, stack_config("prod")) if v.policy == LEAST_PRIVILEGE] == []
+
+
+def _readiness_acl(resource_type: str, name: str, operation: str) -> PropsEdit:
+    """Append an ACL for the readiness user to bootstrap-acls.json (its own user's entry)."""
+
+    def edit(props: dict[str, Any]) -> None:
+        data = json.loads(props["data"][BOOTSTRAP_ACLS])
+        (user,) = [u for u in data["users"] if u["name"] == acl_specs.BROKER_READINESS_USER]
+        user["acls"].append(
+            {
+                "principal": READINESS,
+                "resource_type": resource_type,
+                "resource_name": name,
+                "pattern_type": "LITERAL",
+                "operation": operation,
+            }
+        )
+        props["data"][BOOTSTRAP_ACLS] = json.dumps(data)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("acl", "found"),
+    [
+        (("TOPIC", "page-views", "READ"), "READ on topic page-views, where it needs only DESCRIBE"),
+        (
+            ("CLUSTER", "kafka-cluster", "ALTER"),
+            "ALTER on the cluster, where it needs only DESCRIBE",
+        ),
+        (("GROUP", "page-view-counter", "DESCRIBE"), "a GROUP resource"),
+        (("TOPIC", "payments", "DESCRIBE"), "a topic other than its own"),
+    ],
+    ids=["reads-the-input", "administers-acls", "describes-the-group", "another-topic"],
+)
+def test_a_readiness_user_beyond_describe_is_blocked(
+    run, recorded_stacks, acl: tuple[str, str, str], found: str
+) -> None:
+    resources = _recorded_prod(
+        recorded_stacks, ":ConfigMap", "kafka-bootstrap", _readiness_acl(*acl)
+    )
+    (violation,) = _ours(run, resources)
+    assert (violation.policy, violation.level) == (LEAST_PRIVILEGE, "mandatory")
+    assert found in violation.message
+    assert "more than the brokers' readiness user broker-readiness needs" in violation.message
+    assert "readiness_user" in violation.message  # the fix names where its ACLs are declared
+
+
+def test_readiness_acls_of_brokers_that_name_no_readiness_user_are_unattributable(
+    run, recorded_stacks
+) -> None:
+    """The pack learns the readiness user from the properties the brokers' pods mount."""
+
+    def without_readiness_client(props: dict[str, Any]) -> None:
+        del props["data"]["readiness-client.properties"]
+
+    resources = _recorded_prod(
+        recorded_stacks, ":ConfigMap", "kafka-bootstrap", without_readiness_client
+    )
+    messages = [v.message for v in _ours(run, resources)]
+    assert messages and all(
+        f"is for {READINESS}, a principal the pack cannot attribute" in m for m in messages
+    )

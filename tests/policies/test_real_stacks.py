@@ -44,6 +44,18 @@ def test_the_pack_passes_prod_with_each_metrics_scrape_choice(run, scrape: str) 
     assert run(recorded.resources, stack_config("prod")) == []
 
 
+def test_the_pack_judges_prod_after_a_rotation_as_before_it(run, recorded_stacks) -> None:
+    """Revision 2 renders SCRAM-SHA-256 clients, a new pair of reconciler and retire Jobs and
+    the previous password in the reconciler's mount: the pack finds what it finds in revision
+    1's (SCRAM-SHA-512), no more."""
+    from infra.render import record_stack
+
+    rotated = record_stack("prod", {"security": {"credentialsRevision": 2}})
+    before = run(recorded_stacks["prod"].resources, stack_config("prod"))
+    after = run(rotated.resources, stack_config("prod"))
+    assert sorted((v.policy, v.level) for v in after) == sorted((v.policy, v.level) for v in before)
+
+
 def test_prod_without_standby_state_is_blocked(run) -> None:
     from infra.render import record_stack
 

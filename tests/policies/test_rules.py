@@ -197,7 +197,7 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "pinned-images",
         "processor",
         lambda r: first_container(r).update(image="ghcr.io/example/processor"),
-        "container processor image is ghcr.io/example/processor; required: a version tag",
+        "container processor image is ghcr.io/example/processor; required: a digest pin",
     ),
     (
         "processor-grace-period",
@@ -353,7 +353,7 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "pinned-images",
         "kafka",
         lambda r: first_container(r).update(image="apache/kafka:latest"),
-        "container kafka image is apache/kafka:latest; required: a version tag or a digest",
+        "container kafka image is apache/kafka:latest; required: a digest pin",
     ),
     (
         "statefulset-pdb",
@@ -729,3 +729,19 @@ def test_short_grace_period_and_unpinned_image_block_prod_and_warn_in_dev(
         for name in ("dev", "prod")
     }
     assert levels == {"dev": {"advisory"}, "prod": {"mandatory"}}
+
+
+@pytest.mark.parametrize(
+    ("image", "levels"),
+    [
+        ("ghcr.io/example/processor:0.1.0", {"dev": set(), "prod": {"mandatory"}}),
+        ("ghcr.io/example/processor:0.1.0@sha256:abc", {"dev": set(), "prod": {"mandatory"}}),
+        (f"ghcr.io/example/processor@sha256:{'a' * 64}", {"dev": set(), "prod": set()}),
+    ],
+    ids=["version-tag", "truncated-digest", "digest"],
+)
+def test_prod_takes_only_a_full_digest_and_dev_a_version_tag(run, compliant, image, levels) -> None:
+    from tests.policies.conftest import levels_of
+
+    stack = changed(compliant, "processor", lambda r: first_container(r).update(image=image), STS)
+    assert levels_of(run, stack, "pinned-images") == levels

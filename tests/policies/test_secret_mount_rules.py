@@ -1,6 +1,7 @@
-"""Secret mounts least privilege (issue 27, section 3, `secret-mounts-least-privilege`):
-outside the brokers, a workload reads only its own Kafka user's Secret and `ca.crt` of the
-brokers' TLS Secret; on the real pulumi_policy objects, over the handmade and rendered prod stacks.
+"""Secret mounts least privilege (issue 27, sections 3 and 4, `secret-mounts-least-privilege`):
+outside the brokers' own image, a workload (or a sidecar in a broker's pod) reads only its own
+Kafka user's Secret and `ca.crt` of the brokers' TLS Secret; on the real pulumi_policy objects,
+over the handmade and rendered prod stacks.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def test_the_brokers_mount_their_key_and_every_password(run, recorded_stacks) ->
     kafka = _find(resources, ":StatefulSet", "kafka")
     volumes = {v["name"]: v for v in kafka.props["spec"]["template"]["spec"]["volumes"]}
     assert "items" not in volumes["tls"]["secret"]
-    assert len(volumes["users"]["projected"]["sources"]) == 3
+    assert len(volumes["users"]["projected"]["sources"]) == 4
     assert [v for v in run(resources, stack_config("prod")) if v.policy == RULE] == []
 
 
@@ -209,6 +210,7 @@ def test_the_topic_job_reads_the_passwords_only_because_it_may_set_them(
 
     violations = _prod(run, recorded_stacks, (":ConfigMap", "topics-specs"), without_cluster_alter)
     assert sorted(v.message.split(" (user ")[0].split(": ", 1)[1] for v in violations) == [
+        "projected volume users is Secret kafka-user-broker-readiness",
         "projected volume users is Secret kafka-user-observer",
         "projected volume users is Secret kafka-user-page-view-counter",
     ]
@@ -234,3 +236,108 @@ def test_the_rendered_stacks_mount_only_what_each_workload_needs(
 ) -> None:
     violations = run(recorded_stacks[stack].resources, stack_config(stack))
     assert [v for v in violations if v.policy == RULE] == []
+
+
+# --- the brokers' pods: only containers on the broker's image hold its key --------------------
+
+KAFKA = "StatefulSet streaming/kafka"
+
+
+def _kafka_container(name: str, edit: Callable[[dict[str, Any]], None]):
+    """An edit of one container of the rendered brokers' pod (and the pod's volumes)."""
+
+    def apply(props: dict[str, Any]) -> None:
+        pod_spec = props["spec"]["template"]["spec"]
+        (container,) = [c for c in pod_spec["containers"] if c["name"] == name]
+        edit(container)
+
+    return apply
+
+
+def _mount(volume: str, path: str) -> Callable[[dict[str, Any]], None]:
+    def edit(container: dict[str, Any]) -> None:
+        container["volumeMounts"].append({"name": volume, "mountPath": path, "readOnly": True})
+
+    return edit
+
+
+def test_the_rendered_brokers_pod_passes_with_its_sidecar_on_its_own_user(
+    run, recorded_stacks
+) -> None:
+    """The readiness sidecar (the processor's image) mounts its user's Secret and the CA; the
+    grant-acls container (the broker's image) the broker's key: both pass."""
+    kafka = _find(recorded_stacks["prod"].resources, ":StatefulSet", "kafka")
+    containers = {c["name"]: c for c in kafka.props["spec"]["template"]["spec"]["containers"]}
+    assert {m["name"] for m in containers["grant-acls"]["volumeMounts"]} >= {"tls"}
+    assert containers["grant-acls"]["image"] == containers["kafka"]["image"]
+    assert containers["broker-readiness"]["image"] != containers["kafka"]["image"]
+    assert _prod(run, recorded_stacks, (":StatefulSet", "kafka"), lambda props: None) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            _mount("tls", "/etc/kafka/tls"),
+            "volume tls is Secret kafka-tls, the whole Secret (ca.crt, tls-combined.pem, "
+            "tls.crt, tls.key)",
+        ),
+        (
+            lambda c: c["env"].append(
+                {
+                    "name": "KEY",
+                    "valueFrom": {"secretKeyRef": {"name": "kafka-tls", "key": "tls.key"}},
+                }
+            ),
+            "container broker-readiness env KEY is Secret kafka-tls, keys (tls.key)",
+        ),
+    ],
+    ids=["tls-volume", "env-tls.key"],
+)
+def test_a_fork_giving_the_brokers_key_back_to_the_readiness_sidecar_is_caught(
+    run, recorded_stacks, edit: Callable[[dict[str, Any]], None], expected: str
+) -> None:
+    (violation,) = _prod(
+        run, recorded_stacks, (":StatefulSet", "kafka"), _kafka_container("broker-readiness", edit)
+    )
+    assert violation.mandatory
+    assert violation.message.startswith(
+        f"{KAFKA}: container broker-readiness (image ghcr.io/example/stateful-streaming-processor"
+    )
+    assert f"not the broker's): {expected}" in violation.message
+    assert "only containers on the broker's own image may hold it" in violation.message
+
+
+def test_a_fork_running_the_grant_container_on_another_image_is_caught(
+    run, recorded_stacks
+) -> None:
+    def processor_image(container: dict[str, Any]) -> None:
+        container["image"] = "ghcr.io/example/acl-granter:1.0@sha256:" + "1" * 64
+
+    violations = _prod(
+        run,
+        recorded_stacks,
+        (":StatefulSet", "kafka"),
+        _kafka_container("grant-acls", processor_image),
+    )
+    assert [v.message.split(" is Secret ")[0] for v in violations] == [
+        f"{KAFKA}: container grant-acls (image ghcr.io/example/acl-granter:1.0@sha256:"
+        + "1" * 64
+        + ", not the broker's): volume tls"
+    ]
+
+
+def test_a_readiness_sidecar_with_every_users_password_is_caught_per_other_user(
+    run, recorded_stacks
+) -> None:
+    violations = _prod(
+        run,
+        recorded_stacks,
+        (":StatefulSet", "kafka"),
+        _kafka_container("broker-readiness", _mount("users", "/etc/kafka/users")),
+    )
+    assert sorted(v.message.split(" (user ")[0].split("): ", 1)[1] for v in violations) == [
+        "projected volume users is Secret kafka-user-observer",
+        "projected volume users is Secret kafka-user-page-view-counter",
+        "projected volume users is Secret kafka-user-topic-reconciler",
+    ]

@@ -8,8 +8,10 @@ import base64
 import pytest
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
+from app import kafka_security
 from app.kafka_security import broker_security_configs, listeners, scram_client_configs
 from policies.evaluate import Violation
+from policies.rules.broker_security import SCRAM_MECHANISMS
 from policies.rules.java_properties import load_properties
 from policies.rules.kafka_cluster import env_name
 from tests.policies.conftest import Evaluate, findings_of, levels_of, stack_config
@@ -32,6 +34,7 @@ LEAST_PRIVILEGE = "kafka-least-privilege"
 TLS_VERIFICATION = "kafka-tls-verification"
 SECURITY_RULES = {LISTENERS, AUTHORIZER, CREDENTIALS, LEAST_PRIVILEGE, TLS_VERIFICATION}
 PROTOCOL_MAP = "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"
+MECHANISMS_ENV = "KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS"
 SECURED_MAP = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
 CA_FILE = "/etc/kafka-ca/ca.crt"
 # The processor's password: a file of its user's Secret, mounted (infra.kafka_credentials).
@@ -48,6 +51,7 @@ _PROD_ONLY_ENV = (
     "KAFKA_SSL_TRUSTSTORE_TYPE",
     "KAFKA_SSL_TRUSTSTORE_LOCATION",
     "KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS",
+    "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___256_SASL_JAAS_CONFIG",
     "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG",
     "KAFKA_LISTENER_NAME_INTERNAL_SSL_CLIENT_AUTH",
     "KAFKA_LISTENER_NAME_CONTROLLER_SSL_CLIENT_AUTH",
@@ -260,6 +264,42 @@ def test_mutual_tls_or_sasl_ssl_listeners_pass(
     if client_auth_env:
         edits.append(with_env(client_auth_env, "required"))
     assert run(_kafka(handmade_stack(), *edits)) == []
+
+
+@pytest.mark.parametrize(
+    "mechanisms", ["SCRAM-SHA-256", "SCRAM-SHA-512", "SCRAM-SHA-512,SCRAM-SHA-256"]
+)
+def test_the_client_listener_may_offer_either_scram_mechanism_or_both(run, mechanisms: str) -> None:
+    """A rotation moves the users from one SCRAM mechanism to the other (the README's
+    "Rotated."): the listener offers both, and a fork that offers one is fine too."""
+    assert SCRAM_MECHANISMS == kafka_security.SCRAM_MECHANISMS
+    stack = _kafka(handmade_stack(), with_env(MECHANISMS_ENV, mechanisms))
+    assert run(stack) == []
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "found"),
+    [
+        (MECHANISMS_ENV, "SCRAM-SHA-512,PLAIN", "is SCRAM-SHA-512,PLAIN"),
+        (
+            MECHANISMS_ENV,
+            None,
+            "broker config sasl.enabled.mechanisms (env KAFKA_SASL_ENABLED_MECHANISMS) is GSSAPI",
+        ),
+    ],
+    ids=["plain-beside-scram", "unset-kafkas-default-gssapi"],
+)
+def test_a_client_listener_offering_another_sasl_mechanism_is_reported(
+    run, env: str, value: str | None, found: str
+) -> None:
+    violation = _only(run, _kafka(handmade_stack(), with_env(env, value)), LISTENERS)
+    assert "client listener CLIENT's SASL mechanisms" in violation.message
+    assert found in violation.message
+    assert "required: SCRAM-SHA-256 and/or SCRAM-SHA-512, nothing else" in violation.message
+    assert (
+        "set KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS=SCRAM-SHA-256,SCRAM-SHA-512"
+        in violation.message
+    )
 
 
 @pytest.mark.parametrize(
