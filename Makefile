@@ -79,7 +79,7 @@ bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies
+	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies cluster
 	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)
@@ -87,3 +87,19 @@ lock: | $(UV)
 
 clean:
 	rm -rf $(VENV) build
+
+## The Go tools of the cluster tier, built from their Go modules at the versions pinned in
+## cluster/go_tools.py (pulumi, pulumi-resource-kubernetes, kube-apiserver, kube-controller-manager,
+## kube-scheduler, etcd, kwok) into .venv/go/bin, with the Go caches in .venv/go; the provider is
+## installed as a plugin under PULUMI_HOME=.venv/pulumi. Cold: tens of minutes on 2 cores.
+## A local control plane on 127.0.0.1 with kwok nodes (no containers): cluster-up prints the
+## KUBECONFIG path; cluster-down stops each process by its pid file (.venv/cluster/run/).
+.PHONY: tools cluster-up cluster-down
+tools:
+	$(PYTHON) cluster/go_tools.py
+
+cluster-up:
+	@$(PYTHON) cluster/control_plane.py up
+
+cluster-down:
+	$(PYTHON) cluster/control_plane.py down
