@@ -79,7 +79,7 @@ bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies cluster
+	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies tests/cluster cluster
 	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)
@@ -94,7 +94,7 @@ clean:
 ## installed as a plugin under PULUMI_HOME=.venv/pulumi. Cold: tens of minutes on 2 cores.
 ## A local control plane on 127.0.0.1 with kwok nodes (no containers): cluster-up prints the
 ## KUBECONFIG path; cluster-down stops each process by its pid file (.venv/cluster/run/).
-.PHONY: tools cluster-up cluster-down
+.PHONY: tools cluster-up cluster-down test-cluster
 tools:
 	$(PYTHON) cluster/go_tools.py
 
@@ -103,3 +103,8 @@ cluster-up:
 
 cluster-down:
 	$(PYTHON) cluster/control_plane.py down
+
+## The rendered stacks against the cluster KUBECONFIG names (any: cluster-up's, or kind), with
+## kubectl on PATH: server-side validation, Pod Security admission, a StatefulSet roll.
+test-cluster: $(VENV)/infra/.synced
+	$(INFRA_PY) -m pytest tests/cluster
