@@ -9,7 +9,6 @@ broker's key.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,11 +23,10 @@ from app.kafka_security import (
     INTERNAL_LISTENER,
     broker_security_configs,
     listeners,
-    scram_key,
 )
 from infra import bootstrap_grants, workload
 from infra.config import KafkaConfig, SecurityConfig, quantity
-from infra.kafka_credentials import USER_DIR, USERS_DIR, ClientAccess, KafkaCredentials
+from infra.kafka_credentials import USERS_DIR, KafkaCredentials
 from policies.rules.java_properties import format_properties
 
 CLIENT_PORT = 9092
@@ -123,32 +121,6 @@ echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) $mechanism user(s)"
 exec /opt/kafka/bin/kafka-storage.sh format --cluster-id "$CLUSTER_ID" --config "$config" \
   --ignore-formatted "$@"
 """
-
-
-def readiness_access(credentials: KafkaCredentials, user: str) -> ClientAccess:
-    """What the readiness sidecar connects with: its user's whole Secret (every mechanism's
-    password, so the pod template stays the same across rotations and the files change in
-    place), the CA, and in `previous_properties` the previous revision's login.
-
-    The brokers do not roll on a rotation, and the Job that sets the new credential runs only
-    once they are ready: a sidecar must be able to log in with the previous one meanwhile.
-    """
-    access = credentials.client_access(user)
-    whole = k8s.core.v1.VolumeArgs(
-        name="kafka-user",
-        secret=k8s.core.v1.SecretVolumeSourceArgs(
-            secret_name=credentials.user_secrets[user], default_mode=0o440
-        ),
-    )
-    previous = credentials.previous_scram_mechanism
-    return dataclasses.replace(
-        access,
-        volumes=[whole, *(v for v in access.volumes if v.name != whole.name)],
-        previous_properties={
-            "sasl.mechanism": previous,
-            "sasl.password": f"${{dir:{USER_DIR}:{scram_key(previous)}}}",
-        },
-    )
 
 
 def heap_megabytes(memory: str) -> int:
@@ -273,7 +245,7 @@ class KafkaCluster(pulumi.ComponentResource):
         )
         bootstrap = None
         if args.credentials is not None:
-            readiness = readiness_access(args.credentials, args.readiness_user)
+            readiness = args.credentials.client_access(args.readiness_user)
             bootstrap = k8s.core.v1.ConfigMap(
                 f"{name}-bootstrap",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -427,7 +399,7 @@ class KafkaCluster(pulumi.ComponentResource):
             # The readiness user's password and the CA, never the broker's key. No revision
             # annotation: the sidecar reads a new password itself, and a roll of the brokers
             # waiting on a credential only the reconciler (after the roll) sets would never end.
-            readiness = readiness_access(credentials, args.readiness_user)
+            readiness = credentials.client_access(args.readiness_user)
             volumes += readiness.volumes
             readiness_mounts = [*readiness.mounts, BOOTSTRAP_MOUNT]
         if args.metrics_scrape == "annotations":

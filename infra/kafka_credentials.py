@@ -76,8 +76,8 @@ class ClientAccess:
     # On the pod template: a new password (a new revision) restarts the pods, whose clients
     # read it at start.
     annotations: dict[str, str] = field(default_factory=dict)
-    # Only with `client_access(..., previous=True)`: the settings that replace `properties`'
-    # mechanism and password with the previous revision's, valid until they are retired.
+    # Unless pinned without `previous`: the settings that replace `properties`' mechanism and
+    # password with the previous revision's, valid until they are retired.
     previous_properties: dict[str, str] = field(default_factory=dict)
 
 
@@ -193,25 +193,35 @@ class KafkaCredentials(pulumi.ComponentResource):
     ) -> ClientAccess:
         """The properties, password file and CA mount of a pod that connects as `user`.
 
-        The password file is the Secret's `password` key, which the kubelet updates in place
-        when a rotation renews it: for a pod that does not roll on a rotation and follows a
-        changed file itself (the brokers' readiness sidecars). `pinned` mounts the key of the
-        current revision's mechanism instead, which the next rotation leaves alone: for a pod
-        that rolls on a rotation (its pod template carries `annotations`) and reads its password
-        once, so that the file under it always matches the mechanism its properties name.
-        `previous` (pinned too) adds the previous revision's password and `previous_properties`.
+        By default the pod mounts the user's whole Secret, whose files the kubelet updates in
+        place when a rotation renews them, and `previous_properties` log in with the previous
+        revision's mechanism and password: for a pod that does not roll on a rotation and
+        follows its changed files itself (the brokers' readiness sidecars, which must log in
+        before the Job that sets the new credential runs). `pinned` mounts only the key of the
+        current revision's mechanism, which the next rotation leaves alone: for a pod that rolls
+        on a rotation (its pod template carries `annotations`) and reads its password once, so
+        that the file under it always matches the mechanism its properties name. `previous`
+        (pinned too) adds the previous revision's password and `previous_properties`.
         """
         if user not in self.user_secrets:
             raise KeyError(f"no SCRAM user {user!r}; users: {sorted(self.user_secrets)}")
         pinned = pinned or previous
-        files = {scram_key(self.scram_mechanism) if pinned else PASSWORD_KEY: PASSWORD_KEY}
-        previous_properties = {}
-        if previous:
-            files[scram_key(self.previous_scram_mechanism)] = PREVIOUS_PASSWORD_FILE
-            previous_properties = {
+        # Key -> file name; None: every key of the Secret, a file named after it.
+        files: dict[str, str] | None = None
+        previous_file: str | None = scram_key(self.previous_scram_mechanism)
+        if pinned:
+            files = {scram_key(self.scram_mechanism): PASSWORD_KEY}
+            previous_file = PREVIOUS_PASSWORD_FILE if previous else None
+            if previous_file is not None:
+                files[scram_key(self.previous_scram_mechanism)] = previous_file
+        previous_properties = (
+            {
                 "sasl.mechanism": self.previous_scram_mechanism,
-                "sasl.password": f"${{dir:{USER_DIR}:{PREVIOUS_PASSWORD_FILE}}}",
+                "sasl.password": f"${{dir:{USER_DIR}:{previous_file}}}",
             }
+            if previous_file is not None
+            else {}
+        )
         return ClientAccess(
             properties=scram_client_configs(
                 user,
@@ -231,7 +241,9 @@ class KafkaCredentials(pulumi.ComponentResource):
                     secret=k8s.core.v1.SecretVolumeSourceArgs(
                         secret_name=self.user_secrets[user],
                         default_mode=0o440,
-                        items=[
+                        items=None
+                        if files is None
+                        else [
                             k8s.core.v1.KeyToPathArgs(key=key, path=path)
                             for key, path in files.items()
                         ],
