@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1.7
-# The processor image; it also runs the topic reconciler Job (`python -m app.topics`).
+# The processor image; it also runs the topic reconciler Job (`python -m app.admin.topics`).
 #
 #   docker build -t stateful-streaming/processor:0.1.0 .
 #
@@ -23,10 +23,18 @@ WORKDIR /src
 COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-default-groups --group runtime --python /usr/local/bin/python3.11
-COPY app/ /app/app/
-# The properties codec the processor shares with the policy pack (standard library only).
+# What runs in the image and nothing else: the processor, the cluster-side jobs and sidecar
+# (app/admin/), the client helpers both use (app/clients/) and the specs they read. The developer
+# kit (app/devkit/: the local run, the load generator, the benchmarks, the local Apache Kafka)
+# stays out (.dockerignore keeps it out of the build context as well).
+COPY app/__init__.py /app/app/
+COPY app/processor/ /app/app/processor/
+COPY app/admin/ /app/app/admin/
+COPY app/clients/ /app/app/clients/
+# The contract the processor shares with the Pulumi program and the policy pack (standard
+# library only): its keys, defaults and rules, and the properties codec.
 COPY policies/__init__.py /app/policies/
-COPY policies/rules/__init__.py policies/rules/java_properties.py policies/rules/tls_settings.py /app/policies/rules/
+COPY policies/contract/ /app/policies/contract/
 RUN python -m compileall -q /app/app /app/policies
 
 FROM ${PYTHON_IMAGE}
@@ -54,7 +62,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 # image's JVM and jars: every start maps it (class.data.archive=auto) and saves 3-6 s. The JVM's
 # own base archive first, in case the JDK package shipped none.
 RUN java -Xshare:dump >/dev/null \
-    && HOME=/tmp python -m app.processor.class_archive --out /opt/venv/share/processor/spark-classes.jsa \
+    && HOME=/tmp python -m app.processor.class_archive_build --out /opt/venv/share/processor/spark-classes.jsa \
     && rm -rf /tmp/* /tmp/.[!.]*
 # Last, so that a new revision or build date does not invalidate the cached layers above.
 ARG PYTHON_IMAGE

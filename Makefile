@@ -34,16 +34,16 @@ $(VENV)/checkov/.synced: pyproject.toml uv.lock | $(UV)
 CLASS_ARCHIVE := $(VENV)/app/share/processor/spark-classes.jsa
 $(CLASS_ARCHIVE): $(VENV)/app/.synced
 	@echo "building the Spark class archive $@ (a training run, about a minute, once)"
-	$(APP_PY) -m app.processor.class_archive --out $@ >$(VENV)/class-archive.log 2>&1 \
+	$(APP_PY) -m app.processor.class_archive_build --out $@ >$(VENV)/class-archive.log 2>&1 \
 		|| echo "no Spark class archive (see $(VENV)/class-archive.log); going on without it"
 
-# Apache Kafka's released jars (org.apache.kafka:kafka_2.13 at the version app/kafka_release.py
+# Apache Kafka's released jars (org.apache.kafka:kafka_2.13 at the version app/devkit/kafka_release.py
 # pins, with their runtime dependencies), resolved by Maven from Maven Central and checked: the
 # broker of the local run, the tests and the benchmarks. Checked again at every use; a partial
 # or corrupt cache is fetched again.
 KAFKA_RELEASE := $(VENV)/kafka/.resolved
-$(KAFKA_RELEASE): app/kafka_release.py $(VENV)/app/.synced
-	$(APP_PY) -m app.kafka_release
+$(KAFKA_RELEASE): app/devkit/kafka_release.py $(VENV)/app/.synced
+	$(APP_PY) -m app.devkit.kafka_release
 	touch $@
 
 .PHONY: setup run test render check bench lint lock clean
@@ -54,7 +54,7 @@ setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced $(KAFKA
 ## once mid-run as the StatefulSet controller rolls pods; live progress, Ctrl-C to stop.
 ## Options: make run ARGS="--help".
 run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
-	$(APP_PY) -m app.local $(ARGS)
+	$(APP_PY) -m app.devkit.local $(ARGS)
 
 ## All tests: program, manifests and policies in the infra environment, the application in its
 ## own, on a 3-node Apache Kafka it starts (KAFKA_BOOTSTRAP_SERVERS: a running one instead).
@@ -69,10 +69,10 @@ check: $(VENV)/infra/.synced
 	$(INFRA_PY) -m policies.check --stack $(STACK)
 
 ## Both benchmarks with their defaults (tables and graphs in build/bench/); for options:
-## .venv/app/bin/python -m app.bench rolling-restart --help
+## .venv/app/bin/python -m app.devkit.bench rolling-restart --help
 bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
-	$(APP_PY) -m app.bench rolling-restart
-	$(APP_PY) -m app.bench throughput
+	$(APP_PY) -m app.devkit.bench rolling-restart
+	$(APP_PY) -m app.devkit.bench throughput
 
 ## The checks CI runs besides the tests: ruff (lint, format) and mypy, once per environment
 ## (pulumi-policy and pyspark cannot share one; the configuration is in pyproject.toml).

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 # `pulumi up` runs this file with only infra/ on the path; the project root makes `infra.*` and
-# `app.topic_specs` importable exactly as the tests and the offline render import them.
+# `policies.contract.topic_specs` importable exactly as the tests and the offline render import
+# them.
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
@@ -18,8 +19,6 @@ if _ROOT not in sys.path:
 import pulumi  # noqa: E402
 import pulumi_kubernetes as k8s  # noqa: E402
 
-from app.acl_specs import BROKER_READINESS_USER  # noqa: E402
-from app.topic_specs import TopicRole  # noqa: E402
 from infra.alert_rules import AlertRules, AlertRulesArgs  # noqa: E402
 from infra.config import load_stack_config  # noqa: E402
 from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names  # noqa: E402
@@ -37,6 +36,8 @@ from infra.topics import (  # noqa: E402
     TopicReconciliation,
     TopicReconciliationArgs,
 )
+from policies.contract.acl_specs import BROKER_READINESS_USER  # noqa: E402
+from policies.contract.topic_specs import TopicRole  # noqa: E402
 
 config = load_stack_config()
 
@@ -135,7 +136,8 @@ if credentials is not None:
     # A rotation's last step: the previous revision's SCRAM credentials go once every workload
     # that logs in with them has moved onto the new ones. The processor rolls (Pulumi waits for
     # the StatefulSet's roll); the brokers' readiness sidecars do not, they follow the in-place
-    # update of their password file once the reconciler's Job has set it (app.broker_readiness).
+    # update of their password file once the reconciler's Job has set it
+    # (app.admin.broker_readiness).
     ScramRetirement(
         "scram-retirement",
         ScramRetirementArgs(

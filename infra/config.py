@@ -20,19 +20,28 @@ from typing import Any, Literal
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from app.acl_specs import KafkaUser, pipeline_users
-from app.kafka_security import PLAINTEXT, owned_by_security, scram_mechanism
-from app.topic_specs import TopicSpec, TopicSpecError, pipeline_topics
+from app.clients.kafka_security import PLAINTEXT, owned_by_security, scram_mechanism
+from infra.processor_properties import processor_properties
+from policies.contract import membership
+from policies.contract.acl_specs import KafkaUser, pipeline_users
+from policies.contract.java_properties import is_credential_key, is_reference
+from policies.contract.processor_keys import (
+    INSTANCE_ID_KEY,
+    PROTOCOL_CONSUMER,
+    key_problems,
+)
+from policies.contract.quantity import parse_quantity
+from policies.contract.restart_budget import RestartBudget, probe_budget_seconds, session_timeout_ms
+from policies.contract.tls_settings import tls_weakenings
+from policies.contract.topic_specs import TopicSpec, TopicSpecError, pipeline_topics
 from policies.rules.credential_values import find_credentials
 from policies.rules.images import is_digest_pinned
-from policies.rules.java_properties import is_credential_key, is_reference
-from policies.rules.tls_settings import tls_weakenings
 
 PROJECT = "stateful-streaming"
 
 # The broker image, pinned by digest (the index digest of Docker Hub's apache/kafka:4.1.1, the
-# release whose jars `app/kafka_release.py` runs locally): a tag can be pushed again, and a roll
-# would then run two versions side by side.
+# release whose jars `app/devkit/kafka_release.py` runs locally): a tag can be pushed again, and a
+# roll would then run two versions side by side.
 KAFKA_IMAGE = (
     "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40"
 )
@@ -69,7 +78,11 @@ class ProbeConfig:
     @property
     def budget_seconds(self) -> int:
         """The longest a container may take to pass this probe."""
-        return self.initial_delay_seconds + self.period_seconds * self.failure_threshold
+        return round(
+            probe_budget_seconds(
+                self.initial_delay_seconds, self.failure_threshold, self.period_seconds
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -108,7 +121,7 @@ class KafkaConfig:
 
 @dataclass(frozen=True)
 class TopicsConfig:
-    """The pipeline's topics (see `app.topic_specs.pipeline_topics`)."""
+    """The pipeline's topics (see `policies.contract.topic_specs.pipeline_topics`)."""
 
     input_topic: str = _key("inputTopic")
     output_topic: str = _key("outputTopic")
@@ -120,15 +133,6 @@ class TopicsConfig:
     allow_partition_increase: bool = _key("allowPartitionIncrease")
     # Topic-level configs by role (input, output, changelog, dlq), merged over the defaults.
     configs: Mapping[str, Mapping[str, str]] = _key("configs")
-
-
-# A dynamic member that crashes holds its partitions until its session expires, and so does one
-# restarted at once (it joins as a new member). 10 s puts them on a warm standby within the 15 s
-# target (the rebalance and the tail restore after it measured 1-3 s) and leaves 10 heartbeats
-# (1 s, sent by librdkafka's own thread, so a long batch never delays them) of slack.
-DYNAMIC_SESSION_TIMEOUT_MS = 10000
-# The longest a hand-off member's session may be: a crash stops its partitions that long.
-MAX_HANDOFF_SESSION_TIMEOUT_MS = 12000
 
 
 @dataclass(frozen=True)
@@ -172,30 +176,32 @@ class ProcessorConfig:
     properties: Mapping[str, str] = _key("properties")
 
     @property
-    def restart_budget_seconds(self) -> int:
+    def restart_budget(self) -> RestartBudget:
         """Worst case for one pod to stop, start and count as available again."""
-        return (
-            self.termination_grace_period_seconds
-            + self.startup_probe.budget_seconds
-            + self.min_ready_seconds
+        return RestartBudget(
+            grace_seconds=self.termination_grace_period_seconds,
+            startup_seconds=self.startup_probe.budget_seconds,
+            min_ready_seconds=self.min_ready_seconds,
         )
+
+    @property
+    def restart_budget_seconds(self) -> int:
+        """The restart budget in whole seconds."""
+        return round(self.restart_budget.total_seconds)
 
     @property
     def static_member(self) -> bool:
         """Whether the processor joins with a `group.instance.id` (stateful, static mode)."""
-        return self.stateful and self.membership_mode == "static"
+        return membership.is_static_member(self.stateful, self.membership_mode)
 
     @property
     def computed_session_timeout_ms(self) -> int:
-        """The session timeout this member's failure path needs.
-
-        A static member is waited for: its session covers the worst-case restart, or every pod
-        restart rebalances. A dynamic member (hand-off mode, stateless) leaves the group on
-        SIGTERM, so its session only decides how long a crashed one holds its partitions.
-        """
-        if self.static_member:
-            return (self.restart_budget_seconds + self.session_timeout_margin_seconds) * 1000
-        return DYNAMIC_SESSION_TIMEOUT_MS
+        """The session timeout this member's failure path needs (`restart_budget`)."""
+        return session_timeout_ms(
+            static_member=self.static_member,
+            budget=self.restart_budget,
+            margin_seconds=self.session_timeout_margin_seconds,
+        )
 
     @property
     def cores(self) -> int:
@@ -205,7 +211,7 @@ class ProcessorConfig:
 
 @dataclass(frozen=True)
 class SecurityConfig:
-    """Who may reach the brokers and how (see `app/kafka_security.py` for the listeners)."""
+    """Who may reach the brokers and how (see `app/clients/kafka_security.py` for the listeners)."""
 
     # The client listener's security protocol: SASL_SSL (SCRAM users, TLS, ACLs) or PLAINTEXT
     # (no authentication, no authorizer: a dev cluster on a laptop, visible here).
@@ -215,13 +221,13 @@ class SecurityConfig:
     certificates: Literal["generated", "cert-manager"] = _key("certificates")
     issuer_name: str = _key("issuerName")
     issuer_kind: Literal["ClusterIssuer", "Issuer"] = _key("issuerKind")
-    # Bump it by one to generate new SCRAM passwords for every user (rotation, see the README):
-    # it picks the SCRAM mechanism too, SHA-512 on odd revisions and SHA-256 on even ones, so the
-    # new credentials are set beside the old ones rather than over them.
+    # Bump it by one to generate new SCRAM passwords for every user (rotation, see
+    # docs/security.md): it picks the SCRAM mechanism too, SHA-512 on odd revisions and SHA-256 on
+    # even ones, so the new credentials are set beside the old ones rather than over them.
     credentials_revision: int = _key("credentialsRevision")
     # The generated CA that signs the brokers' certificate, and the CAs every trust store holds
     # (empty: that one alone). A CA rollover takes three `pulumi up`s: trust [g, g+1], then sign
-    # with g+1, then trust [g+1] (README, "Certificates"; infra/certificate_authority.py).
+    # with g+1, then trust [g+1] (docs/security.md, "Certificates"; infra/certificate_authority.py).
     ca_generation: int = _key("caGeneration")
     trusted_ca_generations: tuple[int, ...] = _key("trustedCaGenerations")
 
@@ -372,9 +378,9 @@ PRESETS: dict[str, dict[str, Any]] = {
             "image": EXAMPLE_PROCESSOR_IMAGE,
             "imagePullPolicy": "Always",
             "replicas": 3,
-            # Measured (README, "Benchmarks"): a rollout of 3 instances left a partition without
-            # output for up to 180 s with static membership, 45 s with hand-off; the standby
-            # copy is what the hand-off moves a partition to.
+            # A rollout with static membership stops each restarted pod's partitions for its
+            # whole restart; a hand-off moves them at once, to their standby copy
+            # (docs/benchmarks.md has the rollout measured both ways).
             "membershipMode": "handoff",
             "numStandbyReplicas": 1,
             "cpu": "2",
@@ -398,32 +404,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 _PROFILES = tuple(PRESETS)
 _TOP_LEVEL = ("profile", "namespace", "kafka", "topics", "processor", "security")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_SUFFIX = {
-    None: 1,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
 
 
 def quantity(text: str) -> float:
     """A Kubernetes resource quantity (`500m`, `2`, `4Gi`) as a number."""
-    match = _QUANTITY.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi")
-    return float(match.group(1)) * _SUFFIX[match.group(2)]
+    return parse_quantity(text)
 
 
 def cpu_cores(text: str) -> float:
     """CPU quantity in cores."""
-    return quantity(text)
+    return parse_quantity(text)
 
 
 def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -575,24 +565,12 @@ def _validate(config: StackConfig) -> None:
             f"must be between 1 and topics.partitions ({topics.partitions}): "
             "a member beyond the partition count owns nothing",
         )
-    if processor.membership_mode == "handoff" and (
-        not processor.stateful or processor.replicas < 2 or processor.num_standby_replicas < 1
-    ):
+    if processor.membership_mode == "handoff" and not processor.stateful:
         raise setting_error(
             "processor.membershipMode",
             processor.membership_mode,
-            "handoff needs processor.stateful=true, processor.replicas >= 2 and "
-            "processor.numStandbyReplicas >= 1 (another instance must take the partitions over "
-            "from a warm copy, or each moved partition restores its whole changelog; "
-            f"stateful={processor.stateful}, replicas={processor.replicas}, "
-            f"numStandbyReplicas={processor.num_standby_replicas}); allowed: static, handoff",
-        )
-    if not 0 <= processor.num_standby_replicas <= processor.replicas - 1:
-        raise setting_error(
-            "processor.numStandbyReplicas",
-            processor.num_standby_replicas,
-            f"must be 0..{processor.replicas - 1} (processor.replicas - 1): each standby copy "
-            "of a partition lives on an instance other than its owner",
+            "handoff hands partitions and their state over, so it needs processor.stateful=true; "
+            "allowed: static, handoff",
         )
     if not 0 <= processor.partition <= processor.replicas:
         raise setting_error(
@@ -615,7 +593,14 @@ def _validate(config: StackConfig) -> None:
                 quantity(getattr(obj, key))
             except ValueError as err:
                 raise setting_error(f"{section}.{key}", getattr(obj, key), str(err)) from err
-    _validate_session_timeout(config)
+    _validate_processor_properties(config)
+    if not 0 <= processor.num_standby_replicas <= processor.replicas - 1:
+        raise setting_error(
+            "processor.numStandbyReplicas",
+            processor.num_standby_replicas,
+            f"must be 0..{processor.replicas - 1} (processor.replicas - 1): each standby copy "
+            "of a partition lives on an instance other than its owner",
+        )
     _validate_security(config)
     _validate_images(config)
 
@@ -626,50 +611,75 @@ _NODE_OWNED_KEYS = frozenset(
 )
 
 
-def _validate_session_timeout(config: StackConfig) -> None:
+# Contract keys that stack settings render; a breach of them names the setting, not the key.
+_STACK_SETTING_OF = {
+    "stateful": "processor.stateful",
+    "membership.mode": "processor.membershipMode",
+    "num.standby.replicas": "processor.numStandbyReplicas",
+    "replicas": "processor.replicas",
+}
+
+
+def _validate_processor_properties(config: StackConfig) -> None:
+    """The properties the program renders pass the contract's rows and membership rules.
+
+    The processor checks the same at start, and the pack in review: a stack that renders
+    settings its own processor refuses fails here, at `pulumi up`.
+    """
     processor = config.processor
-    props = processor.properties
-    key = "processor.properties.consumer.session.timeout.ms"
-    session = props.get("consumer.session.timeout.ms")
-    budget_ms = processor.restart_budget_seconds * 1000
-    if session is not None and processor.static_member and int(session) < budget_ms:
-        raise setting_error(
-            key,
-            session,
-            f"must cover the worst-case restart of one pod, {budget_ms} ms "
-            "(terminationGracePeriodSeconds + startup probe budget + minReadySeconds): a static "
-            "member's session that ends before it is back rebalances at every restart; remove "
-            "it to use the computed value",
+    for key, problem in key_problems(processor.properties):
+        raise setting_error(f"processor.properties.{key}", processor.properties[key], problem)
+    rendered = processor_properties(config, bootstrap_servers="", client_security={})
+    stateful, mode = processor.stateful, processor.membership_mode
+    session = int(rendered["consumer.session.timeout.ms"])
+    breaches = [
+        *membership.instance_id_breaches(
+            stateful=stateful, mode=mode, instance_id=rendered.get(INSTANCE_ID_KEY)
+        ),
+        *membership.handoff_breaches(
+            stateful=stateful,
+            mode=mode,
+            standby_replicas=processor.num_standby_replicas,
+            replicas=processor.replicas,
+        ),
+        *membership.classic_only_breaches(
+            rendered["consumer.group.protocol"],
+            processor.properties,
+        ),
+    ]
+    if rendered["consumer.group.protocol"] != PROTOCOL_CONSUMER:
+        brokers = config.broker_configs
+        low = brokers.get("group.min.session.timeout.ms", membership.BROKER_MIN_SESSION_TIMEOUT_MS)
+        high = brokers.get("group.max.session.timeout.ms", membership.BROKER_MAX_SESSION_TIMEOUT_MS)
+        breaches += membership.session_breaches(
+            stateful=stateful,
+            mode=mode,
+            session_ms=session,
+            budget=processor.restart_budget,
+            broker_min_ms=int(low),
+            broker_max_ms=int(high),
         )
-    handoff = processor.stateful and processor.membership_mode == "handoff"
-    if session is not None and handoff and int(session) > MAX_HANDOFF_SESSION_TIMEOUT_MS:
-        raise setting_error(
-            key,
-            session,
-            f"must be at most {MAX_HANDOFF_SESSION_TIMEOUT_MS} ms with membershipMode handoff: "
-            "a crashed instance's partitions stop until its session expires (a stopping one "
-            f"leaves the group at once); remove it to use {DYNAMIC_SESSION_TIMEOUT_MS}",
-        )
-    effective = int(session) if session is not None else processor.computed_session_timeout_ms
-    minimum = int(config.broker_configs.get("group.min.session.timeout.ms", "6000"))
-    maximum = int(config.broker_configs["group.max.session.timeout.ms"])
-    if not minimum <= effective <= maximum:
-        raise setting_error(
-            key,
-            effective,
-            f"must be within the brokers' group.min.session.timeout.ms ({minimum}) and "
-            f"group.max.session.timeout.ms ({maximum}), or the broker refuses the member's "
-            "join (INVALID_SESSION_TIMEOUT); change the restart budget or the session timeout, "
-            "or kafka.configs.group.min/max.session.timeout.ms",
-        )
-    poll = props.get("consumer.max.poll.interval.ms")
-    if poll is not None and int(poll) < effective:
-        raise setting_error(
-            "processor.properties.consumer.max.poll.interval.ms",
-            poll,
-            f"must be at least the session timeout, {effective} ms (librdkafka's rule; the "
-            "processor refuses it at start); remove it to use the computed value",
-        )
+        optional = [
+            membership.heartbeat_breach(
+                session_ms=session, heartbeat_ms=int(rendered["consumer.heartbeat.interval.ms"])
+            ),
+            membership.poll_interval_breach(
+                session_ms=session, max_poll_ms=int(rendered["consumer.max.poll.interval.ms"])
+            ),
+        ]
+        breaches += [b for b in optional if b is not None]
+    stack_values = {
+        "processor.stateful": processor.stateful,
+        "processor.membershipMode": processor.membership_mode,
+        "processor.numStandbyReplicas": processor.num_standby_replicas,
+        "processor.replicas": processor.replicas,
+    }
+    for breach in breaches:
+        setting = _STACK_SETTING_OF.get(breach.key, f"processor.properties.{breach.key}")
+        value = stack_values.get(setting, processor.properties.get(breach.key, breach.found))
+        overridden = breach.key in processor.properties or setting in stack_values
+        fix = "" if overridden else " (computed from the StatefulSet's restart budget)"
+        raise setting_error(setting, value, f"{breach.message()}{fix}")
 
 
 def _validate_images(config: StackConfig) -> None:
@@ -698,8 +708,8 @@ def _validate_ca_rollover(security: SecurityConfig) -> None:
             "security.caGeneration",
             generation,
             "applies to the generated CA; with certificates: cert-manager the issuer's CA is "
-            'rolled over in cert-manager (README, "Certificates"); remove caGeneration and '
-            "trustedCaGenerations",
+            'rolled over in cert-manager (docs/security.md, "Certificates"); remove caGeneration '
+            "and trustedCaGenerations",
         )
     if generation not in trusted:
         raise setting_error(
@@ -730,7 +740,7 @@ def _validate_security(config: StackConfig) -> None:
         )
     for key, value in config.kafka.configs.items():
         owner = (
-            "the listeners' security, from security.clientListener (app/kafka_security.py)"
+            "the listeners' security, from security.clientListener (app/clients/kafka_security.py)"
             if owned_by_security(key)
             else "the cluster's layout (infra/kafka_cluster.py)"
             if key in _NODE_OWNED_KEYS
@@ -784,7 +794,7 @@ def _validate_security(config: StackConfig) -> None:
                 value,
                 "set by the program from security.credentialsRevision "
                 f"({scram_mechanism(1)} on odd revisions, {scram_mechanism(2)} on even ones: "
-                "the gapless rotation in the README's security section); remove it",
+                "the gapless rotation in docs/security.md); remove it",
             )
     # A credential in Pulumi.<stack>.yaml is in git and in every preview: the processor reads
     # its secrets from its environment (`${env:NAME}`, from a Secret), never from the file.

@@ -3,8 +3,8 @@
 On a secured cluster each broker pod runs three containers: the broker; `grant-acls`, on the
 broker's image with the broker's certificate, which grants the bootstrap ACLs
 (`infra/bootstrap_grants.py`); and the readiness sidecar on the processor's image
-(`app.broker_readiness`), which connects as its own describe-only SCRAM user and never sees the
-broker's key.
+(`app.admin.broker_readiness`), which connects as its own describe-only SCRAM user and never sees
+the broker's key.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from app import acl_specs
-from app.acl_specs import KafkaUser
-from app.kafka_security import (
+from app.clients.kafka_security import (
     CLIENT_LISTENER,
     INTERNAL_LISTENER,
     broker_security_configs,
@@ -27,13 +25,15 @@ from app.kafka_security import (
 from infra import bootstrap_grants, workload
 from infra.config import KafkaConfig, SecurityConfig, quantity
 from infra.kafka_credentials import USERS_DIR, KafkaCredentials
-from policies.rules.java_properties import format_properties
+from policies.contract import acl_specs
+from policies.contract.acl_specs import KafkaUser
+from policies.contract.java_properties import format_properties
 
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
 # Replication between brokers, and the `grant-acls` containers (who connect as the broker).
 INTERNAL_PORT = 9094
-# The broker-readiness sidecar's HTTP port (`app.broker_readiness`): /ready, /live, /metrics.
+# The broker-readiness sidecar's HTTP port (`app.admin.broker_readiness`): /ready, /live, /metrics.
 READINESS_PORT = 8090
 # A restarted broker is ready once back in every ISR: the roll's budget per broker allows this
 # long for its replicas to catch up with what was written while it was down.
@@ -443,9 +443,10 @@ class KafkaCluster(pulumi.ComponentResource):
                             failure_threshold=cfg.startup_probe.failure_threshold,
                         ),
                         # Ready: an unfenced member of the cluster, in the ISR of every partition
-                        # it hosts, as the sidecar beside it judges (`app.broker_readiness`). The
-                        # StatefulSet controller rolls the next broker only then, so a roll never
-                        # takes a second replica away while the first is behind.
+                        # it hosts, as the sidecar beside it judges
+                        # (`app.admin.broker_readiness`). The StatefulSet controller rolls the next
+                        # broker only then, so a roll never takes a second replica away while the
+                        # first is behind.
                         readiness_probe=workload.http_probe(
                             "/ready",
                             READINESS_PORT,
@@ -477,7 +478,7 @@ class KafkaCluster(pulumi.ComponentResource):
         security: k8s.core.v1.SecurityContextArgs,
         mounts: list[k8s.core.v1.VolumeMountArgs],
     ) -> k8s.core.v1.ContainerArgs:
-        """`app.broker_readiness` beside the broker: one admin client, no JVM per probe.
+        """`app.admin.broker_readiness` beside the broker: one admin client, no JVM per probe.
 
         On a secured cluster (`mounts`: its user's Secret, the CA and the bootstrap ConfigMap)
         it connects to the broker's CLIENT listener as the readiness user, who may only
@@ -504,7 +505,7 @@ class KafkaCluster(pulumi.ComponentResource):
             args=[
                 "python",
                 "-m",
-                "app.broker_readiness",
+                "app.admin.broker_readiness",
                 "--node-id",
                 "$(KAFKA_NODE_ID)",
                 *connect,

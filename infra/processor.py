@@ -12,7 +12,7 @@ from infra import workload
 from infra.config import ProcessorConfig
 from infra.kafka_credentials import ClientAccess
 from infra.processor_properties import HEALTH_PORT, PROPERTIES_DIR, PROPERTIES_FILE, STATE_DIR
-from policies.rules.java_properties import format_properties
+from policies.contract.java_properties import format_properties
 
 PROCESSOR_UID = 10001
 

@@ -8,23 +8,27 @@ Kafka's EnvVarConfigProvider syntax, resolved by the processor from the pod's en
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from app.processor.defaults import (
+from policies.contract.processor_keys import (
     CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
     DEFAULTS,
     INSTANCE_ID_KEY,
     TRANSACTIONAL_ID_KEY,
 )
-from app.topic_specs import TopicRole
-from infra.config import StackConfig
+from policies.contract.topic_specs import TopicRole
+
+if TYPE_CHECKING:  # infra.config validates a stack by rendering its properties with this module
+    from infra.config import StackConfig
 
 STATE_DIR = "/var/lib/processor"
 HEALTH_PORT = 8080
 PROPERTIES_DIR = "/etc/processor"
 PROPERTIES_FILE = "processor.properties"
 
-# The processor's default heartbeat (why it is short: `app/processor/defaults.py`); the session
-# timeout here is minutes, so a third of it would let a member miss a rebalance for far too long.
+# The processor's default heartbeat (why it is short: its row in the contract's processor_keys);
+# the session timeout here is minutes, so a third of it would let a member miss a rebalance for
+# far too long.
 HEARTBEAT_INTERVAL_MS = int(DEFAULTS["consumer.heartbeat.interval.ms"])
 # Of the grace period, what Spark and the JVM need to stop after the last batch committed.
 SPARK_STOP_SECONDS = 15
@@ -35,7 +39,7 @@ def processor_properties(
 ) -> dict[str, str]:
     """Every processor setting for this stack, the stack's `properties` overrides applied last.
 
-    The processor's own defaults (`app/processor/defaults.py`) are written out too, so the
+    The processor's own defaults (`policies/contract/processor_keys.py`) are written out too, so the
     ConfigMap shows every effective value and the policy pack checks what really runs.
     `client_security` are its user's connection settings (none on a PLAINTEXT cluster).
     """
@@ -63,8 +67,7 @@ def processor_properties(
         "consumer.session.timeout.ms": str(session_timeout_ms),
         "consumer.heartbeat.interval.ms": str(min(HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3)),
         # librdkafka refuses a max.poll.interval.ms below the session timeout, and so does the
-        # processor at start: a long restart budget raises it too (prod's 475 s over the 300 s
-        # default).
+        # processor at start: a long restart budget raises it too (above the 300 s default).
         "consumer.max.poll.interval.ms": str(
             max(int(DEFAULTS["consumer.max.poll.interval.ms"]), session_timeout_ms)
         ),

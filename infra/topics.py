@@ -1,7 +1,7 @@
 """The pipeline's topics (and, on a secured cluster, its users and ACLs), reconciled into the
-cluster by a Job that runs `python -m app.topics`; and the Job that ends a SCRAM rotation by
-retiring the previous revision's credentials (`python -m app.scram_retire`), once every workload
-that logs in with them has rolled."""
+cluster by a Job that runs `python -m app.admin.topics`; and the Job that ends a SCRAM rotation by
+retiring the previous revision's credentials (`python -m app.admin.scram_retire`), once every
+workload that logs in with them has rolled."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from app import acl_specs
-from app.acl_specs import KafkaUser
-from app.topic_specs import TopicSpec, dumps
 from infra import workload
 from infra.kafka_credentials import USERS_DIR, KafkaCredentials
-from policies.rules.java_properties import format_properties
+from policies.contract import acl_specs
+from policies.contract.acl_specs import KafkaUser
+from policies.contract.java_properties import format_properties
+from policies.contract.topic_specs import TopicSpec, dumps
 
 SPECS_DIR = "/etc/topics"
 SPECS_FILE = "topics.json"
@@ -25,7 +25,7 @@ CLIENT_FILE = "client.properties"
 # The reconciler's login when Kafka refuses CLIENT_FILE's: in a rotation its new credential does
 # not exist until it sets it, and it logs in with the previous revision's (still valid) instead.
 PREVIOUS_CLIENT_FILE = "previous-client.properties"
-# The SCRAM user the Job connects as (one of `app.acl_specs.pipeline_users`).
+# The SCRAM user the Job connects as (one of `policies.contract.acl_specs.pipeline_users`).
 RECONCILER_USER = "topic-reconciler"
 RECONCILER_UID = 10001
 
@@ -73,7 +73,7 @@ class TopicReconciliation(pulumi.ComponentResource):
         command_line = [
             "python",
             "-m",
-            "app.topics",
+            "app.admin.topics",
             "--bootstrap-servers",
             args.bootstrap_servers,
             "--specs",
@@ -256,7 +256,7 @@ class ScramRetirement(pulumi.ComponentResource):
             [
                 "python",
                 "-m",
-                "app.scram_retire",
+                "app.admin.scram_retire",
                 "--bootstrap-servers",
                 args.bootstrap_servers,
                 "--acls",

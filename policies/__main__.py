@@ -1,12 +1,28 @@
 """The policy pack as the Pulumi CLI runs it: `pulumi preview --policy-pack policies`.
 
-The CLI runs `python <pack dir>`, so this directory is first on sys.path and the rules are
-imported as the top-level package `rules`. `PolicyPack(...)` serves gRPC and never returns:
-nothing else belongs in this file (tests and `python -m policies.check` import `policies.rules`).
+The CLI runs `python <pack dir>`. The directory is registered as the package `policies`
+whatever its name (a published pack is unpacked under another one), so the rules and the
+contract they share with the program and the processor import under one name everywhere.
+`PolicyPack(...)` serves gRPC and never returns: nothing else belongs in this file (tests and
+`python -m policies.check` import `policies.rules`).
 """
 
-from pulumi_policy import EnforcementLevel, PolicyPack
-from rules import PACK_NAME, all_policies
+import importlib.util
+import sys
+from pathlib import Path
+
+_PACK_DIR = Path(__file__).resolve().parent
+if "policies" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(
+        "policies", _PACK_DIR / "__init__.py", submodule_search_locations=[str(_PACK_DIR)]
+    )
+    assert _spec is not None and _spec.loader is not None  # the pack's own __init__.py
+    sys.modules["policies"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["policies"])
+
+from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402 - after the registration
+
+from policies.rules import PACK_NAME, all_policies  # noqa: E402
 
 PolicyPack(
     name=PACK_NAME,

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.processor import LOG_FORMAT, python_forkserver
+from app.clients import LOG_FORMAT
+from app.processor import python_forkserver
 from app.processor.settings import SettingsError, load_settings
 
 EXIT_USAGE = 2

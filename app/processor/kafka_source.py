@@ -63,8 +63,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.kafka_retry import Retrying, is_transient
-from app.processor import LOG_FORMAT, assignment_file
+from app.clients import LOG_FORMAT
+from app.clients.kafka_retry import Retrying, is_transient
+from app.processor import assignment_file
 from app.processor.combine import INPUT, RESTORE, RangeFold
 from app.processor.source_offsets import (
     FROM_BEGINNING,
@@ -121,7 +122,7 @@ READ_CHUNK = 5_000
 # standby read of a partition took at least 1 s (measured: 1,250 records in 1.0 s, 12 ms now).
 CONSUME_TIMEOUT_S = 0.01
 # One attempt of a planning call: a live broker answers in milliseconds, and a request to a lost
-# leader waits out this timeout before the retry asks the new one (app/kafka_retry.py).
+# leader waits out this timeout before the retry asks the new one (app/clients/kafka_retry.py).
 CLIENT_TIMEOUT_S = 10.0
 # A planned range that yields nothing for this long was truncated under us (retention): fail
 # the batch loudly rather than wait forever.

@@ -26,10 +26,9 @@ from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
 
-from app.kafka_retry import Retrying
+from app.clients.kafka_retry import Retrying
 from app.processor import assignment_file, python_forkserver
 from app.processor.assignment_file import Assignment, assignment_path
-from app.processor.defaults import MEMBERSHIP_HANDOFF
 from app.processor.health import HealthServer, ReadinessStatus
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
@@ -43,6 +42,7 @@ from app.processor.source_offsets import (
 )
 from app.processor.startup import StartupClock
 from app.processor.state_restore import copies_path, read_copies
+from policies.contract.processor_keys import MEMBERSHIP_HANDOFF
 
 log = logging.getLogger(__name__)
 

@@ -47,13 +47,13 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from app.kafka_retry import Retrying, raise_partition_error
+from app.clients.kafka_retry import Retrying, raise_partition_error
 from app.processor import assignment_file
 from app.processor.assignment_file import Assignment
-from app.processor.defaults import DEFAULTS
 from app.processor.group_describer import GroupDescriber, GroupDescription
 from app.processor.metrics import ProcessorMetrics
 from app.processor.state_restore import Member, standby_partitions
+from policies.contract.processor_keys import DEFAULTS
 
 log = logging.getLogger(__name__)
 

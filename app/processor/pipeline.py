@@ -58,7 +58,7 @@ def _with_class_archive(settings: ProcessorSettings) -> dict[str, str]:
     elif not archive.is_file():
         log.warning(
             "class.data.archive=%s: no such file; the driver starts without it (3-6 s slower). "
-            "Build it with: python -m app.processor.class_archive --out %s",
+            "Build it with: python -m app.processor.class_archive_build --out %s",
             archive,
             archive,
         )

@@ -25,117 +25,27 @@ from types import MappingProxyType
 
 import confluent_kafka
 
-from app.java_properties import is_credential_key, parse_properties, resolve_env
+from app.clients.client_properties import CLIENT_COMMON_KEYS, CLIENT_COMMON_PREFIXES
+from app.clients.java_properties import is_credential_key, parse_properties, resolve_env
 from app.processor import class_archive
-from app.processor.defaults import (
+from policies.contract import membership
+from policies.contract.processor_keys import (
+    BOOL_KEYS,
+    CLASSIC_PROTOCOL_ONLY,
     DEFAULTS,
     INSTANCE_ID_KEY,
-    MEMBERSHIP_HANDOFF,
-    MEMBERSHIP_STATIC,
+    KNOWN_KEYS,
+    PROTOCOL_CONSUMER,
+    REQUIRED,
+    ROWS,
     TRANSACTIONAL_ID_KEY,
 )
-from policies.rules.tls_settings import tls_weakenings
+from policies.contract.tls_settings import tls_weakenings
 
 CONSUMER_PREFIX = "consumer."
 PRODUCER_PREFIX = "producer."
 SPARK_PREFIX = "spark."
 
-REQUIRED = (
-    "application.id",
-    "bootstrap.servers",
-    "input.topic",
-    "output.topic",
-    "changelog.topic",
-    "dlq.topic",
-)
-# Contract keys without a default: required, or required depending on other keys.
-KNOWN_KEYS = frozenset({*DEFAULTS, *REQUIRED, INSTANCE_ID_KEY, TRANSACTIONAL_ID_KEY})
-
-# Client settings that apply to the consumer and the producer alike (security), as in Kafka Streams.
-CLIENT_COMMON_KEYS = ("security.protocol",)
-CLIENT_COMMON_PREFIXES = ("sasl.", "ssl.")
-
-# With KIP-848 (`group.protocol=consumer`) these live on the broker; librdkafka rejects them.
-CLASSIC_PROTOCOL_ONLY = (
-    "consumer.session.timeout.ms",
-    "consumer.heartbeat.interval.ms",
-    "consumer.partition.assignment.strategy",
-)
-
-# Keys the processor sets itself: a value in the file would be silently wrong, so it is an error.
-OWNED_BY_PROCESSOR = {
-    "consumer.group.id": "the group id is application.id",
-    "consumer.bootstrap.servers": "use bootstrap.servers",
-    "producer.bootstrap.servers": "use bootstrap.servers",
-    "consumer.enable.auto.offset.store": (
-        "offsets are committed in the sink's transaction, never stored automatically"
-    ),
-}
-
-# key -> smallest allowed value (the upper bounds of client settings are librdkafka's to check).
-INT_KEYS: Mapping[str, int] = MappingProxyType(
-    {
-        "health.port": 0,  # 0: any free port (tests, local runs)
-        "num.standby.replicas": 0,
-        "trigger.interval.ms": 1,
-        "max.records.per.batch": 1,
-        "shutdown.timeout.ms": 0,
-        "task.timeout.ms": 0,  # 0: no retry, the first error fails the instance
-        "consumer.session.timeout.ms": 1,
-        "consumer.heartbeat.interval.ms": 1,
-        "consumer.max.poll.interval.ms": 1,
-        "producer.transaction.timeout.ms": 1,
-        "spark.sql.shuffle.partitions": 1,
-    }
-)
-MAX_PORT = 65535
-BOOL_KEYS = frozenset(
-    {
-        "stateful",
-        "python.forkserver",
-        "consumer.enable.auto.commit",
-        "producer.enable.idempotence",
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-    }
-)
-# key -> (allowed values, why only these)
-ENUM_KEYS: Mapping[str, tuple[tuple[str, ...], str]] = MappingProxyType(
-    {
-        "membership.mode": (
-            (MEMBERSHIP_STATIC, MEMBERSHIP_HANDOFF),
-            "static: a restarted instance gets its partitions back and they wait for it; "
-            "handoff: a stopping instance leaves the group and its partitions move at once",
-        ),
-        "processing.guarantee": (
-            ("exactly_once_v2",),
-            "the sink writes results, state changes and input offsets in one transaction",
-        ),
-        "consumer.group.protocol": (
-            ("classic", "consumer"),
-            "classic: client-side assignor and timeouts; consumer: KIP-848, set on the broker",
-        ),
-        "consumer.isolation.level": (
-            ("read_committed",),
-            "exactly_once_v2 must not read records of aborted transactions",
-        ),
-        "consumer.partition.assignment.strategy": (
-            ("cooperative-sticky",),
-            "the group member rebalances incrementally; an eager assignor stops every partition "
-            "on each rebalance",
-        ),
-        "producer.acks": (("all", "-1"), "exactly_once_v2 needs every in-sync replica to ack"),
-    }
-)
-# key -> the only value exactly-once allows, and why
-REQUIRED_VALUES: Mapping[str, tuple[str, str]] = MappingProxyType(
-    {
-        "consumer.enable.auto.commit": (
-            "false",
-            "input offsets are committed in the sink's transaction, not by the consumer",
-        ),
-        "producer.enable.idempotence": ("true", "transactions need the idempotent producer"),
-    }
-)
 
 _INT = re.compile(r"[+-]?\d+")
 _LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
@@ -349,9 +259,8 @@ def _validate(values: dict[str, _Value]) -> list[str]:
 
 
 def _check_key(key: str, item: _Value) -> list[str]:
-    if key in OWNED_BY_PROCESSOR:
-        return [_problem(key, item, f"set by the processor ({OWNED_BY_PROCESSOR[key]}); remove it")]
-    if not (key in KNOWN_KEYS or _is_client_common(key) or _is_passthrough(key)):
+    row = ROWS.get(key)
+    if row is None and not (_is_client_common(key) or _is_passthrough(key)):
         close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}?" if close else "see DEFAULTS for the known keys"
         return [
@@ -362,20 +271,9 @@ def _check_key(key: str, item: _Value) -> list[str]:
                 f"spark.*, security.protocol, sasl.*, ssl.*; {hint}",
             )
         ]
-    if key in INT_KEYS:
-        problems = _check_int(key, item)
-        if problems:
-            return problems
-    if key in BOOL_KEYS:
-        if item.value.lower() not in ("true", "false"):
-            return [_problem(key, item, "must be a boolean; allowed: true, false")]
-        required = REQUIRED_VALUES.get(key)
-        if required and item.value.lower() != required[0]:
-            return [_problem(key, item, f"must be {required[0]}: {required[1]}")]
-    if key in ENUM_KEYS:
-        allowed, reason = ENUM_KEYS[key]
-        if item.value not in allowed:
-            return [_problem(key, item, f"allowed: {', '.join(allowed)} ({reason})")]
+    problem = row.problem(item.value) if row is not None else None
+    if problem is not None:
+        return [_problem(key, item, problem)]
     return _check_client_key(key, item)
 
 
@@ -420,122 +318,68 @@ def _is_passthrough(key: str) -> bool:
     return key.startswith((CONSUMER_PREFIX, PRODUCER_PREFIX, SPARK_PREFIX))
 
 
-def _check_int(key: str, item: _Value) -> list[str]:
-    lowest = INT_KEYS[key]
-    highest = MAX_PORT if key == "health.port" else None
-    bounds = f"{lowest}..{highest}" if highest is not None else f">= {lowest}"
-    if not _INT.fullmatch(item.value.strip()):
-        return [_problem(key, item, f"must be an integer; allowed: {bounds}")]
-    number = int(item.value)
-    if number < lowest or (highest is not None and number > highest):
-        return [_problem(key, item, f"out of range; allowed: {bounds}")]
-    return []
-
-
 def _int_or_none(values: Mapping[str, _Value], key: str) -> int | None:
     item = values.get(key)
     if item is None or not _INT.fullmatch(item.value.strip()):
-        return None
+        return None  # its row's check reports it
     return int(item.value)
 
 
+def _frame(values: Mapping[str, _Value], breach: membership.Breach) -> str:
+    item = values.get(breach.key)
+    if item is None:
+        return f"{breach.key} is {breach.found}: {breach.message()}"
+    return _problem(breach.key, item, breach.message())
+
+
 def _check_protocol(values: dict[str, _Value]) -> list[str]:
-    protocol = values["consumer.group.protocol"].value
-    problems = []
-    if protocol == "consumer":
+    if values["consumer.group.protocol"].value == PROTOCOL_CONSUMER:
+        explicit = {k: values[k].value for k in CLASSIC_PROTOCOL_ONLY if not values[k].is_default}
         for key in CLASSIC_PROTOCOL_ONLY:
-            item = values[key]
-            if item.is_default:
+            if values[key].is_default:
                 del values[key]  # librdkafka rejects them with this protocol
-            else:
-                problems.append(
-                    _problem(
-                        key,
-                        item,
-                        "must not be set with consumer.group.protocol=consumer (KIP-848): the "
-                        "broker owns it (group.consumer.session.timeout.ms, "
-                        "group.consumer.heartbeat.interval.ms, group.consumer.assignors); "
-                        "remove it",
-                    )
-                )
-        return problems
+        breaches = membership.classic_only_breaches(PROTOCOL_CONSUMER, explicit)
+        return [_frame(values, b) for b in breaches]
     session = _int_or_none(values, "consumer.session.timeout.ms")
     heartbeat = _int_or_none(values, "consumer.heartbeat.interval.ms")
-    if session is not None and heartbeat is not None and heartbeat * 3 > session:
-        problems.append(
-            _problem(
-                "consumer.heartbeat.interval.ms",
-                values["consumer.heartbeat.interval.ms"],
-                f"must be at most a third of consumer.session.timeout.ms={session} "
-                f"(<= {session // 3}), so that a missed heartbeat or two does not end the session",
-            )
-        )
     max_poll = _int_or_none(values, "consumer.max.poll.interval.ms")
-    if session is not None and max_poll is not None and max_poll < session:
-        problems.append(
-            _problem(
-                "consumer.max.poll.interval.ms",
-                values["consumer.max.poll.interval.ms"],
-                f"must be at least consumer.session.timeout.ms={session} (librdkafka's rule)",
-            )
-        )
-    return problems
+    found = []
+    if session is not None and heartbeat is not None:
+        found.append(membership.heartbeat_breach(session_ms=session, heartbeat_ms=heartbeat))
+    if session is not None and max_poll is not None:
+        found.append(membership.poll_interval_breach(session_ms=session, max_poll_ms=max_poll))
+    return [_frame(values, b) for b in found if b is not None]
 
 
 def _check_membership(values: dict[str, _Value]) -> list[str]:
-    problems = []
-    stateful_item = values["stateful"]
-    mode = values["membership.mode"]
-    instance = values.get(INSTANCE_ID_KEY)
-    static = stateful_item.value.lower() == "true" and mode.value == MEMBERSHIP_STATIC
-    if static and (instance is None or not instance.value.strip()):
-        problems.append(
-            _problem(
-                "stateful",
-                stateful_item,
-                f"a stateful processor with membership.mode=static needs {INSTANCE_ID_KEY} "
-                "(static membership, e.g. ${env:POD_NAME}): a restart must keep its partitions "
-                "and their state",
-            )
-        )
-    if mode.value == MEMBERSHIP_HANDOFF and instance is not None:
-        problems.append(
-            _problem(
-                INSTANCE_ID_KEY,
-                instance,
-                "must not be set with membership.mode=handoff: a static member's close does not "
-                "leave the group, so its partitions would wait for the session timeout instead "
-                "of moving at once; remove it",
-            )
-        )
-    standby = _int_or_none(values, "num.standby.replicas")
-    if mode.value == MEMBERSHIP_HANDOFF and standby is not None and standby < 1:
-        problems.append(
-            _problem(
-                "num.standby.replicas",
-                values["num.standby.replicas"],
-                "must be at least 1 with membership.mode=handoff: a hand-off moves partitions to "
-                "instances that must hold warm copies of their state, otherwise each moved "
-                "partition restores its whole changelog; set num.standby.replicas=1 or "
-                "membership.mode=static",
-            )
-        )
-    if stateful_item.value.lower() == "false" and instance is not None:
-        problems.append(
-            _problem(
-                INSTANCE_ID_KEY,
-                instance,
-                "must not be set when stateful=false: a stateless processor leaves the group on "
-                "close so its partitions move at once; remove it",
-            )
-        )
+    problems: list[str] = []
     tx = values.get(TRANSACTIONAL_ID_KEY)
     if tx is None or not tx.value.strip():
         problems.append(
             f"{TRANSACTIONAL_ID_KEY} is required for processing.guarantee=exactly_once_v2 "
             "(one per instance, e.g. ${env:POD_NAME})"
         )
-    return problems
+    if any(ROWS[key].problem(values[key].value) for key in ("stateful", "membership.mode")):
+        return problems  # reported by their rows; the rules need valid values
+    stateful = values["stateful"].value.lower() == "true"
+    mode = values["membership.mode"].value
+    instance = values.get(INSTANCE_ID_KEY)
+    breaches = membership.instance_id_breaches(
+        stateful=stateful, mode=mode, instance_id=instance.value if instance else None
+    )
+    # The processor does not know its StatefulSet: replicas and the restart budget are the
+    # Pulumi program's and the pack's to check.
+    standby = _int_or_none(values, "num.standby.replicas")
+    if standby is not None:
+        breaches += membership.handoff_breaches(
+            stateful=stateful, mode=mode, standby_replicas=standby, replicas=None
+        )
+    return [
+        _problem("stateful", values["stateful"], f"{b.key} must be {b.required}: {b.why}")
+        if b.key not in values
+        else _frame(values, b)
+        for b in breaches
+    ] + problems
 
 
 _QUIET = logging.getLogger(f"{__name__}.librdkafka")

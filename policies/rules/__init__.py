@@ -1,12 +1,9 @@
 """The stateful-streaming CrossGuard rules, one module per subject.
 
-Imported as `rules` when the Pulumi CLI runs the pack (the pack directory is then the program
-directory and first on sys.path) and as `policies.rules` by the tests and the offline runner, so
-every import inside this package is relative.
-
-Importing the package itself needs nothing but the standard library: the processor image imports
-`policies.rules.java_properties` (the one properties codec) without pulumi-policy installed, so
-the rule modules are only imported by `all_policies`.
+Imported as `policies.rules` everywhere (`policies/__main__.py` registers the pack directory as
+`policies` when the Pulumi CLI runs it); the keys, defaults and rules the pack shares with the
+program and the processor are in `policies.contract`. The rule modules are imported only by
+`all_policies`, so importing the package needs nothing but the standard library.
 """
 
 from __future__ import annotations

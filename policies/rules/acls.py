@@ -3,10 +3,10 @@
 Two files grant ACLs: `acls.json`, beside the topic specs, which the topic Job reconciles, and
 `bootstrap-acls.json` in the Kafka cluster's bootstrap ConfigMap, which the `grant-acls`
 container of each broker's pod grants as the broker (a super user) before any broker is ready.
-Both are written by `app.acl_specs.dumps` and parsed here with a few lines rather than with
-`app.acl_specs`: the pack runs on its own under `pulumi preview --policy-pack policies`, where
-the repository is not importable, and `AclSpec` rejects some of the very grants (a wildcard)
-this rule exists to report.
+Both are written by `policies.contract.acl_specs.dumps` and parsed here with a few lines rather than
+with `policies.contract.acl_specs`: the pack runs on its own under `pulumi preview --policy-pack
+policies`, where the repository is not importable, and `AclSpec` rejects some of the very grants (a
+wildcard) this rule exists to report.
 
 The users the pack knows, each with rights derived from the stack itself where it can:
 
@@ -32,8 +32,8 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
+from ..contract.java_properties import load_properties
 from .config import MANDATORY, Threshold, stack_rule
-from .java_properties import load_properties
 from .manifests import CONFIG_MAP, get, label
 from .messages import violation
 from .stack_view import ProcessorDeployment, StackView
@@ -45,8 +45,8 @@ ACL_FILES = (ACLS_KEY, BOOTSTRAP_ACLS_KEY)
 # The reconciler's own client settings, in the ConfigMap that holds the topic specs.
 CLIENT_KEY = "client.properties"
 _FIELDS = ("principal", "resource_type", "resource_name", "pattern_type", "operation")
-# Names `app.acl_specs` fixes (the pack cannot import it; a test asserts they agree): the one
-# CLUSTER resource, and the reconciler's ACL ledger topic and the group id its reader names.
+# Names `policies.contract.acl_specs` fixes (the pack cannot import it; a test asserts they agree):
+# the one CLUSTER resource, and the reconciler's ACL ledger topic and the group id its reader names.
 CLUSTER_RESOURCE = "kafka-cluster"
 ACL_LEDGER_TOPIC = "topic-reconciler-acl-ledger"
 ACL_LEDGER_READER_GROUP = ACL_LEDGER_TOPIC
@@ -98,7 +98,7 @@ class Acl:
     operation: str
 
     def describe(self) -> str:
-        """`User:x READ TOPIC page-views (LITERAL)`, as `app.acl_specs` prints it."""
+        """`User:x READ TOPIC page-views (LITERAL)`, as `policies.contract.acl_specs` prints it."""
         return (
             f"{self.principal} {self.operation} {self.resource_type} {self.resource_name} "
             f"({self.pattern_type})"
@@ -204,7 +204,7 @@ class UserRights:
         return f"{op} on {named[0].describe()}, where it needs only {needed}"
 
 
-_PIPELINE_USERS = "pipeline_users (app/acl_specs.py)"
+_PIPELINE_USERS = "pipeline_users (policies/contract/acl_specs.py)"
 _PROCESSOR_FIX = (
     f"remove the grant from the processor's ACLs in {_PIPELINE_USERS}: a processor that can "
     "read, write or administer beyond its own topics, group and transactional ids turns one "
@@ -355,7 +355,7 @@ def _unreadable(subject: str, error: str) -> str:
         f"unreadable ({error})",
         '{"users": [{"name", "purpose", "acls": [{"principal", "resource_type", '
         '"resource_name", "pattern_type", "operation"}]}]}',
-        "render it with app.acl_specs.dumps",
+        "render it with policies.contract.acl_specs.dumps",
     )
 
 
@@ -367,7 +367,7 @@ def _wildcard_principal(subject: str, acl: Acl) -> str:
         "included",
         "a principal of one user, User:<name>, within that user's rights",
         f"grant it to the one user that needs it in {_PIPELINE_USERS}, whose AclSpec refuses "
-        "wildcard principals, and render the file with app.acl_specs.dumps",
+        "wildcard principals, and render the file with policies.contract.acl_specs.dumps",
     )
 
 

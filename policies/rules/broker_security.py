@@ -13,21 +13,22 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
+from ..contract.tls_settings import tls_weakenings
 from .config import MANDATORY, Threshold, resource_rule
 from .kafka_cluster import broker_configs, env_name, is_kafka_statefulset
 from .manifests import fmt, label
 from .messages import violation
-from .tls_settings import tls_weakenings
 
 # TLS on the wire: the only protocols a listener between brokers or controllers may use.
 ENCRYPTED_PROTOCOLS = ("SSL", "SASL_SSL")
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS = "User:ANONYMOUS"
-# The subject of the brokers' certificate, as app/kafka_security.py names it (BROKER_PRINCIPAL).
+# The subject of the brokers' certificate, as app/clients/kafka_security.py names it
+# (BROKER_PRINCIPAL).
 BROKER_PRINCIPAL = "User:CN=kafka-broker"
-# The SASL mechanisms a SASL_SSL client listener may offer, as app/kafka_security.py names them
-# (SCRAM_MECHANISMS): the workloads are SCRAM users, and a rotation moves them from one to the
-# other, so the listener offers either or both.
+# The SASL mechanisms a SASL_SSL client listener may offer, as app/clients/kafka_security.py names
+# them (SCRAM_MECHANISMS): the workloads are SCRAM users, and a rotation moves them from one to
+# the other, so the listener offers either or both.
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 _MAP_ENV = env_name("listener.security.protocol.map")
@@ -186,10 +187,11 @@ def _mechanism_findings(subject: str, configs: Mapping[str, str], listener: str)
         f"client listener {listener}'s SASL mechanisms, broker config {key} (env {env_name(key)})",
         configs[key] or "empty",
         f"{' and/or '.join(SCRAM_MECHANISMS)}, nothing else",
-        f"set {env_name(scoped)}={','.join(SCRAM_MECHANISMS)} (app/kafka_security.py renders "
-        f"it), without {', '.join(others) or 'an empty list'}: the workloads are SCRAM users "
-        "(app/acl_specs.py), SCRAM never sends a password to the broker, and a rotation moves "
-        'them from one SCRAM mechanism to the other (the README\'s "Rotated.")',
+        f"set {env_name(scoped)}={','.join(SCRAM_MECHANISMS)} "
+        f"(app/clients/kafka_security.py renders it), without "
+        f"{', '.join(others) or 'an empty list'}: the workloads are SCRAM users "
+        "(policies/contract/acl_specs.py), SCRAM never sends a password to the broker, and a "
+        'rotation moves them from one SCRAM mechanism to the other (docs/security.md, "Rotated.")',
     )
 
 
@@ -208,8 +210,8 @@ def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
             STANDARD_AUTHORIZER,
             f"set KAFKA_AUTHORIZER_CLASS_NAME={STANDARD_AUTHORIZER} (the stack setting "
             "security.clientListener: SASL_SSL renders it, and the topic Job reconciles the "
-            "ACLs of app/acl_specs.py): without an authorizer every client that connects may "
-            "read, write and delete every topic, group and transactional id",
+            "ACLs of policies/contract/acl_specs.py): without an authorizer every client that "
+            "connects may read, write and delete every topic, group and transactional id",
         )
     if not authorizer:
         return  # nothing is authorised, so the two settings below have no effect
@@ -238,7 +240,7 @@ def _super_user_findings(subject: str, value: str, cfg: Mapping[str, Any]) -> It
     )
     fix = (
         f"set KAFKA_SUPER_USERS={';'.join(allowed)} (the subject of the broker certificate, as "
-        "app/kafka_security.py renders it)"
+        "app/clients/kafka_security.py renders it)"
     )
     super_users = [u.strip() for u in value.split(";") if u.strip()]
     if cfg["requireAuthorizer"] and not super_users:
@@ -267,8 +269,8 @@ def _super_user_findings(subject: str, value: str, cfg: Mapping[str, Any]) -> It
             required,
             f"{fix}, without {user}: a super user bypasses every ACL, so {who} may read, write "
             "and delete every topic and group and grant itself any ACL. Give a workload the "
-            "ACLs it needs in pipeline_users (app/acl_specs.py) instead; a further broker "
-            "identity goes into this rule's superUsers in policies/config.<stack>.json",
+            "ACLs it needs in pipeline_users (policies/contract/acl_specs.py) instead; a further "
+            "broker identity goes into this rule's superUsers in policies/config.<stack>.json",
         )
 
 

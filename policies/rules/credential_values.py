@@ -18,7 +18,7 @@ import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-from .java_properties import is_credential_key, is_reference
+from ..contract.java_properties import is_credential_key, is_reference
 
 # A key with its separator: `-Dkey=`, `--flag=`, `--flag value`, `key=`, `key: `, `"key": `.
 # Keys start at the beginning of the text or after a blank, a quote, an opening bracket, a list

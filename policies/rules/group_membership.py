@@ -13,8 +13,10 @@ from typing import Any
 
 from pulumi_policy import StackValidationArgs
 
+from ..contract import membership
+from ..contract.java_properties import env_reference
+from ..contract.processor_keys import DEFAULTS, INSTANCE_ID_KEY, PROTOCOL_CONSUMER
 from .config import MANDATORY, Threshold, stack_rule
-from .java_properties import env_reference
 from .kafka_cluster import KAFKA_DEFAULTS, broker_configs, env_name
 from .manifests import env_field_ref, fmt, label, number, pod_spec, processor_container
 from .messages import violation
@@ -23,21 +25,9 @@ from .stack_view import PROPERTIES_KEY, STANDBY_KEY, ProcessorDeployment, StackV
 
 Finding = tuple[str, str | None]
 
-# librdkafka's client defaults (the processor's consumer is confluent-kafka).
-CLIENT_DEFAULTS = {
-    "consumer.group.protocol": "classic",
-    "consumer.session.timeout.ms": "45000",
-    "consumer.heartbeat.interval.ms": "3000",
-    "consumer.partition.assignment.strategy": "range,roundrobin",
-    "consumer.isolation.level": "read_committed",
-    "consumer.max.poll.interval.ms": "300000",
-}
-# Client settings the consumer protocol moves to the broker (the client rejects them there).
-BROKER_SIDE_UNDER_KIP_848 = (
-    "consumer.session.timeout.ms",
-    "consumer.heartbeat.interval.ms",
-    "consumer.partition.assignment.strategy",
-)
+# Keys whose every refused value these rules report, with fixes of their own (each row allows
+# one value): `processor-settings-contract` leaves them to these rules, so a value is reported once.
+JUDGED_KEYS = frozenset({"consumer.isolation.level", "consumer.partition.assignment.strategy"})
 
 
 def _properties_subject(processor: ProcessorDeployment) -> tuple[str, str]:
@@ -53,11 +43,25 @@ def _properties_subject(processor: ProcessorDeployment) -> tuple[str, str]:
 
 
 def _setting(processor: ProcessorDeployment, key: str) -> str:
-    return processor.properties.get(key, CLIENT_DEFAULTS.get(key, ""))
+    """The value the processor runs with: the file's, else the contract's default."""
+    return processor.properties.get(key, DEFAULTS.get(key, ""))
+
+
+def _shown(processor: ProcessorDeployment, key: str) -> str:
+    found = _setting(processor, key)
+    return found if key in processor.properties else f"absent (default {found})"
+
+
+def _mode(processor: ProcessorDeployment) -> str:
+    return _setting(processor, "membership.mode").strip()
 
 
 def _uses_kip_848(processor: ProcessorDeployment) -> bool:
-    return _setting(processor, "consumer.group.protocol").strip().lower() == "consumer"
+    return _setting(processor, "consumer.group.protocol").strip().lower() == PROTOCOL_CONSUMER
+
+
+def _int(value: float | None) -> int:
+    return round(value or 0.0)
 
 
 def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
@@ -66,52 +70,36 @@ def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> 
     holding a warm copy of their state (num.standby.replicas >= 1)."""
     for processor in StackView(args.resources).processors():
         subject, urn = _properties_subject(processor)
-        instance_id = processor.properties.get("consumer.group.instance.id")
-        handoff = processor.properties.get("membership.mode", "static") == "handoff"
-        if not processor.stateful or handoff:
-            if instance_id:
+        workload = processor.workload
+        workload_label = label(workload.resource_type, workload.props)
+        instance_id = processor.properties.get(INSTANCE_ID_KEY)
+        mode = _mode(processor)
+        replicas = number(workload.props.get("spec", {}).get("replicas", 1))
+        breaches = membership.instance_id_breaches(
+            stateful=processor.stateful, mode=mode, instance_id=instance_id
+        ) + membership.handoff_breaches(
+            stateful=processor.stateful,
+            mode=mode,
+            standby_replicas=_int(processor.standby_replicas),
+            replicas=None if replicas is None else _int(replicas),
+        )
+        for breach in breaches:
+            if breach.key == "replicas":
                 yield (
                     violation(
-                        subject,
-                        "consumer.group.instance.id",
-                        instance_id,
-                        "absent for a stateless processor (stateful=false) or with "
-                        "membership.mode=handoff",
-                        "remove it: a dynamic member leaves the group on close, so its "
-                        "partitions move at once instead of after session.timeout.ms",
-                    ),
-                    urn,
-                )
-            replicas = number(processor.workload.props.get("spec", {}).get("replicas", 1))
-            if processor.stateful and (replicas is None or replicas < 2):
-                workload = processor.workload
-                yield (
-                    violation(
-                        label(workload.resource_type, workload.props),
-                        "spec.replicas",
-                        fmt(replicas),
-                        ">= 2 with membership.mode=handoff",
-                        "run at least 2 replicas, or set membership.mode=static: a hand-off "
-                        "needs another instance to take the partitions over",
+                        workload_label, "spec.replicas", fmt(replicas), breach.required, breach.why
                     ),
                     workload.urn,
                 )
-            if processor.stateful and handoff and processor.standby_replicas < 1:
-                yield (
-                    violation(
-                        subject,
-                        STANDBY_KEY,
-                        processor.standby_found,
-                        ">= 1 with membership.mode=handoff",
-                        f"set {STANDBY_KEY}=1 (stack setting processor.numStandbyReplicas), or "
-                        "membership.mode=static: a hand-off moves partitions to instances that "
-                        "must hold warm copies of their state, otherwise each moved partition "
-                        "restores its whole changelog",
-                    ),
-                    urn,
-                )
+            elif breach.key == "num.standby.replicas":
+                fix = f"{breach.why} (stack setting processor.numStandbyReplicas)"
+                found = processor.standby_found
+                yield violation(subject, STANDBY_KEY, found, breach.required, fix), urn
+            elif instance_id:  # present where it must be absent
+                yield violation(subject, breach.key, instance_id, breach.required, breach.why), urn
+        if not membership.is_static_member(processor.stateful, mode):
             continue
-        workload = processor.workload
+        # Present is not enough: it must be the pod's own name, from the downward API.
         variable = env_reference(instance_id)
         container = processor_container(pod_spec(workload.resource_type, workload.props)) or {}
         source = env_field_ref(container, variable) if variable else None
@@ -122,7 +110,7 @@ def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> 
             yield (
                 violation(
                     subject,
-                    "consumer.group.instance.id",
+                    INSTANCE_ID_KEY,
                     found,
                     "${env:POD_NAME} with POD_NAME from the downward API fieldRef metadata.name",
                     "set consumer.group.instance.id=${env:POD_NAME}: a static member that "
@@ -131,10 +119,6 @@ def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> 
                 ),
                 urn,
             )
-
-
-def _static_member(processor: ProcessorDeployment) -> bool:
-    return processor.stateful and processor.properties.get("membership.mode", "static") != "handoff"
 
 
 def check_session_timeout(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
@@ -148,86 +132,50 @@ def check_session_timeout(args: StackValidationArgs, cfg: Mapping[str, Any]) -> 
         broker = broker_configs(kafka.resource_type, kafka.props) if kafka else dict(KAFKA_DEFAULTS)
         subject, urn = _properties_subject(processor)
         if _uses_kip_848(processor):
-            yield from _client_keys_under_kip_848(processor, subject, urn)
+            for breach in membership.classic_only_breaches(PROTOCOL_CONSUMER, processor.properties):
+                yield violation(subject, breach.key, breach.found, breach.required, breach.why), urn
             key = "group.consumer.session.timeout.ms"
-            min_key, max_key = (
-                "group.consumer.min.session.timeout.ms",
-                "group.consumer.max.session.timeout.ms",
-            )
+            min_key = "group.consumer.min.session.timeout.ms"
+            max_key = "group.consumer.max.session.timeout.ms"
+            if kafka:
+                subject, urn = f"{label(kafka.resource_type, kafka.props)} broker config", kafka.urn
+            else:
+                subject = "broker default"
+            field, session = f"{key} (env {env_name(key)})", number(broker[key])
             where = (
-                f"{label(kafka.resource_type, kafka.props)} broker config"
-                if kafka
-                else "broker default"
-            )
-            field, urn = f"{key} (env {env_name(key)})", kafka.urn if kafka else urn
-            found = number(broker[key])
-            subject = where
-            fix = (
-                f"set {env_name(key)} on the brokers (and {env_name(min_key)}/{env_name(max_key)} "
-                "around it): under the consumer group protocol the broker owns the session timeout"
+                f"set {env_name(key)} on the brokers (and {env_name(min_key)}/{env_name(max_key)})"
             )
         else:
             key = "consumer.session.timeout.ms"
             min_key, max_key = "group.min.session.timeout.ms", "group.max.session.timeout.ms"
-            field, found = key, number(_setting(processor, key))
-            fix = (
+            field, session = key, number(_setting(processor, key))
+            where = (
                 f"set {key} (infra computes it per membership.mode) and, if needed, "
                 f"{env_name(min_key)}/{env_name(max_key)} on the brokers"
             )
-        found = found or 0.0
-        minimum, maximum = number(broker[min_key]), number(broker[max_key])
-        bounds = f"broker {min_key} {fmt(minimum)} <= it <= {max_key} {fmt(maximum)}"
-        if _static_member(processor):
-            needed_ms = budget.total_seconds * 1000 + cfg["minMarginMs"]
-            required = (
-                f">= the restart budget of {label(workload.resource_type, workload.props)} "
-                f"({budget.explain()} = {fmt(budget.total_seconds * 1000)} ms, + margin "
-                f"{fmt(cfg['minMarginMs'])} ms) and {bounds}"
-            )
-            why = (
-                "a static member's session shorter than a restart expires it and every pod "
-                "restart rebalances"
-            )
-            wrong = found < needed_ms
-        elif processor.stateful:
-            limit = cfg["maxHandoffSessionMs"]
-            required = f"<= {fmt(limit)} with membership.mode=handoff, and {bounds}"
-            why = (
-                "a hand-off member that stops leaves the group at once, but one that crashes "
-                "holds its partitions, producing nothing, until its session expires"
-            )
-            wrong = found > limit
-        else:
-            required, why, wrong = bounds, "", False
-        out_of_bounds = (minimum is not None and found < minimum) or (
-            maximum is not None and found > maximum
+        breaches = membership.session_breaches(
+            stateful=processor.stateful,
+            mode=_mode(processor),
+            session_ms=_int(session),
+            budget=budget,
+            margin_ms=cfg["minMarginMs"],
+            max_handoff_session_ms=cfg["maxHandoffSessionMs"],
+            broker_min_ms=_optional_int(broker.get(min_key)),
+            broker_max_ms=_optional_int(broker.get(max_key)),
+            key=key,
+            min_key=min_key,
+            max_key=max_key,
         )
-        if wrong or out_of_bounds:
-            reason = "; the broker refuses a join outside its bounds (INVALID_SESSION_TIMEOUT)"
+        for breach in breaches:
             yield (
-                violation(
-                    subject, field, fmt(found), required, fix + (f"; {why}" if why else "") + reason
-                ),
+                violation(subject, field, fmt(session), breach.required, f"{where}; {breach.why}"),
                 urn,
             )
 
 
-def _client_keys_under_kip_848(
-    processor: ProcessorDeployment, subject: str, urn: str
-) -> Iterator[Finding]:
-    for key in BROKER_SIDE_UNDER_KIP_848:
-        if key in processor.properties:
-            yield (
-                violation(
-                    subject,
-                    key,
-                    processor.properties[key],
-                    "absent with consumer.group.protocol=consumer",
-                    "remove it: under KIP-848 the broker owns this setting (group.consumer.*) "
-                    "and the client refuses to start with it",
-                ),
-                urn,
-            )
+def _optional_int(value: Any) -> int | None:
+    found = number(value)
+    return None if found is None else round(found)
 
 
 def check_heartbeat(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
@@ -246,25 +194,21 @@ def check_heartbeat(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterat
             field = f"{key} (env {env_name(key)})"
         else:
             key, session_key = "consumer.heartbeat.interval.ms", "consumer.session.timeout.ms"
-            heartbeat, session = (
-                number(_setting(processor, key)),
-                number(_setting(processor, session_key)),
-            )
+            heartbeat = number(_setting(processor, key))
+            session = number(_setting(processor, session_key))
             field = key
-        ratio = cfg["minSessionToHeartbeatRatio"]
-        limit = (session or 0.0) / ratio
-        if heartbeat is None or heartbeat * ratio > (session or 0.0):
-            yield (
-                violation(
-                    subject,
-                    field,
-                    fmt(heartbeat),
-                    f"<= {session_key} ({fmt(session)}) / {fmt(ratio)} = {fmt(round(limit))}",
-                    f"lower {key} to at most a third of the session timeout, so a member "
-                    "survives a missed heartbeat or two",
-                ),
-                urn,
-            )
+        if heartbeat is None:
+            continue  # not a number: `processor-settings-contract` reports it
+        breach = membership.heartbeat_breach(
+            session_ms=_int(session),
+            heartbeat_ms=_int(heartbeat),
+            ratio=cfg["minSessionToHeartbeatRatio"],
+            key=key,
+            session_key=session_key,
+        )
+        if breach is not None:
+            fix = f"lower {key}, {breach.why}"
+            yield violation(subject, field, fmt(heartbeat), breach.required, fix), urn
 
 
 def check_poll_interval(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
@@ -275,21 +219,15 @@ def check_poll_interval(args: StackValidationArgs, _: Mapping[str, Any]) -> Iter
         if _uses_kip_848(processor):
             continue  # the session timeout is the broker's then, not the client's
         subject, urn = _properties_subject(processor)
-        key, session_key = "consumer.max.poll.interval.ms", "consumer.session.timeout.ms"
+        key = "consumer.max.poll.interval.ms"
         poll = number(_setting(processor, key))
-        session = number(_setting(processor, session_key))
-        if poll is None or (session is not None and poll < session):
-            yield (
-                violation(
-                    subject,
-                    key,
-                    fmt(poll) if key in processor.properties else f"absent (default {fmt(poll)})",
-                    f">= {session_key} ({fmt(session)})",
-                    f"raise {key} to at least the session timeout: librdkafka refuses a smaller "
-                    "one, so every pod would fail at start",
-                ),
-                urn,
-            )
+        session = number(_setting(processor, "consumer.session.timeout.ms"))
+        if poll is None:
+            continue  # not a number: `processor-settings-contract` reports it
+        breach = membership.poll_interval_breach(session_ms=_int(session), max_poll_ms=_int(poll))
+        if breach is not None:
+            fix = f"raise {key} to at least the session timeout: {breach.why}"
+            yield violation(subject, key, _shown(processor, key), breach.required, fix), urn
 
 
 def check_cooperative(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
@@ -299,13 +237,12 @@ def check_cooperative(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterat
             continue  # KIP-848 assignment is incremental; stray client keys reported elsewhere
         subject, urn = _properties_subject(processor)
         key = "consumer.partition.assignment.strategy"
-        found = _setting(processor, key)
-        if found.replace(" ", "") != "cooperative-sticky":
+        if _setting(processor, key).replace(" ", "") != "cooperative-sticky":
             yield (
                 violation(
                     subject,
                     key,
-                    found if key in processor.properties else f"absent (default {found})",
+                    _shown(processor, key),
                     "cooperative-sticky",
                     f"set {key}=cooperative-sticky: an eager assignor (range, roundrobin) stops "
                     "every partition on every rebalance, and only sticky assignment keeps "
@@ -366,7 +303,7 @@ POLICIES = [
             Threshold(
                 "maxHandoffSessionMs",
                 "integer",
-                12000,
+                membership.MAX_HANDOFF_SESSION_TIMEOUT_MS,
                 "The longest session of a hand-off member (a crash stops its partitions as long).",
                 1,
             ),
@@ -384,7 +321,7 @@ POLICIES = [
             Threshold(
                 "minSessionToHeartbeatRatio",
                 "number",
-                3,
+                membership.MIN_SESSION_TO_HEARTBEAT_RATIO,
                 "Smallest session.timeout.ms / heartbeat.interval.ms.",
                 1,
             )

@@ -13,6 +13,8 @@ from typing import Any
 
 from pulumi_policy.proxy import UnknownValueError
 
+from ..contract.quantity import quantity_or_none
+
 STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 SERVICE = "kubernetes:core/v1:Service"
@@ -237,29 +239,10 @@ _NOT_BROKER_CONFIGS = frozenset(
     }
 )
 
-_QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "m": 1e-3,
-}
-
 
 def quantity(value: Any) -> float | None:
     """A Kubernetes resource quantity (`2Gi`, `500m`, `1`) as a plain number, None if malformed."""
-    if isinstance(value, Real) and not isinstance(value, bool):
-        return float(value)
-    match = _QUANTITY.match(str(value))
-    if not match or match.group(2) not in _SUFFIX:
-        return None
-    return float(match.group(1)) * _SUFFIX[match.group(2)]
+    return quantity_or_none(value)
 
 
 def java_bytes(option: str) -> float | None:

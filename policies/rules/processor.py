@@ -8,8 +8,10 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
+from ..contract.java_properties import load_properties
+from ..contract.processor_keys import key_problems
 from .config import MANDATORY, Threshold, resource_rule, stack_rule
-from .java_properties import load_properties
+from .group_membership import JUDGED_KEYS
 from .manifests import (
     CONFIG_MAP,
     STATEFUL_SET,
@@ -191,7 +193,39 @@ def check_state_store(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Ite
             )
 
 
+def check_settings_contract(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
+    """Every contract key in the properties file has a value its row accepts."""
+    if args.resource_type != CONFIG_MAP:
+        return
+    text = get(args.props, "data", PROPERTIES_KEY)
+    if not isinstance(text, str):
+        return
+    subject = f"{label(args.resource_type, args.props)} data[{PROPERTIES_KEY}]"
+    properties = load_properties(text)
+    for key, problem in key_problems(properties):
+        if key in JUDGED_KEYS:
+            continue  # the group-* rules report it, with their own fix
+        yield violation(
+            subject,
+            key,
+            properties[key],
+            f"what its row in the contract accepts ({problem})",
+            "change or remove it: the processor checks the same row at start and refuses to "
+            "run (policies/contract/processor_keys.py)",
+        )
+
+
 POLICIES = [
+    resource_rule(
+        name="processor-settings-contract",
+        description=(
+            "Every key of the processor's properties file that the contract defines has a value "
+            "its row accepts (type, range, allowed values), and none that the processor sets "
+            "itself: the processor checks the same rows at start and refuses to run."
+        ),
+        level=MANDATORY,
+        check=check_settings_contract,
+    ),
     stack_rule(
         name="processor-is-statefulset",
         description=(

@@ -1,54 +1,22 @@
-"""How long one pod of a StatefulSet may be gone during a restart, computed from the StatefulSet.
-
-terminationGracePeriodSeconds (the old pod shuts down) + the startup probe budget
-(initialDelaySeconds + failureThreshold x periodSeconds: the longest the new pod may take to
-start) + minReadySeconds (the controller waits that long before moving on). A consumer group
-must not expire the member within this time, and a roll of N pods takes N times it.
-"""
+"""One pod's worst-case restart, read from a workload's manifest (the formula is the contract's:
+`policies/contract/restart_budget.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from .manifests import containers, fmt, get, number, pod_spec
-
-# Kubernetes' defaults for the fields the budget reads.
-DEFAULT_GRACE_SECONDS = 30.0
-DEFAULT_PERIOD_SECONDS = 10.0
-DEFAULT_FAILURE_THRESHOLD = 3.0
-
-
-@dataclass(frozen=True)
-class RestartBudget:
-    """The three parts of one pod's worst-case restart, in seconds."""
-
-    grace_seconds: float
-    startup_seconds: float
-    min_ready_seconds: float
-    startup_source: str  # which probe the startup budget came from
-
-    @property
-    def total_seconds(self) -> float:
-        """The whole budget."""
-        return self.grace_seconds + self.startup_seconds + self.min_ready_seconds
-
-    def explain(self) -> str:
-        """`terminationGracePeriodSeconds 60 + startupProbe 0+30x2 + minReadySeconds 30 = 150 s`."""
-        return (
-            f"terminationGracePeriodSeconds {fmt(self.grace_seconds)} + {self.startup_source} "
-            f"{fmt(self.startup_seconds)} + minReadySeconds {fmt(self.min_ready_seconds)} "
-            f"= {fmt(self.total_seconds)} s"
-        )
+from ..contract.restart_budget import DEFAULT_GRACE_SECONDS, RestartBudget, probe_budget_seconds
+from .manifests import containers, get, number, pod_spec
 
 
 def probe_budget(probe: Mapping[str, Any]) -> float:
     """initialDelaySeconds + failureThreshold x periodSeconds of one probe."""
-    delay = number(probe.get("initialDelaySeconds")) or 0.0
-    failures = number(probe.get("failureThreshold")) or DEFAULT_FAILURE_THRESHOLD
-    period = number(probe.get("periodSeconds")) or DEFAULT_PERIOD_SECONDS
-    return delay + failures * period
+    return probe_budget_seconds(
+        number(probe.get("initialDelaySeconds")),
+        number(probe.get("failureThreshold")),
+        number(probe.get("periodSeconds")),
+    )
 
 
 def restart_budget(resource_type: str, props: Mapping[str, Any]) -> RestartBudget:

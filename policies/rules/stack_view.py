@@ -9,7 +9,7 @@ from typing import Any
 
 from pulumi_policy import PolicyResource
 
-from .java_properties import load_properties
+from ..contract.java_properties import load_properties
 from .manifests import (
     CONFIG_MAP,
     PDB,

@@ -13,11 +13,11 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
+from ..contract.java_properties import load_properties
+from ..contract.tls_settings import tls_weakenings
 from .config import MANDATORY, resource_rule
-from .java_properties import load_properties
 from .manifests import CONFIG_MAP, get, label
 from .messages import violation
-from .tls_settings import tls_weakenings
 
 
 def check_tls_verification(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:

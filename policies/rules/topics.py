@@ -1,8 +1,8 @@
 """Rules for the declared topics (the `topics.json` the reconciler Job applies).
 
-The JSON is parsed here with a few lines rather than with `app.topic_specs`: the pack must run
-on its own under `pulumi preview --policy-pack policies`, where the repository is not importable,
-and `TopicSpec` rejects the very mistakes these rules exist to report.
+The JSON is parsed here with a few lines rather than with `policies.contract.topic_specs`: the pack
+must run on its own under `pulumi preview --policy-pack policies`, where the repository is not
+importable, and `TopicSpec` rejects the very mistakes these rules exist to report.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def check_durability(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
             f"data[{TOPICS_KEY}]",
             f"unreadable ({topics})",
             '{"topics": [{"name", "partitions", "replication_factor", "role", "configs"}]}',
-            "render it with app.topic_specs.dumps",
+            "render it with policies.contract.topic_specs.dumps",
         )
         return
     for topic in topics or ():

@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from app.local.observe import OutputTail, check_counts
+from app.devkit.local.observe import OutputTail, check_counts
 
 TIMEOUT_S = 60.0
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.kraft_cluster import free_port
+from app.devkit.kraft_cluster import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 30.0

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from app.kafka_release import KafkaRelease, java_command
+from app.devkit.kafka_release import KafkaRelease, java_command
 from tests.app.pod_runtime import Image, Node, PodSpec, RunningPod
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ pods' two helpers, run on this host.
 Deny by default holds for the topic reconciler and the readiness user too: on a fresh secured
 cluster their ACLs come from each broker pod's `grant-acls` container (the rendered
 `infra/bootstrap_grants.py` script, with `kafka-acls.sh` from the release's jars), and each
-readiness sidecar (`python -m app.broker_readiness`, as its own SCRAM user) answers ready only
+readiness sidecar (`python -m app.admin.broker_readiness`, as its own SCRAM user) answers ready only
 once they exist, as prod runs them; so these tests start both before they run the reconciler.
 """
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from app import acl_specs
-from app.acl_specs import KafkaUser
-from app.kraft_cluster import KraftCluster, free_port
+from app.devkit.kraft_cluster import KraftCluster, free_port
 from infra import bootstrap_grants
+from policies.contract import acl_specs
+from policies.contract.acl_specs import KafkaUser
 from tests.app.processor_harness import REPO, wait_until
 
 # Each sidecar answers 200 once its broker is in sync and the ACLs are granted: three JVMs, their
@@ -166,15 +166,16 @@ def broker_pods(
     *,
     grant: bool = True,
 ) -> Iterator[BrokerPods]:
-    """Per node its readiness sidecar (`python -m app.broker_readiness` + `sidecar_args[id]`, on
-    a free port) and, unless `grant` is false (the test starts them), its grant container
-    (`grant_commands[id]`), then waits until every sidecar answers 200 on /ready."""
+    """Per node its readiness sidecar (`python -m app.admin.broker_readiness` +
+    `sidecar_args[id]`, on a free port) and, unless `grant` is false (the test starts them), its
+    grant container (`grant_commands[id]`), then waits until every sidecar answers 200 on /ready."""
     with ExitStack() as stack:
         pods = []
         for node in cluster.nodes:
             port = free_port()
             pod = BrokerPod(node.node_id, port, log_dir / f"sidecar-{node.node_id}.log")
-            command = [sys.executable, "-m", "app.broker_readiness", *sidecar_args[node.node_id],
+            command = [sys.executable, "-m", "app.admin.broker_readiness",
+                       *sidecar_args[node.node_id],
                        "--port", str(port), "--host", "127.0.0.1"]  # fmt: skip
             stack.callback(_stop, _start(command, pod.sidecar_log))
             pods.append(pod)
@@ -192,8 +193,8 @@ def readiness_files(
     folder: Path,
 ) -> Path:
     """The bootstrap ConfigMap's files for the pods' helpers, written from the program's own
-    functions (`infra.bootstrap_grants`, `app.acl_specs`) into `folder`; the readiness user's
-    password beside them."""
+    functions (`infra.bootstrap_grants`, `policies.contract.acl_specs`) into `folder`; the readiness
+    user's password beside them."""
     bootstrap, user = folder / "bootstrap", folder / "kafka-user"
     for directory in (bootstrap, user, folder / "tmp"):
         directory.mkdir(parents=True, exist_ok=True)

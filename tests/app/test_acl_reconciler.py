@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from app.acl_reconciler import (
+from app.admin.acl_reconciler import (
     AclAction,
     AclState,
     Binding,
-    Credential,
-    admin_mechanism,
     format_table,
     plan,
-    read_passwords,
 )
-from app.acl_specs import (
+from app.admin.scram_credentials import Credential, admin_mechanism, read_passwords
+from app.clients.kafka_security import previous_scram_mechanism, scram_mechanism
+from policies.contract.acl_specs import (
     ACL_LEDGER_TOPIC,
     AclSpec,
     AclSpecError,
@@ -32,7 +31,6 @@ from app.acl_specs import (
     dumps,
     loads,
 )
-from app.kafka_security import previous_scram_mechanism, scram_mechanism
 
 
 def allow(principal: str, kind: ResourceType, name: str, operation: Operation) -> AclSpec:

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from app.bench.__main__ import parse_args
-from app.bench.measure import PeriodicSampler, output_latencies
-from app.bench.plots import rate_labels, throughput_bars
-from app.bench.rolling_restart import CASES, BenchParams, run_matrix
-from app.kraft_cluster import KraftCluster
-from app.local.observe import CountRecord
+from app.devkit.bench.__main__ import parse_args
+from app.devkit.bench.measure import PeriodicSampler, output_latencies
+from app.devkit.bench.plots import rate_labels, throughput_bars
+from app.devkit.bench.rolling_restart import CASES, BenchParams, run_matrix
+from app.devkit.kraft_cluster import KraftCluster
+from app.devkit.local.observe import CountRecord
 
 SHORT = BenchParams(
     instances=2,

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.broker_readiness import (
+from app.admin.broker_readiness import (
     AdminSource,
     BootstrapAcls,
     ReadinessCache,
@@ -27,7 +27,7 @@ from app.broker_readiness import (
     metrics_text,
     serve,
 )
-from app.kraft_cluster import HOST, KraftCluster, free_port
+from app.devkit.kraft_cluster import HOST, KraftCluster, free_port
 from tests.app.processor_harness import wait_until
 
 NODE_ID = 1  # the node the judging sidecar sits beside

@@ -6,8 +6,8 @@ new CA beside the old one in every trust store (the brokers roll, then the clien
 each broker to a certificate from the new CA, one at a time; phase 3 drops the old CA. At every
 step the replicas stay in sync and a client writes with `acks=all`. The last test is the control:
 a broker switched in one step (new certificate, only the new CA) is refused by the others and
-stays out of every ISR, the split the phases avoid. The README's "Certificates" names the
-settings that run them on a stack (`security.caGeneration`, `security.trustedCaGenerations`).
+stays out of every ISR, the split the phases avoid. "Certificates." in docs/security.md names
+the settings that run them on a stack (`security.caGeneration`, `security.trustedCaGenerations`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from app.kafka_security import TLS_CA_FILE
-from app.kraft_cluster import ClusterSecurity, KraftCluster
-from app.local_tls import CertificateAuthority, write_broker_tls
+from app.clients.kafka_security import TLS_CA_FILE
+from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
+from app.devkit.local_tls import CertificateAuthority, write_broker_tls
 from tests.app.processor_harness import wait_until
 
 pytestmark = [pytest.mark.timeout(900)]

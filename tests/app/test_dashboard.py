@@ -1,6 +1,6 @@
 """The Grafana dashboard and the alerting rules: valid structure, and every PromQL expression
 names metrics the processor really exports (read from a real `ProcessorMetrics` registry, every
-series present) or the brokers' readiness sidecars do (`app.broker_readiness`)."""
+series present) or the brokers' readiness sidecars do (`app.admin.broker_readiness`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import broker_readiness
+from app.admin import broker_readiness
 from app.processor.metrics import ProcessorMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "processor.json"

@@ -6,7 +6,7 @@ import socket
 import threading
 from pathlib import Path
 
-from app.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
+from app.devkit.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
 
 
 def test_a_health_answer_cut_off_by_a_stopping_process_reads_as_no_answer(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app import kafka_release
-from app.kafka_release import (
+from app.devkit import kafka_release
+from app.devkit.kafka_release import (
     KAFKA_VERSION,
     MANIFEST,
     KafkaReleaseError,

@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.kafka_retry import Retrying
-from app.kraft_cluster import KraftCluster, free_port
+from app.clients.kafka_retry import Retrying
+from app.devkit.kraft_cluster import KraftCluster, free_port
 from tests.app.processor_harness import wait_until
 
 TOPIC = "retried"
@@ -67,7 +67,7 @@ def end_offset(consumer: Consumer) -> Callable[[], tuple[int, int]]:
 def test_a_call_waits_out_a_broker_restart_and_logs_the_episode_once(
     broker: KraftCluster, consumer: Consumer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="app.kafka_retry")
+    caplog.set_level(logging.INFO, logger="app.clients.kafka_retry")
     episodes: list[str] = []
     create_topic(broker.bootstrap_servers)
     # A new topic can be unknown for a moment (its own episode): read it once before the test.
@@ -90,7 +90,7 @@ def test_a_call_waits_out_a_broker_restart_and_logs_the_episode_once(
         call.join(DEADLINE_S)
     assert results == [(0, 0)]
     assert episodes == ["end offset"]
-    lines = [r.getMessage() for r in caplog.records if r.name == "app.kafka_retry"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.clients.kafka_retry"]
     assert len(lines) == 2, lines  # one when the episode starts, one when it ends
     assert "end offset: " in lines[0] and "retrying for up to 120 s (task.timeout.ms)" in lines[0]
     assert lines[1].startswith("end offset: succeeded again after ")
@@ -99,14 +99,14 @@ def test_a_call_waits_out_a_broker_restart_and_logs_the_episode_once(
 def test_a_call_fails_once_its_budget_is_spent(
     consumer: Consumer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="app.kafka_retry")
+    caplog.set_level(logging.INFO, logger="app.clients.kafka_retry")
     episodes: list[str] = []
     started = time.monotonic()
     with pytest.raises(KafkaException):  # no broker at all
         Retrying(3.0, on_episode=episodes.append)("end offset", end_offset(consumer))
     assert time.monotonic() - started >= 3.0
     assert episodes == ["end offset"]
-    lines = [r.getMessage() for r in caplog.records if r.name == "app.kafka_retry"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.clients.kafka_retry"]
     assert len(lines) == 2, lines
     assert "giving up (task.timeout.ms)" in lines[1]
 

@@ -36,8 +36,16 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import ResourceType as AdminResourceType
 
-from app.acl_reconciler import Binding, grant, read_bindings
-from app.acl_specs import (
+from app.admin.acl_reconciler import Binding, grant, read_bindings
+from app.clients.client_properties import ClientConfig
+from app.clients.java_properties import load_properties
+from app.clients.kafka_security import SCRAM_SHA_512
+from app.devkit.bench.throughput import ThroughputParams, produce_backlog, raw_consume_rate
+from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
+from app.devkit.loadgen import LoadSettings
+from app.devkit.local.instances import InstanceOptions, PipelineNames
+from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
+from policies.contract.acl_specs import (
     ACL_LEDGER_TOPIC,
     BROKER_READINESS_USER,
     AclSpec,
@@ -48,16 +56,8 @@ from app.acl_specs import (
     dumps,
     pipeline_users,
 )
-from app.bench.throughput import ThroughputParams, produce_backlog, raw_consume_rate
-from app.client_properties import ClientConfig
-from app.java_properties import load_properties
-from app.kafka_security import SCRAM_SHA_512
-from app.kraft_cluster import ClusterSecurity, KraftCluster
-from app.loadgen import LoadSettings
-from app.local.instances import InstanceOptions, PipelineNames
-from app.local.pipeline import LocalPipeline, PipelineSetup
-from app.topic_specs import dumps as dump_topics
-from app.topic_specs import pipeline_topics
+from policies.contract.topic_specs import dumps as dump_topics
+from policies.contract.topic_specs import pipeline_topics
 from tests.app.processor_harness import (
     REPO,
     Pipeline,
@@ -114,7 +114,7 @@ class Secured:
         acls.write_text(dumps(users or self.users))
         return subprocess.run(
             [
-                sys.executable, "-m", "app.topics",
+                sys.executable, "-m", "app.admin.topics",
                 "--bootstrap-servers", self.cluster.bootstrap_servers,
                 "--specs", str(self.workdir / "topics.json"),
                 "--acls", str(acls),
@@ -487,7 +487,7 @@ def _add_operator(secured: Secured) -> Path:
 def test_the_local_run_and_the_bench_clients_take_command_config(
     secured: Secured, tmp_path: Path
 ) -> None:
-    """`python -m app.local --command-config` and the benchmarks: the reconciler, the load
+    """`python -m app.devkit.local --command-config` and the benchmarks: the reconciler, the load
     generator, the observers and a processor instance all connect with the file's settings,
     and the instance's properties file keeps the password a reference."""
     client = ClientConfig.load(_add_operator(secured), os.environ)

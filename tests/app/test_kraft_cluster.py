@@ -9,7 +9,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from app.kraft_cluster import KraftCluster
+from app.devkit.kraft_cluster import KraftCluster
 
 
 def create_topic(admin: AdminClient, partitions: int) -> str:

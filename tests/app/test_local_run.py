@@ -1,6 +1,6 @@
-"""The README's main command, `python -m app.local`, run as a newcomer runs it (its own 3-node
-Apache Kafka, instances in hand-off mode rolled once mid-run), smaller: the roll completes, the
-final check passes and the report and logs exist.
+"""The README's main command, `python -m app.devkit.local`, run as a newcomer runs it (its own
+3-node Apache Kafka, instances in hand-off mode rolled once mid-run), smaller: the roll completes,
+the final check passes and the report and logs exist.
 
 LONG: two real processor instances (Spark JVMs) start, are rolled one after the other, and stop;
 a few minutes on 2 cores. Timings are printed by the command, never asserted here.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.local.instances import REPO_ROOT
+from app.devkit.local.instances import REPO_ROOT
 
 RUN_TIMEOUT_S = 600
 
@@ -28,7 +28,7 @@ def test_local_run_rolls_the_instances_and_counts_every_page_view_exactly_once(
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
     state = tmp_path / "local"
     run = subprocess.run(
-        [sys.executable, "-m", "app.local", "--instances", "2", "--partitions", "2",
+        [sys.executable, "-m", "app.devkit.local", "--instances", "2", "--partitions", "2",
          "--rate", "50", "--keys", "20", "--roll-after", "2", "--min-ready-s", "2",
          "--until-rolled", "--state-dir", str(state)],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
@@ -60,7 +60,7 @@ def test_local_run_rolls_the_instances_and_counts_every_page_view_exactly_once(
 def test_more_instances_than_partitions_is_refused_with_the_reason(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from app.local.__main__ import EXIT_USAGE, parse_args
+    from app.devkit.local.__main__ import EXIT_USAGE, parse_args
 
     with pytest.raises(SystemExit) as exited:
         parse_args(["--instances", "5", "--partitions", "4"])
@@ -71,7 +71,7 @@ def test_more_instances_than_partitions_is_refused_with_the_reason(
 
 
 def test_local_run_defaults_to_the_dev_stacks_partitions() -> None:
-    from app.local.__main__ import parse_args
+    from app.devkit.local.__main__ import parse_args
 
     assert parse_args([]).partitions == 6
 
@@ -84,7 +84,7 @@ def test_local_run_defaults_to_the_dev_stacks_partitions() -> None:
 def test_a_ctrl_c_at_any_moment_of_the_start_stops_cleanly(marker: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
     run = subprocess.Popen(
-        [sys.executable, "-m", "app.local", "--instances", "2", "--partitions", "2",
+        [sys.executable, "-m", "app.devkit.local", "--instances", "2", "--partitions", "2",
          "--rate", "30", "--keys", "10", "--state-dir", str(tmp_path / "local")],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # the Ctrl-C goes to it alone

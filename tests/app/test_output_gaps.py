@@ -4,8 +4,8 @@ local run (`OutputGaps`, record by record) and after the fact in the benchmarks
 
 from __future__ import annotations
 
-from app.bench.measure import zero_output_gaps
-from app.local.observe import CountRecord, OutputGaps
+from app.devkit.bench.measure import zero_output_gaps
+from app.devkit.local.observe import CountRecord, OutputGaps
 
 
 def _record(partition: int, at_ms: int) -> CountRecord:

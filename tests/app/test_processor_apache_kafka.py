@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from app.kraft_cluster import KraftCluster
+from app.devkit.kraft_cluster import KraftCluster
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from app.java_properties import load_properties
-from app.kafka_release import KAFKA_HOME_ENV
+from app.clients.java_properties import load_properties
+from app.devkit.kafka_release import KAFKA_HOME_ENV
 from tests.app.pod_runtime import Node, PodSpec, RunningPod, missing_requirements
 from tests.app.rendered_deployment import (
     KAFKA_DOCKER_DIR_ENV,
@@ -264,7 +264,7 @@ def test_two_rendered_processor_pods_count_exactly(deployment: Deployment) -> No
     deployment.toolbox(
         "python",
         "-m",
-        "app.loadgen",
+        "app.devkit.loadgen",
         "--bootstrap-servers",
         bootstrap,
         "--topic",

@@ -11,7 +11,7 @@ rendered prod setting that the brokers, their pods' helpers, the reconciler or t
 would refuse fails here.
 
 Broker settings the render leaves at Kafka's defaults take the local cluster's test values
-(`app.kraft_cluster.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
+(`app.devkit.kraft_cluster.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
 2-core machine); every key the render sets overrides them. One cluster serves the module.
 """
 
@@ -45,17 +45,18 @@ from confluent_kafka.admin import (
 )
 from cryptography import x509
 
-from app import acl_specs, topic_specs
-from app.acl_reconciler import Binding, existing_credentials, read_bindings
-from app.java_properties import load_properties
-from app.kafka_security import (
+from app.admin.acl_reconciler import Binding, read_bindings
+from app.admin.scram_credentials import existing_credentials
+from app.clients.java_properties import load_properties
+from app.clients.kafka_security import (
     BROKER_PRINCIPAL,
     TLS_CA_FILE,
     TLS_CERT_FILE,
     TLS_COMBINED_FILE,
     TLS_KEY_FILE,
 )
-from app.kraft_cluster import ClusterSecurity, KraftCluster, free_port
+from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
+from policies.contract import acl_specs, topic_specs
 from tests.app.processor_harness import (
     REPO,
     ProcessorProcess,
@@ -90,7 +91,7 @@ BROKER_KEYS_DROPPED = {
     "log.dirs": "the pod's data volume; each node has a folder of the cluster's",
 }
 # Rendered keys the test rewrites, and why: the brokers read their TLS files from the kafka-tls
-# Secret mounted here; the cluster writes files of the same names (`app.local_tls`) into its
+# Secret mounted here; the cluster writes files of the same names (`app.devkit.local_tls`) into its
 # `tls_dir`, with a certificate for 127.0.0.1 and the subject prod's certificate has.
 BROKER_TLS_MOUNT = PurePosixPath("/etc/kafka/tls")
 CLUSTER_TLS_FILES = frozenset({TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE, TLS_COMBINED_FILE})
@@ -217,13 +218,13 @@ def _only(objects: list[dict[str, Any]], what: str) -> dict[str, Any]:
 
 
 def _topic_job(manifests: Manifests) -> dict[str, Any]:
-    """The Job that reconciles the topics (`python -m app.topics`)."""
+    """The Job that reconciles the topics (`python -m app.admin.topics`)."""
     return _only(
         [
             job
             for job in manifests.of_kind("Job")
             if any(
-                "app.topics" in c.get("args", [])
+                "app.admin.topics" in c.get("args", [])
                 for c in job["spec"]["template"]["spec"]["containers"]
             )
         ],
@@ -274,7 +275,7 @@ def broker_configs(rendered: Mapping[str, str], tls_dir: Path) -> dict[str, str]
     supers = {p.strip() for p in rendered.get("super.users", "").split(";")}
     assert BROKER_PRINCIPAL in supers, (
         f"the rendered super.users={rendered.get('super.users')!r} does not name "
-        f"{BROKER_PRINCIPAL}, the principal of the brokers' certificate (app.local_tls, and "
+        f"{BROKER_PRINCIPAL}, the principal of the brokers' certificate (app.devkit.local_tls, and "
         "prod's from infra/kafka_credentials.py): the brokers would refuse each other on the "
         "INTERNAL and CONTROLLER listeners"
     )
@@ -311,7 +312,7 @@ def _pod_helpers(
     (the sidecar's CLIENT, the grant script's INTERNAL), `$(KAFKA_NODE_ID)` the node's id."""
     pod, containers = _kafka_pod(manifests)
     sidecar, grant = containers["broker-readiness"], containers["grant-acls"]
-    assert sidecar["args"][:3] == ["python", "-m", "app.broker_readiness"], sidecar["args"]
+    assert sidecar["args"][:3] == ["python", "-m", "app.admin.broker_readiness"], sidecar["args"]
     assert grant["command"][:2] == ["sh", "-c"], grant["command"]
     sidecars, grants = {}, {}
     for node in cluster.nodes:
@@ -633,7 +634,7 @@ def test_a_sidecar_started_mid_rotation_logs_in_with_the_previous_revisions_cred
     port, log_file = free_port(), tmp_path / "sidecar.log"
     with log_file.open("wb") as out:
         sidecar = subprocess.Popen(
-            [sys.executable, "-m", "app.broker_readiness", *sidecars[node_id],
+            [sys.executable, "-m", "app.admin.broker_readiness", *sidecars[node_id],
              "--port", str(port), "--host", "127.0.0.1"],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip

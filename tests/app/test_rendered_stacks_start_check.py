@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from app.local_tls import write_broker_tls
+from app.devkit.local_tls import write_broker_tls
 from app.processor.settings import parse_settings
 from tests.app.rendered_deployment import Manifests, render
 

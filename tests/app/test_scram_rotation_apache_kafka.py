@@ -1,7 +1,7 @@
 """A gapless SCRAM rotation, on a real Apache Kafka node secured as prod renders it.
 
 Kafka keeps one SCRAM credential per user and mechanism, so the credentials revision picks the
-mechanism (`app.kafka_security.scram_mechanism`) and a rotation goes as `pulumi up` runs it:
+mechanism (`app.clients.kafka_security.scram_mechanism`) and a rotation goes as `pulumi up` runs it:
 
 1. the reconciler Job of the new revision logs in with the previous revision's credential (its
    own new one does not exist yet) and adds every user's credential of the new mechanism;
@@ -34,12 +34,13 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from app.acl_reconciler import SCRAM_ITERATIONS, admin_mechanism, authenticates, grant
-from app.acl_specs import KafkaUser, dumps, pipeline_users
-from app.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512, scram_mechanism
-from app.kraft_cluster import ClusterSecurity, KraftCluster
-from app.topic_specs import TopicRole, pipeline_topics
-from app.topic_specs import dumps as dump_topics
+from app.admin.acl_reconciler import grant
+from app.admin.scram_credentials import SCRAM_ITERATIONS, admin_mechanism, authenticates
+from app.clients.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512, scram_mechanism
+from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
+from policies.contract.acl_specs import KafkaUser, dumps, pipeline_users
+from policies.contract.topic_specs import TopicRole, pipeline_topics
+from policies.contract.topic_specs import dumps as dump_topics
 from tests.app.processor_harness import REPO, wait_until
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -113,7 +114,7 @@ class Rotation:
         """The reconciler Job's command of `revision`."""
         fallback = revision.directory / "previous-client.properties"
         return self._run(
-            "app.topics",
+            "app.admin.topics",
             "--specs", str(self.workdir / "topics.json"),
             "--acls", str(self.workdir / "acls.json"),
             "--scram-passwords-dir", str(revision.users_dir),
@@ -126,7 +127,7 @@ class Rotation:
         """The retire Job's command of `revision`: the other mechanism's credentials go."""
         retired = SCRAM_SHA_256 if revision.mechanism == SCRAM_SHA_512 else SCRAM_SHA_512
         return self._run(
-            "app.scram_retire",
+            "app.admin.scram_retire",
             "--acls", str(self.workdir / "acls.json"),
             "--command-config", str(revision.directory / "client.properties"),
             "--retire", retired,

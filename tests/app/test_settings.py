@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.java_properties import parse_properties
+from app.clients.java_properties import parse_properties
 from app.processor.pipeline import source_options
 from app.processor.settings import (
     DEFAULTS,

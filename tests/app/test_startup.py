@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.processor import class_archive
+from app.processor import class_archive, class_archive_build
 from app.processor.kafka_source import SCHEMA
 from app.processor.pipeline import _with_class_archive
 from app.processor.settings import parse_settings
@@ -99,7 +99,7 @@ def test_a_missing_class_archive_starts_without_it_and_says_how_to_build_it(
         conf = _with_class_archive(settings)
     assert "SharedArchiveFile" not in conf["spark.driver.extraJavaOptions"]
     assert f"class.data.archive={archive}: no such file" in caplog.text
-    assert "python -m app.processor.class_archive" in caplog.text
+    assert "python -m app.processor.class_archive_build" in caplog.text
 
 
 def test_the_start_clock_counts_from_the_process_start_not_from_its_import() -> None:
@@ -132,4 +132,4 @@ def test_the_start_breakdown_names_each_phase_and_is_logged_once(
 def test_the_training_query_reads_every_column_of_the_real_source() -> None:
     # A source field the training lacks fails the archive build, which `make setup` only warns
     # about: every start would then go without the archive.
-    assert list(class_archive.TRAINING_COLUMNS) == [field.name for field in SCHEMA.fields]
+    assert list(class_archive_build.TRAINING_COLUMNS) == [field.name for field in SCHEMA.fields]

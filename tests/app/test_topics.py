@@ -21,8 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from app.kraft_cluster import free_port
-from app.topic_reconciler import (
+from app.admin.topic_reconciler import (
     Action,
     Plan,
     ReconcileError,
@@ -31,7 +30,8 @@ from app.topic_reconciler import (
     plan,
     read_cluster,
 )
-from app.topic_specs import TopicRole, TopicSpec, dumps, pipeline_topics
+from app.devkit.kraft_cluster import free_port
+from policies.contract.topic_specs import TopicRole, TopicSpec, dumps, pipeline_topics
 
 REPO = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
@@ -218,7 +218,7 @@ def cli(
     def run(specs: list[TopicSpec], *flags: str) -> subprocess.CompletedProcess[str]:
         path = tmp_path / "topics.json"
         path.write_text(dumps(specs))
-        command = [sys.executable, "-m", "app.topics", "--bootstrap-servers", kafka_bootstrap]
+        command = [sys.executable, "-m", "app.admin.topics", "--bootstrap-servers", kafka_bootstrap]
         return subprocess.run(
             [*command, "--specs", str(path), *flags],
             cwd=REPO,
@@ -275,7 +275,7 @@ def test_cli_usage_errors_exit_2(
         [
             sys.executable,
             "-m",
-            "app.topics",
+            "app.admin.topics",
             "--bootstrap-servers",
             "127.0.0.1:1",
             "--specs",
@@ -289,7 +289,10 @@ def test_cli_usage_errors_exit_2(
     assert result.returncode == 2
     assert f"invalid topic specs in {bad}" in result.stderr and "misses" in result.stderr
     help_text = subprocess.run(
-        [sys.executable, "-m", "app.topics", "--help"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "app.admin.topics", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     ).stdout
     assert "exit codes:" in help_text and "--allow-partition-increase" in help_text
 
@@ -300,7 +303,7 @@ def test_cli_gives_up_on_an_unreachable_broker_with_a_clear_message(tmp_path: Pa
 
     result = subprocess.run(
         [
-            sys.executable, "-m", "app.topics",
+            sys.executable, "-m", "app.admin.topics",
             "--bootstrap-servers", f"127.0.0.1:{free_port()}",
             "--specs", str(specs),
             "--wait-timeout", "5",

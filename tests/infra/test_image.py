@@ -17,8 +17,14 @@ from tests.infra.conftest import k8s_object
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 GROUPS = tomllib.loads((REPO / "pyproject.toml").read_text())["dependency-groups"]
-# The image's entry points: the processor and the topic reconciler Job.
-ENTRY_MODULES = ("app.processor.__main__", "app.topics")
+# The image's entry points: the processor, the topic reconciler and SCRAM retire Jobs and the
+# brokers' readiness sidecar.
+ENTRY_MODULES = (
+    "app.processor.__main__",
+    "app.admin.topics",
+    "app.admin.scram_retire",
+    "app.admin.broker_readiness",
+)
 # Import name -> distribution, where they differ.
 DISTRIBUTIONS = {"confluent_kafka": "confluent-kafka", "prometheus_client": "prometheus-client"}
 
@@ -121,4 +127,32 @@ def test_image_copies_every_policies_module_the_processor_and_the_reconciler_imp
     _, files = walk_imports(ENTRY_MODULES)
     needed = {str(f) for f in files if f.parts[0] == "policies"}
     assert needed, "found no policies module: the walk is broken"
-    assert needed <= set(copied), f"imported but not copied: {needed - set(copied)}"
+    missing = {
+        f
+        for f in needed
+        if not any(f == src or (src.endswith("/") and f.startswith(src)) for src in copied)
+    }
+    assert not missing, f"imported but not copied: {missing}"
+    # The contract, not the rules: the image has no pulumi-policy.
+    assert not [f for f in needed if f.startswith("policies/rules/")], needed
+
+
+def test_image_copies_every_app_module_its_entry_points_import_and_not_the_developer_kit() -> None:
+    sources = [
+        word
+        for line in re.findall(r"^COPY (?!--from)(.*)$", DOCKERFILE, flags=re.MULTILINE)
+        for word in line.split()[:-1]
+    ]
+    _, files = walk_imports(ENTRY_MODULES)
+    needed = {f for f in files if f.parts[0] == "app"}
+    assert not {f for f in needed if f.parts[:2] == ("app", "devkit")}, (
+        "the image's entry points import the developer kit (app/devkit/), which the image "
+        "leaves out"
+    )
+    missing = {
+        str(f)
+        for f in needed
+        if not any(str(f) == s or (s.endswith("/") and str(f).startswith(s)) for s in sources)
+    }
+    assert not missing, f"imported but not copied: {missing}"
+    assert not [s for s in sources if s in ("app", "app/") or s.startswith("app/devkit")], sources

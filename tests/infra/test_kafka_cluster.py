@@ -126,7 +126,7 @@ def test_a_broker_is_ready_when_in_sync_as_its_sidecar_judges_no_jvm_per_probe(
         ][0]["image"]
     )
     assert "command" not in sidecar  # the image's tini stays PID 1
-    assert sidecar["args"][:3] == ["python", "-m", "app.broker_readiness"]
+    assert sidecar["args"][:3] == ["python", "-m", "app.admin.broker_readiness"]
     assert sidecar["args"][3:5] == ["--node-id", "$(KAFKA_NODE_ID)"]
     # Secured, it connects as its own user and waits for the bootstrap ACLs
     # (tests/infra/test_kafka_security.py).

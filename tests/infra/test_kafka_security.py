@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from app import acl_specs
-from app.java_properties import load_properties
-from app.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
+from app.clients.java_properties import load_properties
+from app.clients.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
 from infra.config import StackConfigError, build_stack_config
 from infra.kafka_cluster import FORMAT_SCRIPT, broker_env_name
 from infra.render import RecordedStack, record_stack
+from policies.contract import acl_specs
 from tests.infra.conftest import container_env, k8s_object
 
 APP = "page-view-counter"
@@ -174,7 +174,7 @@ def test_the_readiness_sidecar_holds_no_broker_key_and_connects_as_its_own_user(
 
 def _acls_of_lines(lines: list[str]) -> set[tuple[str, str, str, str, str]]:
     """What `kafka-acls.sh --add <line>` adds for each line: (principal, type, name, pattern,
-    operation), operations in app.acl_specs' spelling."""
+    operation), operations in policies.contract.acl_specs' spelling."""
     flags = {"--topic": "TOPIC", "--group": "GROUP", "--transactional-id": "TRANSACTIONAL_ID"}
     found = set()
     for line in lines:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.java_properties import parse_properties
+from app.clients.java_properties import parse_properties
 from infra.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object
 
@@ -220,7 +220,7 @@ def test_topic_job_runs_the_reconciler_after_kafka(stack: RecordedStack) -> None
     assert container["args"][:7] == [
         "python",
         "-m",
-        "app.topics",
+        "app.admin.topics",
         "--bootstrap-servers",
         "kafka.streaming.svc.cluster.local:9092",
         "--specs",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.java_properties import load_properties
+from app.clients.java_properties import load_properties
 from infra.config import StackConfigError, build_stack_config
 from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
@@ -140,7 +140,7 @@ def test_the_retire_job_runs_after_every_workload_that_logs_in_has_rolled(
     labels = [j["spec"]["template"]["metadata"]["labels"] for j in jobs.values()]
     assert labels[0] == labels[1]
     assert jobs["retire"]["spec"]["template"]["spec"]["containers"][0]["args"] == [
-        "python", "-m", "app.scram_retire",
+        "python", "-m", "app.admin.scram_retire",
         "--bootstrap-servers", "kafka.streaming.svc.cluster.local:9092",
         "--acls", "/etc/topics/acls.json",
         "--command-config", "/etc/topics/client.properties",

@@ -139,7 +139,7 @@ from infra.render import record_stack
         (
             "dev",
             {"processor": {"properties": {"consumer.session.timeout.ms": "10000"}}},
-            ["consumer.session.timeout.ms = '10000'", "worst-case restart of one pod, 195000 ms"],
+            ["consumer.session.timeout.ms = '10000'", "at least the restart budget, 195000 ms"],
         ),
         (
             "prod",
@@ -151,7 +151,8 @@ from infra.render import record_stack
             },
             [
                 "consumer.max.poll.interval.ms = '300000'",
-                "at least the session timeout, 475000 ms (librdkafka's rule",
+                "at least consumer.session.timeout.ms=475000",
+                "librdkafka's rule",
             ],
         ),
         (
@@ -159,15 +160,16 @@ from infra.render import record_stack
             {"processor": {"properties": {"consumer.session.timeout.ms": "475000"}}},
             [
                 "consumer.session.timeout.ms = '475000'",
-                "at most 12000 ms with membershipMode handoff",
-                "a crashed instance's partitions stop until its session expires",
+                "<= 12000 with membership.mode=handoff",
+                "one that crashes holds its partitions, producing nothing, until its session "
+                "expires",
             ],
         ),
         (
             "prod",
             {"processor": {"properties": {"consumer.session.timeout.ms": "5000"}}},
             [
-                "consumer.session.timeout.ms = 5000",
+                "consumer.session.timeout.ms = '5000'",
                 "group.min.session.timeout.ms (6000)",
                 "INVALID_SESSION_TIMEOUT",
             ],
@@ -258,9 +260,9 @@ def test_handoff_with_one_replica_is_refused_naming_the_setting() -> None:
             {"processor": {"membershipMode": "handoff", "replicas": 1, "numStandbyReplicas": 1}},
         )
     message = str(error.value)
-    assert message.startswith("stateful-streaming:processor.membershipMode = 'handoff'")
-    assert "processor.replicas >= 2" in message and "allowed: static, handoff" in message
-    assert "replicas=1, numStandbyReplicas=1" in message
+    assert message.startswith("stateful-streaming:processor.replicas = 1")
+    assert "at least 2 with membership.mode=handoff" in message
+    assert "another instance to take the partitions over" in message
 
 
 @pytest.mark.parametrize(
@@ -273,9 +275,9 @@ def test_handoff_without_a_standby_replica_is_refused_naming_the_setting(
     with pytest.raises(StackConfigError) as error:
         build_stack_config(stack, {"processor": processor})
     message = str(error.value)
-    assert message.startswith("stateful-streaming:processor.membershipMode = 'handoff'")
-    assert "processor.numStandbyReplicas >= 1" in message
-    assert "restores its whole changelog" in message and "numStandbyReplicas=0" in message
+    assert message.startswith("stateful-streaming:processor.numStandbyReplicas = 0")
+    assert "at least 1 with membership.mode=handoff" in message
+    assert "restores its whole changelog" in message
 
 
 def test_presets_keep_standby_state_in_prod_only() -> None:

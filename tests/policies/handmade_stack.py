@@ -3,8 +3,8 @@
 The rule tests mutate copies of it, so each rule is proven on its own, independently of
 `infra/`; the tests in test_real_stacks.py then run the same pack over the real recordings.
 Its security is what prod renders for issue 14: TLS listeners with SASL/SCRAM for the
-clients, StandardAuthorizer, the pipeline's ACLs (`app.acl_specs`) beside the topic specs,
-passwords and the broker's key in Secrets, and in ConfigMaps only `${dir:...}` references to
+clients, StandardAuthorizer, the pipeline's ACLs (`policies.contract.acl_specs`) beside the topic
+specs, passwords and the broker's key in Secrets, and in ConfigMaps only `${dir:...}` references to
 the files of the mounted Secrets.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.acl_specs import BROKER_READINESS_USER, dumps, pipeline_users
-from app.topic_specs import TopicSpec
+from policies.contract.acl_specs import BROKER_READINESS_USER, dumps, pipeline_users
+from policies.contract.topic_specs import TopicSpec
 
 PROJECT = "stateful-streaming"
 NAMESPACE = "streaming"
@@ -253,7 +253,7 @@ KAFKA_ENV = {
     "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "3000",
     "KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS": "1800000",
     "KAFKA_HEAP_OPTS": "-Xms1g -Xmx1g",
-    # Prod's listeners and authorizer (app.kafka_security.broker_security_configs).
+    # Prod's listeners and authorizer (app.clients.kafka_security.broker_security_configs).
     "KAFKA_LISTENERS": "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093",
     "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL",
     "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL",

@@ -8,11 +8,11 @@ import base64
 import pytest
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from app import kafka_security
-from app.kafka_security import broker_security_configs, listeners, scram_client_configs
+from app.clients import kafka_security
+from app.clients.kafka_security import broker_security_configs, listeners, scram_client_configs
+from policies.contract.java_properties import load_properties
 from policies.evaluate import Violation
 from policies.rules.broker_security import SCRAM_MECHANISMS
-from policies.rules.java_properties import load_properties
 from policies.rules.kafka_cluster import env_name
 from tests.policies.conftest import Evaluate, findings_of, levels_of, stack_config
 from tests.policies.handmade_stack import (
@@ -113,7 +113,8 @@ def _processor_properties(stack: list[Resource]) -> dict[str, str]:
 
 
 def _rendered_broker_env(client_listener: str) -> dict[str, str]:
-    """The brokers' security env as the Pulumi program renders it from app.kafka_security."""
+    """The brokers' security env as the Pulumi program renders it from
+    app.clients.kafka_security."""
     brokers = broker_security_configs(client_listener, "/etc/kafka/tls")
     return {
         **{env_name(key): value for key, value in brokers.items()},
@@ -270,8 +271,8 @@ def test_mutual_tls_or_sasl_ssl_listeners_pass(
     "mechanisms", ["SCRAM-SHA-256", "SCRAM-SHA-512", "SCRAM-SHA-512,SCRAM-SHA-256"]
 )
 def test_the_client_listener_may_offer_either_scram_mechanism_or_both(run, mechanisms: str) -> None:
-    """A rotation moves the users from one SCRAM mechanism to the other (the README's
-    "Rotated."): the listener offers both, and a fork that offers one is fine too."""
+    """A rotation moves the users from one SCRAM mechanism to the other ("Rotated." in
+    docs/security.md): the listener offers both, and a fork that offers one is fine too."""
     assert SCRAM_MECHANISMS == kafka_security.SCRAM_MECHANISMS
     stack = _kafka(handmade_stack(), with_env(MECHANISMS_ENV, mechanisms))
     assert run(stack) == []

@@ -1,0 +1,201 @@
+"""`python -m app.devkit.bench rolling-restart|throughput`: the benchmarks (tables and graphs).
+
+    python -m app.devkit.bench rolling-restart
+        [--bootstrap-servers HOST:PORT [--command-config FILE]]
+        [--cases a,b] [--session-timeout-ms 20000] [--rate 100] [--out build/bench]
+    python -m app.devkit.bench throughput [--bootstrap-servers HOST:PORT]
+        [--configs 5000:1000,20000:250] [--backlog 100000] [--partitions 6] [--keys 10000]
+        [--out build/bench]
+
+Without --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) the bench starts 3 local KRaft nodes of
+the project's Apache Kafka release (`app.devkit.kafka_release`; $KAFKA_HOME names another
+distribution) and runs every case on them; the broker-roll and broker-kill cases restart them under
+load. --command-config names a secured cluster's client properties (security.protocol, sasl.*,
+ssl.*) for every client of the bench, as for `python -m app.devkit.local`. Every row names its
+broker. Speeds are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+from app.clients import client_properties
+from app.clients.client_properties import ClientConfig, ClientPropertiesError
+from app.devkit.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
+from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
+from app.devkit.kraft_cluster import KraftCluster
+from policies.contract.processor_keys import DEFAULTS
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+EXIT_USAGE = 2
+
+
+def _cases(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASE_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown case(s) {', '.join(unknown)}; allowed: {', '.join(CASE_NAMES)}"
+        )
+    return names
+
+
+def _configs(text: str) -> list[tuple[int, int]]:
+    configs = []
+    for item in text.split(","):
+        records, sep, trigger = item.partition(":")
+        if not sep or not records.strip().isdigit() or not trigger.strip().isdigit():
+            raise argparse.ArgumentTypeError(
+                f"--configs wants max.records.per.batch:trigger.interval.ms pairs separated by "
+                f"commas (e.g. 5000:1000,20000:250), got {item!r}"
+            )
+        configs.append((int(records), int(trigger)))
+    return configs
+
+
+def _add_numbers(parser: argparse.ArgumentParser, defaults: object, helps: dict[str, str]) -> None:
+    """One option per numeric field of `defaults` (`--session-timeout-ms` -> session_timeout_ms)."""
+    for flag, text in helps.items():
+        default = getattr(defaults, flag.removeprefix("--").replace("-", "_"))
+        parser.add_argument(
+            flag, type=type(default), default=default, help=f"{text} (default {default:g})"
+        )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m app.devkit.bench", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="bench", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        default=os.environ.get(BOOTSTRAP_ENV),
+        metavar="HOST:PORT[,...]",
+        help=f"a running Apache Kafka (default ${BOOTSTRAP_ENV}; unset: the bench starts 3 "
+        "KRaft nodes of the project's Apache Kafka release)",
+    )
+    client_properties.add_argument(common)
+    common.add_argument(
+        "--out",
+        type=Path,
+        default=Path("build/bench"),
+        help="where the tables (Markdown, CSV) and graphs go (default build/bench)",
+    )
+    restart = sub.add_parser("rolling-restart", parents=[common], help="the restart matrix")
+    restart.add_argument(
+        "--cases", type=_cases, default=list(CASE_NAMES), help=f"of {', '.join(CASE_NAMES)}"
+    )
+    _add_numbers(
+        restart,
+        BenchParams(),
+        {
+            "--instances": "processor instances",
+            "--partitions": "input partitions",
+            "--rate": "page views per second",
+            "--keys": "distinct pages",
+            "--session-timeout-ms": "consumer session.timeout.ms",
+            "--standby-replicas": "num.standby.replicas of the hand-off cases",
+            "--steady-s": "seconds of steady processing before the restart",
+            "--min-ready-s": "a rollout's minReadySeconds: how long a restarted instance stays "
+            "ready before the next one is stopped",
+            "--ready-timeout-s": "how long the instances may take to be ready and caught up "
+            "before a case (a busy machine needs more)",
+            "--broker-down-s": "how long the broker-kill case keeps its broker down",
+        },
+    )
+    throughput = sub.add_parser("throughput", parents=[common], help="one instance's rate")
+    throughput.add_argument(
+        "--configs",
+        type=_configs,
+        default=list(DEFAULT_CONFIGS),
+        help="max.records.per.batch:trigger.interval.ms pairs, comma-separated (default "
+        + ",".join(f"{r}:{t}" for r, t in DEFAULT_CONFIGS)
+        + ")",
+    )
+    _add_numbers(
+        throughput,
+        ThroughputParams(),
+        {
+            "--backlog": "records produced before the instance starts",
+            "--partitions": "input partitions",
+            "--keys": "distinct pages",
+            "--latency-rate": "records/s for the latency phase",
+            "--latency-s": "seconds of the latency phase",
+        },
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m app.devkit.bench`."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout
+    )
+    args = parse_args(argv)
+    out = args.out.resolve()
+    try:
+        client = ClientConfig.load(args.command_config, os.environ)
+    except ClientPropertiesError as exc:
+        raise SystemExit(f"python -m app.devkit.bench: {exc}") from exc
+    with ExitStack() as stack:
+        bootstrap = args.bootstrap_servers
+        brokers = None
+        if client.path is not None and not bootstrap:
+            raise SystemExit(
+                f"--command-config {client.path}: for a secured cluster named by "
+                "--bootstrap-servers; the bench's own brokers run PLAINTEXT"
+            )
+        if bootstrap:
+            broker = f"the cluster at {bootstrap}"
+        else:
+            brokers = stack.enter_context(KraftCluster())
+            bootstrap = brokers.bootstrap_servers
+            broker = f"Apache Kafka {brokers.release.version}, 3 local KRaft nodes"
+        if args.bench == "rolling-restart":
+            params = replace(
+                BenchParams(),
+                instances=args.instances,
+                partitions=args.partitions,
+                rate=args.rate,
+                keys=args.keys,
+                session_timeout_ms=args.session_timeout_ms,
+                standby_replicas=args.standby_replicas,
+                heartbeat_interval_ms=max(
+                    1,
+                    min(
+                        int(DEFAULTS["consumer.heartbeat.interval.ms"]),
+                        args.session_timeout_ms // 10,
+                    ),
+                ),
+                steady_s=args.steady_s,
+                min_ready_s=args.min_ready_s,
+                ready_timeout_s=args.ready_timeout_s,
+                broker_down_s=args.broker_down_s,
+            )
+            chosen = [c for c in CASES if c.name in args.cases]
+            results = run_matrix(chosen, params, out, bootstrap, broker, brokers, client)
+            return 0 if all(r.ok for r in results) else 1
+        params_tp = replace(
+            ThroughputParams(),
+            backlog=args.backlog,
+            partitions=args.partitions,
+            keys=args.keys,
+            latency_rate=args.latency_rate,
+            latency_s=args.latency_s,
+        )
+        run_throughput(args.configs, params_tp, out, bootstrap, broker, client)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Measurements over a run: a timeline of samples, and what the output topic shows afterwards.
+
+- `Timeline` samples the group's lag per partition and every instance's endpoints on a thread.
+- `output_latencies` turns count records into one event-time-to-output latency per page view: a
+  page's count going from n to m covers its valid views n+1..m, whose creation times the load
+  generator kept, and each view's latency is that record's time minus its creation time.
+- `zero_output_gaps` is the longest stretch without any output record per partition.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Self
+
+from app.devkit.local.instances import InstanceStatus
+from app.devkit.local.observe import CountRecord, OutputGaps, PartitionLag
+from app.devkit.local.pipeline import LocalPipeline
+
+SAMPLE_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class TimelineSample:
+    """The pipeline at one wall-clock moment."""
+
+    at: float  # time.time()
+    lag: Mapping[int, PartitionLag]
+    instances: tuple[InstanceStatus, ...]
+
+
+class PeriodicSampler:
+    """Calls `take()` every `interval_s` on a daemon thread, from `start()` until `stop()`.
+
+    As a context manager it stops on the way out, also on an error or a Ctrl-C: before the
+    clients it samples with are closed, not after.
+    """
+
+    def __init__(self, name: str, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> Self:
+        """Start sampling."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling (a no-op once stopped or before a start)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def take(self) -> object:
+        """One sample now, kept by the subclass."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.take()
+
+
+class Timeline(PeriodicSampler):
+    """Samples lag and instance status every `interval_s` on a daemon thread."""
+
+    def __init__(self, pipeline: LocalPipeline, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        super().__init__("timeline", interval_s)
+        self.pipeline = pipeline
+        self.samples: list[TimelineSample] = []
+        # One sample at a time: the sampler thread and `take()` callers share the clients.
+        self._lock = threading.Lock()
+
+    def take(self) -> TimelineSample:
+        """One sample now (also appended to `samples`)."""
+        assert self.pipeline.lag is not None
+        with self._lock:
+            sample = TimelineSample(
+                at=time.time(),
+                lag=self.pipeline.lag.read(),
+                instances=tuple(i.status() for i in self.pipeline.instances),
+            )
+            self.samples.append(sample)
+        return sample
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The latency of one page view: from its creation to the first count that covered it."""
+
+    partition: int
+    output_ms: int
+    seconds: float
+
+
+def output_latencies(
+    records: Sequence[CountRecord], view_times_ms: Mapping[str, Sequence[int | None]]
+) -> list[Latency]:
+    """Per page view that a count record covered, output timestamp minus its creation time.
+
+    `view_times_ms[page][i]` is the creation time of the page's view number i+1 (None: not
+    timed). Records whose count goes back (a lost state counting again) cover no new view.
+    """
+    last: dict[str, int] = {}
+    found = []
+    for record in records:
+        before = last.get(record.page, 0)
+        last[record.page] = max(before, record.count)
+        times = view_times_ms.get(record.page, ())
+        # views number before+1 .. count (1-based) are the ones this record covers first
+        for created in times[before : record.count]:
+            if created is not None:
+                found.append(
+                    Latency(
+                        record.partition,
+                        record.timestamp_ms,
+                        (record.timestamp_ms - created) / 1000,
+                    )
+                )
+    return found
+
+
+def zero_output_gaps(
+    records: Sequence[CountRecord], partitions: Sequence[int], since_ms: int, until_ms: int
+) -> dict[int, float]:
+    """Per partition, the longest time in [since, until] with no output record (seconds): the
+    local run's live `OutputGaps`, fed after the fact."""
+    gaps = OutputGaps(partitions)
+    for record in sorted(records, key=lambda r: r.timestamp_ms):
+        if record.timestamp_ms >= until_ms:
+            break
+        if gaps.since_ms is None and record.timestamp_ms > since_ms:
+            gaps.open(since_ms)
+        if record.partition in partitions:
+            gaps.record(record.partition, record.timestamp_ms)
+    if gaps.since_ms is None:
+        gaps.open(since_ms)
+    gaps.close(until_ms)
+    return gaps.seconds(until_ms)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """The `fraction` quantile (nearest rank); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def metric_delta(before: InstanceStatus | None, after: InstanceStatus | None, name: str) -> float:
+    """How much a counter grew between two statuses of one process (0 when unknown)."""
+    if after is None:
+        return 0.0
+    return after.metric(name) - (before.metric(name) if before is not None else 0.0)

@@ -1,0 +1,649 @@
+"""The rolling-restart benchmark: one instance restarted while page views keep flowing.
+
+The articles this project comes from read the processing gap of a pod restart off consumer-lag
+graphs (45-48 s with default settings). This drives the local pipeline (N instances as local
+processes, `app.devkit.local`) through the scenario matrix and measures, per case:
+
+- produced and counted page views (must match) and duplicates in the read_committed output;
+- the processing gap of the restarted instance's partitions: the longest stretch without any
+  output record, and the largest event-time-to-output latency during the restart (and, for
+  comparison, the largest latency of the other instances' partitions meanwhile);
+- rebalances and revoked partitions the other instances saw, and changelog records restored.
+
+Every case runs on Apache Kafka: the bench's own 3 KRaft nodes (`app.devkit.kraft_cluster`), or the
+cluster `--bootstrap-servers` names; the broker cases need the bench's own nodes, which it
+restarts. Every row names its broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from app.admin.broker_readiness import judge
+from app.clients.client_properties import ClientConfig
+from app.devkit.bench import plots
+from app.devkit.bench.measure import (
+    Latency,
+    Timeline,
+    TimelineSample,
+    metric_delta,
+    output_latencies,
+    zero_output_gaps,
+)
+from app.devkit.bench.table import Row, write_table
+from app.devkit.kraft_cluster import HOST, KraftCluster
+from app.devkit.loadgen import LoadSettings
+from app.devkit.local.instances import InstanceOptions, InstanceStatus, PipelineNames
+from app.devkit.local.observe import CountCheck, CountRecord, PartitionLag, check_counts
+from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
+from app.devkit.local.roll import RollFailed, RollStep, roll_instances
+from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
+
+log = logging.getLogger("app.devkit.bench")
+
+NEEDS_BROKERS = (
+    "needs brokers the bench can restart: run without --bootstrap-servers (the bench then "
+    "starts 3 KRaft nodes of its own)"
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scenario of the matrix."""
+
+    name: str
+    description: str
+    stateful: bool = True  # False: dynamic membership, leaves the group on close
+    membership_mode: str = MEMBERSHIP_STATIC
+    wipe_state: bool = False
+    # Down longer than the session timeout (failover) instead of restarting at once.
+    outlive_session: bool = False
+    # Every instance restarted in turn, highest ordinal first, each once the previous one is
+    # ready and has been for `min_ready_s` (what the StatefulSet controller does in a roll).
+    rollout: bool = False
+    # Keeps `num.standby.replicas` warm copies (hand-off mode always does: it hands to them).
+    standbys: bool = False
+    # The brokers restarted in turn, as the Kafka StatefulSet rolls them; no instance restarts.
+    broker_roll: bool = False
+    # Instead, one broker killed (SIGKILL, a lost node) and started `broker_down_s` later.
+    broker_kill: bool = False
+    # The instance is SIGKILLed (a crash, an OOM kill, a lost node) instead of stopped.
+    crash: bool = False
+    # It stays down until the others process its partitions (a node that never comes back);
+    # only then is it started again, so the next case finds the whole pipeline.
+    stays_down: bool = False
+
+    def standby_replicas(self, params: BenchParams) -> int:
+        """The case's `num.standby.replicas`."""
+        keeps = self.standbys or self.membership_mode == MEMBERSHIP_HANDOFF
+        return params.standby_replicas if keeps else 0
+
+
+CASES: tuple[Case, ...] = (
+    Case("static-kept", "static membership, restart within the session timeout, state kept"),
+    Case(
+        "static-wiped",
+        "static membership, restart within the session timeout, state dir wiped (lost PVC)",
+        wipe_state=True,
+    ),
+    Case(
+        "dynamic-kept",
+        "dynamic membership (no group.instance.id: stateful=false), state dir kept",
+        stateful=False,
+    ),
+    Case(
+        "static-failover",
+        "static membership, down longer than the session timeout (failover)",
+        outlive_session=True,
+    ),
+    Case(
+        "standby-failover",
+        "static membership with standbys, down longer than the session timeout: the others "
+        "take its partitions over from their warm copies",
+        standbys=True,
+        outlive_session=True,
+    ),
+    Case(
+        "handoff",
+        "membership.mode=handoff: leaves the group on SIGTERM, restarts warm, then joins; "
+        "state kept",
+        membership_mode=MEMBERSHIP_HANDOFF,
+    ),
+    Case(
+        "handoff-crash-restart",
+        "membership.mode=handoff, the instance SIGKILLed and started again at once (the "
+        "kubelet restarting a crashed container): its partitions wait for its session to "
+        "expire, then move to warm standbys",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        crash=True,
+    ),
+    Case(
+        "handoff-crash-gone",
+        "membership.mode=handoff, the instance SIGKILLed and not back (a lost node): the "
+        "others take its partitions over from their warm copies once its session expires",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        crash=True,
+        stays_down=True,
+    ),
+    Case(
+        "rollout-static",
+        "rolling update of every instance, static membership, state kept",
+        rollout=True,
+    ),
+    Case(
+        "rollout-handoff",
+        "rolling update of every instance, membership.mode=handoff, state kept",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        rollout=True,
+    ),
+    Case(
+        "broker-roll",
+        "rolling restart of the 3 brokers under load (highest node first, each once back in "
+        "every ISR); the instances keep running",
+        broker_roll=True,
+    ),
+    Case(
+        "broker-kill",
+        "one broker killed (SIGKILL, a lost node) under load and started again after "
+        "--broker-down-s; the instances keep running",
+        broker_roll=True,
+        broker_kill=True,
+    ),
+    Case(
+        "stateless-leave",
+        "stateless variant: leaves the group on close, no state dir (an emptyDir)",
+        stateful=False,
+        wipe_state=True,
+    ),
+)
+CASE_NAMES = tuple(c.name for c in CASES)
+
+
+@dataclass(frozen=True)
+class BenchParams:
+    """Sizes and timings of every case (small by default: a case takes a minute or two)."""
+
+    instances: int = 2
+    partitions: int = 4
+    rate: float = 100.0
+    keys: int = 40
+    skew: float = 1.1
+    session_timeout_ms: int = 20_000
+    heartbeat_interval_ms: int = int(DEFAULTS["consumer.heartbeat.interval.ms"])
+    # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
+    standby_replicas: int = 1
+    steady_s: float = 10.0  # steady processing before the restart
+    min_ready_s: float = 10.0  # a rollout's minReadySeconds (the dev stack's)
+    # "Caught up": at most this many seconds of input not yet committed (batches take 1-10 s
+    # on a busy 2-core machine).
+    caught_up_s: float = 20.0
+    tail_s: float = 10.0  # after recovery, before the load stops
+    ready_timeout_s: float = 240.0
+    broker_down_s: float = 120.0  # how long the broker-kill case keeps its broker down
+    recovery_timeout_s: float = 240.0
+    drain_timeout_s: float = 300.0
+    seed: int = 42
+
+
+@dataclass
+class CaseResult:
+    """One row of the table, and where its graph is."""
+
+    case: Case
+    row: Row = field(default_factory=dict)
+    ok: bool = True
+    plot: Path | None = None
+
+
+RESTORED = "processor_restore_records_total"
+# The field's bar: 99.99 % of aggregates available within 10 seconds (DESIGN.md).
+LATE_S = 10.0
+
+COLUMNS = (
+    "case",
+    "broker",
+    "standby replicas",
+    "produced",
+    "counted",
+    "match",
+    "duplicates",
+    "restarted partitions",
+    "zero output s (max)",
+    "zero output s per partition",
+    "late > 10 s %",
+    "max latency s (restarted)",
+    "max latency s (others)",
+    "rebalances (others)",
+    "assigned (others)",
+    "revoked (others)",
+    "restored records",
+    "instance exits",
+    "down s",
+    "processed again s",
+    "note",
+)
+
+
+def run_matrix(
+    cases: Sequence[Case],
+    params: BenchParams,
+    out_dir: Path,
+    bootstrap_servers: str,
+    broker: str,
+    brokers: KraftCluster | None = None,
+    client: ClientConfig | None = None,
+) -> list[CaseResult]:
+    """Run the cases, one pipeline per kind (membership, standbys) with one restart per case in
+    it; write the table (Markdown, CSV) and a graph per case; the results. `broker` names the
+    cluster in every row; `brokers`: the local cluster behind `bootstrap_servers`, which the
+    broker-roll case restarts."""
+    results: dict[str, CaseResult] = {}
+    runnable = []
+    for case in cases:
+        if case.broker_roll and brokers is None:
+            row = {"case": case.name, "broker": broker, "note": f"not run: {NEEDS_BROKERS}"}
+            results[case.name] = CaseResult(case, row)
+        else:
+            runnable.append(case)
+
+    def kind(case: Case) -> tuple[bool, str, int]:
+        return case.stateful, case.membership_mode, case.standby_replicas(params)
+
+    for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
+        group = [c for c in runnable if kind(c) == pipeline_kind]
+        for result in run_group(group, params, out_dir, bootstrap_servers, broker, brokers, client):
+            results[result.case.name] = result
+    ordered = [results[c.name] for c in cases]
+    text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
+    print(text, flush=True)
+    print(f"table: {out_dir / 'rolling-restart.md'} and .csv; graphs: {out_dir}/*.png", flush=True)
+    return ordered
+
+
+@dataclass
+class Restart:
+    """What happened around one restart of one instance."""
+
+    case: Case
+    target: str
+    moved: tuple[int, ...]  # the target's partitions before the restart
+    before: dict[str, InstanceStatus]
+    stopped_at: float
+    started_at: float
+    recovered_at: float | None = None
+    after: dict[str, InstanceStatus] = field(default_factory=dict)
+    # Instances that exited during the case by themselves (a broker roll restarts none).
+    exited: tuple[str, ...] = ()
+
+
+def run_group(
+    cases: Sequence[Case], params: BenchParams, out_dir: Path, bootstrap_servers: str,
+    broker: str, brokers: KraftCluster | None = None, client: ClientConfig | None = None,
+) -> list[CaseResult]:  # fmt: skip
+    """One pipeline (own topics and group), one restart (or roll) per case."""
+    stateful, mode = cases[0].stateful, cases[0].membership_mode
+    kind = (mode if stateful else "dynamic") + ("-standby" if cases[0].standbys else "")
+    prefix = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
+    setup = PipelineSetup(
+        base_dir=out_dir / "state" / prefix,
+        instances=params.instances,
+        partitions=params.partitions,
+        bootstrap_servers=bootstrap_servers,
+        client=client or ClientConfig(),
+        names=PipelineNames(prefix, f"{prefix}-page-views", f"{prefix}-page-view-counts"),
+        options=InstanceOptions(
+            stateful=stateful,
+            membership_mode=mode,
+            num_standby_replicas=cases[0].standby_replicas(params),
+            session_timeout_ms=params.session_timeout_ms,
+            heartbeat_interval_ms=params.heartbeat_interval_ms,
+        ),
+    )
+    load = LoadSettings(
+        rate=params.rate, keys=params.keys, skew=params.skew, seed=params.seed,
+        record_timestamps=True,
+    )  # fmt: skip
+    restarts = []
+    with LocalPipeline(setup) as pipeline:
+        assert pipeline.output is not None and pipeline.lag is not None
+        pipeline.start_instances()
+        loader = pipeline.load(load)
+        t0 = time.time()
+        with Timeline(pipeline) as timeline:
+            for case in cases:
+                steady = wait_settled(timeline, params)
+                if steady is None:
+                    raise RuntimeError(
+                        f"{prefix}: the instances were not ready, caught up and settled within "
+                        f"{params.ready_timeout_s:g} s; see the logs in {setup.base_dir / 'logs'}"
+                    )
+                log.info("%s: ready, caught up and settled %.0f s after the start", prefix,
+                         steady.at - t0)  # fmt: skip
+                if case.broker_roll:
+                    assert brokers is not None
+                    restarts.append(broker_roll(pipeline, timeline, case, params, brokers))
+                else:
+                    run_case = rollout if case.rollout else restart
+                    restarts.append(run_case(pipeline, timeline, case, params))
+            summary = loader.stop()
+            drained = wait_until(timeline, params.drain_timeout_s, lambda s: _total_lag(s) == 0)
+        pipeline.stop_instances()
+        pipeline.output.wait_until_caught_up(60.0)
+        latest, _, duplicates = pipeline.output.snapshot()
+        records = list(pipeline.output.records)
+    check = check_counts(summary.per_key, latest, duplicates)
+    latencies = output_latencies(records, summary.timestamps)
+    results = []
+    overcounted = any(latest.get(page, 0) > n for page, n in summary.per_key.items())
+    for event in restarts:
+        row = _row(event, check, records, latencies, params, broker)
+        if drained is None and not check.ok:
+            # Not an exactness failure unless a page was counted too often or twice.
+            row["match"] = "NO" if overcounted or check.duplicates else "lag not drained"
+            row["note"] = "; ".join(
+                filter(None, [str(row["note"]), f"lag not drained in {params.drain_timeout_s:g} s"])
+            )
+        if len(restarts) > 1:
+            row["note"] = "; ".join(
+                filter(None, [str(row["note"]), f"produced/counted/duplicates: whole run {prefix}"])
+            )
+        plot = out_dir / f"rolling-restart-{event.case.name}.png"
+        end = (event.recovered_at or time.time()) + params.tail_s + 5
+        plots.lag_and_output(
+            plot,
+            f"{event.case.name}: {event.case.description}",
+            [s for s in timeline.samples if event.stopped_at - 30 <= s.at <= end],
+            event.stopped_at - 30,
+            _marks(event),
+            highlight=event.moved,
+        )
+        results.append(CaseResult(event.case, row, ok=check.ok, plot=plot))
+    return results
+
+
+def restart(
+    pipeline: LocalPipeline, timeline: Timeline, case: Case, params: BenchParams
+) -> Restart:
+    """Stop (or kill) the last instance, wipe its state if the case says so, keep it down if
+    the case says so, start it, and wait until its partitions are processed again: by it, or
+    after a crash by whichever instance has them."""
+    target = pipeline.instances[-1]
+    sample = timeline.take()
+    before = {s.name: s for s in sample.instances}
+    moved = tuple(before[target.name].partitions or ())
+    log.info("case %s: %s; stopping %s (partitions %s)", case.name, case.description,
+             target.name, list(moved))  # fmt: skip
+    stopped_at = time.time()
+    if case.crash:
+        target.kill()
+    else:
+        target.stop()
+    # Where the partitions stand once the stopped instance's last batch has committed: only
+    # progress past this is processing again. After a crash, where they stood before it: its
+    # open transaction keeps their committed offsets unfetchable until it is aborted, and the
+    # restart (at once, as the kubelet does) must not wait for a lookup.
+    at_stop = sample if case.crash else timeline.take()
+    if case.wipe_state:
+        target.wipe_state()
+    if case.outlive_session:
+        time.sleep(max(0.0, stopped_at + params.session_timeout_ms / 1000 + 10 - time.time()))
+    recovered = None
+    if case.stays_down:
+        recovered = wait_until(
+            timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_stop.lag, moved)
+        )
+    started_at = time.time()
+    target.start()
+    event = Restart(case, target.name, moved, before, stopped_at, started_at)
+    if not case.stays_down:
+        recovered = wait_until(
+            timeline,
+            params.recovery_timeout_s,
+            # After a crash its partitions count as back wherever they are processed.
+            lambda s: (
+                (case.crash or _status(s, target.name).ready) and _advanced(s, at_stop.lag, moved)
+            ),
+        )
+    if recovered is not None:
+        event.recovered_at = recovered.at
+        log.info("case %s: processed again %.0f s after the stop", case.name,
+                 recovered.at - stopped_at)  # fmt: skip
+    time.sleep(params.tail_s)
+    event.after = {s.name: s for s in timeline.take().instances}
+    return event
+
+
+def rollout(
+    pipeline: LocalPipeline, timeline: Timeline, case: Case, params: BenchParams
+) -> Restart:
+    """Restart every instance in turn as the StatefulSet controller rolls pods: highest ordinal
+    first, the next one only when the previous is ready and has stayed so `min_ready_s`."""
+    sample = timeline.take()
+    before = {s.name: s for s in sample.instances}
+    every = tuple(sorted(p for s in sample.instances for p in (s.partitions or ())))
+    log.info("case %s: %s (partitions %s)", case.name, case.description, list(every))
+    stopped_at = time.time()
+    started = [stopped_at]
+
+    def note_start(step: RollStep) -> None:
+        if step.waiting_for == "ready":
+            started.append(time.time())
+
+    try:
+        roll_instances(
+            pipeline.instances, params.min_ready_s, params.recovery_timeout_s, note_start
+        )
+    except RollFailed as exc:
+        log.warning("case %s: %s", case.name, exc)
+    started_at = started[-1]
+    at_end = timeline.take()
+    event = Restart(case, "every instance", every, before, stopped_at, started_at)
+    recovered = wait_until(
+        timeline,
+        params.recovery_timeout_s,
+        lambda s: _all_ready(s) and _advanced(s, at_end.lag, every),
+    )
+    if recovered is not None:
+        event.recovered_at = recovered.at
+        log.info("case %s: rollout done, every partition processed %.0f s after the first stop",
+                 case.name, recovered.at - stopped_at)  # fmt: skip
+    time.sleep(params.tail_s)
+    event.after = {s.name: s for s in timeline.take().instances}
+    return event
+
+
+def broker_roll(
+    pipeline: LocalPipeline,
+    timeline: Timeline,
+    case: Case,
+    params: BenchParams,
+    brokers: KraftCluster,
+) -> Restart:
+    """Restart every broker in turn as the Kafka StatefulSet rolls them: highest node first
+    (SIGTERM, a controlled shutdown), the next one once this one is ready as its pod's
+    readiness sidecar judges it (back in every ISR) and has been for `min_ready_s`. With
+    `case.broker_kill`: only the highest node, killed, and started `broker_down_s` later."""
+    sample = timeline.take()
+    before = {s.name: s for s in sample.instances}
+    every = tuple(sorted(p for s in sample.instances for p in (s.partitions or ())))
+    log.info("case %s: %s", case.name, case.description)
+    stopped_at = started_at = time.time()
+    for node in brokers.nodes[-1:] if case.broker_kill else reversed(brokers.nodes):
+        log.info("case %s: restarting broker node %d", case.name, node.node_id)
+        if case.broker_kill:
+            brokers.kill_node(node.node_id)
+            time.sleep(params.broker_down_s)
+        else:
+            brokers.stop_node(node.node_id)
+        started_at = time.time()
+        brokers.start_node(node.node_id)
+        beside = AdminClient({"bootstrap.servers": f"{HOST}:{node.broker_port}", "log_level": 0})
+        deadline = time.monotonic() + params.recovery_timeout_s
+        while not (readiness := judge(beside, node.node_id)).ready:
+            if time.monotonic() > deadline:
+                log.warning("case %s: node %d not ready within %g s: %s", case.name,
+                            node.node_id, params.recovery_timeout_s, readiness.reason)  # fmt: skip
+                break
+            time.sleep(1.0)
+        log.info("case %s: node %d ready %.0f s after its stop", case.name, node.node_id,
+                 time.time() - started_at)  # fmt: skip
+        time.sleep(params.min_ready_s)
+    at_end = timeline.take()
+    target = "one broker" if case.broker_kill else "every broker"
+    event = Restart(case, target, every, before, stopped_at, started_at)
+    recovered = wait_until(
+        timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_end.lag, every)
+    )
+    if recovered is not None:
+        event.recovered_at = recovered.at
+    time.sleep(params.tail_s)
+    event.after = {s.name: s for s in timeline.take().instances}
+    event.exited = tuple(i.name for i in pipeline.instances if not i.running)
+    return event
+
+
+def _row(
+    event: Restart,
+    check: CountCheck,
+    records: Sequence[CountRecord],
+    latencies: Sequence[Latency],
+    params: BenchParams,
+    broker: str,
+) -> dict[str, object]:
+    end = max(event.recovered_at or 0.0, event.started_at) + params.tail_s
+    window = (int(event.stopped_at * 1000), int(end * 1000))
+    gaps = zero_output_gaps(records, event.moved, *window)
+    during = [lat for lat in latencies if window[0] <= lat.output_ms <= window[1]]
+    others = [n for n in event.before if n != event.target]
+    restored = event.after.get(event.target)
+    restored_records = (restored.metric(RESTORED) if restored else 0.0) + sum(
+        metric_delta(event.before.get(n), event.after.get(n), RESTORED) for n in others
+    )
+    notes = []
+    if event.case.broker_roll:
+        notes.append(f"instances that exited: {', '.join(event.exited) or 'none'}")
+    if event.recovered_at is None:
+        notes.append(f"not processed again within {params.recovery_timeout_s:g} s")
+    return {
+        "case": event.case.name,
+        "broker": broker,
+        "standby replicas": event.case.standby_replicas(params),
+        "produced": check.produced,
+        "counted": check.counted,
+        "match": "yes" if check.ok else "NO",
+        "duplicates": check.duplicates,
+        "restarted partitions": " ".join(str(p) for p in event.moved),
+        "zero output s (max)": max(gaps.values(), default=None),
+        "zero output s per partition": " ".join(f"{p}:{g:.1f}" for p, g in sorted(gaps.items())),
+        "late > 10 s %": (
+            round(100 * sum(lat.seconds > LATE_S for lat in during) / len(during), 3)
+            if during
+            else None
+        ),
+        "max latency s (restarted)": max(
+            (lat.seconds for lat in during if lat.partition in event.moved), default=None
+        ),
+        "max latency s (others)": max(
+            (lat.seconds for lat in during if lat.partition not in event.moved), default=None
+        ),
+        "rebalances (others)": _grown(event, others, "processor_rebalances_total"),
+        "assigned (others)": _grown(event, others, "processor_partitions_assigned_total"),
+        "revoked (others)": _grown(event, others, "processor_partitions_revoked_total"),
+        # A rollout restarts every instance, whose counters begin again at 0: no sum is right.
+        "restored records": None if event.case.rollout else int(restored_records),
+        "instance exits": len(event.exited) if event.case.broker_roll else None,
+        "down s": event.started_at - event.stopped_at,
+        "processed again s": (
+            event.recovered_at - event.stopped_at if event.recovered_at is not None else None
+        ),
+        "note": "; ".join(notes),
+    }
+
+
+def _grown(event: Restart, names: Sequence[str], metric: str) -> int | None:
+    if event.case.rollout:
+        return None  # every instance restarted: its counters began again at 0
+    return int(sum(metric_delta(event.before.get(n), event.after.get(n), metric) for n in names))
+
+
+def _marks(event: Restart) -> dict[str, float]:
+    marks = {"stop": event.stopped_at, "start": event.started_at}
+    if event.recovered_at is not None:
+        marks["processed again"] = event.recovered_at
+    return marks
+
+
+def wait_until(timeline: Timeline, timeout_s: float, condition: object) -> TimelineSample | None:
+    """The first sample (taken every half second) for which `condition(sample)` holds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sample = timeline.take()
+        if condition(sample):  # type: ignore[operator]
+            return sample
+        time.sleep(0.5)
+    return None
+
+
+def wait_settled(timeline: Timeline, params: BenchParams) -> TimelineSample | None:
+    """A sample once every instance is ready, the lag is caught up, and the group's assignment
+    (every partition owned once) stayed the same for `steady_s` in which every partition was
+    processed: a case must not begin while partitions still move after the start."""
+    deadline = time.monotonic() + params.ready_timeout_s
+    while (remaining := deadline - time.monotonic()) > 0:
+        first = wait_until(
+            timeline,
+            remaining,
+            lambda s: _all_ready(s) and _caught_up(s, params) and _fully_assigned(s, params),
+        )
+        if first is None:
+            return None
+        time.sleep(params.steady_s)
+        last = timeline.take()
+        if (
+            _all_ready(last)
+            and _assignment(last) == _assignment(first)
+            and _advanced(last, first.lag, range(params.partitions))
+        ):
+            return last
+    return None
+
+
+def _assignment(sample: TimelineSample) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((s.name, tuple(sorted(s.partitions or ()))) for s in sample.instances)
+
+
+def _fully_assigned(sample: TimelineSample, params: BenchParams) -> bool:
+    owned = sorted(p for _, partitions in _assignment(sample) for p in partitions)
+    return owned == list(range(params.partitions))
+
+
+def _status(sample: TimelineSample, name: str) -> InstanceStatus:
+    return next(s for s in sample.instances if s.name == name)
+
+
+def _all_ready(sample: TimelineSample) -> bool:
+    return all(s.ready for s in sample.instances)
+
+
+def _total_lag(sample: TimelineSample) -> int:
+    return sum(p.lag for p in sample.lag.values())
+
+
+def _caught_up(sample: TimelineSample, params: BenchParams) -> bool:
+    """Every partition committed something, and the lag is at most `caught_up_s` of input."""
+    committed = all(p.committed is not None for p in sample.lag.values())
+    return committed and _total_lag(sample) <= params.rate * params.caught_up_s
+
+
+def _advanced(
+    sample: TimelineSample, before: Mapping[int, PartitionLag], partitions: Sequence[int]
+) -> bool:
+    """Every one of `partitions` committed past where it stood at `before`: processed again."""
+    return all((sample.lag[p].committed or 0) > (before[p].committed or 0) for p in partitions)

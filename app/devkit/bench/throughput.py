@@ -1,0 +1,292 @@
+"""The throughput benchmark: what one instance sustains, beside the raw consume rate.
+
+1. A backlog of `--backlog` page views is produced once into a shared input topic.
+2. The ceiling: a plain confluent-kafka consumer reads the whole backlog (`assign()`, no group,
+   read_committed); its records per second is what Kafka and the client can deliver here.
+3. Per configuration (`max.records.per.batch`, `trigger.interval.ms`) one fresh instance (its
+   own application id, output and changelog topics) works the backlog off: events/s is the slope
+   of the group's committed offset from its first commit to the end of the backlog. Then the load
+   generator adds views at `--latency-rate` for `--latency-s` seconds, and the event time to
+   output record time latency of those views gives p50 and p99. The instance's memory (its
+   process tree's PSS, `memory.py`) is sampled every second from its start to its stop.
+4. Restore: the instance starts again on an empty state directory (a pod on a new volume), so it
+   restores every partition from the whole changelog. Restore records/s is the changelog records
+   read over the time the source's readers spent reading them, by their own timer
+   (`processor_restore_read_seconds`), beside the restore's time from planning to commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from app.admin.topics import librdkafka_logger
+from app.clients.client_properties import ClientConfig
+from app.devkit.bench import plots
+from app.devkit.bench.measure import Timeline, output_latencies, percentile
+from app.devkit.bench.memory import MemorySampler
+from app.devkit.bench.table import write_table
+from app.devkit.loadgen import LoadGenerator, LoadSettings, producer_config
+from app.devkit.local.instances import InstanceOptions, PipelineNames
+from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
+
+log = logging.getLogger("app.devkit.bench")
+
+# (max.records.per.batch, trigger.interval.ms)
+DEFAULT_CONFIGS: tuple[tuple[int, int], ...] = (
+    (5_000, 1_000),
+    (20_000, 1_000),
+    (20_000, 250),
+    (50_000, 1_000),
+)
+
+COLUMNS = (
+    "max.records.per.batch",
+    "trigger.interval.ms",
+    "events/s",
+    "raw consume/s",
+    "ratio",
+    "p50 latency s",
+    "p99 latency s",
+    "latency samples",
+    "memory MiB (median)",
+    "memory MiB (peak)",
+    "restore records",
+    "restore records/s",
+    "restore s (planning to commit)",
+    "broker",
+)
+
+
+@dataclass(frozen=True)
+class ThroughputParams:
+    """Sizes of the run."""
+
+    backlog: int = 50_000
+    partitions: int = 4
+    keys: int = 100
+    latency_rate: float = 200.0
+    latency_s: float = 20.0
+    spark_cores: int = 2
+    ready_timeout_s: float = 300.0
+    seed: int = 7
+
+
+def run_throughput(
+    configs: Sequence[tuple[int, int]],
+    params: ThroughputParams,
+    out_dir: Path,
+    bootstrap_servers: str,
+    broker: str,
+    client: ClientConfig | None = None,
+) -> list[dict[str, float | str | None]]:
+    """Run every configuration; write the table and the graph (`broker` names the cluster in
+    every row); the rows."""
+    client = client or ClientConfig()
+    run_id = uuid.uuid4().hex[:6]
+    input_topic = f"tp-{run_id}-page-views"
+    rows: list[dict[str, float | str | None]] = []
+    raw: float | None = None
+    produced: Counter[str] = Counter()  # views per page in the shared input topic so far
+    for max_records, trigger_ms in configs:
+        prefix = f"tp-{run_id}-{max_records}-{trigger_ms}"
+        setup = PipelineSetup(
+            base_dir=out_dir / "state" / prefix,
+            instances=1,
+            partitions=params.partitions,
+            bootstrap_servers=bootstrap_servers,
+            client=client,
+            names=PipelineNames(prefix, input_topic, f"{prefix}-page-view-counts"),
+            options=InstanceOptions(
+                trigger_interval_ms=trigger_ms,
+                max_records_per_batch=max_records,
+                spark_cores=params.spark_cores,
+            ),
+        )
+        with LocalPipeline(setup) as pipeline:
+            if raw is None:
+                produced.update(
+                    produce_backlog(bootstrap_servers, input_topic, params, client.resolved)
+                )
+                raw = raw_consume_rate(
+                    bootstrap_servers, input_topic, params.backlog, client.resolved
+                )
+                log.info("raw consume rate: %.0f records/s", raw)
+            row, latency_views = measure_instance(pipeline, params, produced)
+            produced.update(latency_views)
+            row.update(measure_restore(pipeline, params))
+        rows.append(
+            {
+                "max.records.per.batch": max_records,
+                "trigger.interval.ms": trigger_ms,
+                **row,
+                "raw consume/s": round(raw),
+                "ratio": f"{row['events/s'] / raw:.3f}" if row["events/s"] else None,
+                "broker": broker,
+            }
+        )
+    text = write_table(out_dir, "throughput", COLUMNS, rows)
+    print(text, flush=True)
+    plots.throughput_bars(
+        out_dir / "throughput.png",
+        [f"{r['max.records.per.batch']}/{r['trigger.interval.ms']}ms" for r in rows],
+        [float(r["events/s"] or 0) for r in rows],
+        raw or 0.0,
+    )
+    print(f"table: {out_dir / 'throughput.md'} and .csv; graph: {out_dir / 'throughput.png'}")
+    return rows
+
+
+def produce_backlog(
+    bootstrap_servers: str,
+    topic: str,
+    params: ThroughputParams,
+    client_config: Mapping[str, str] | None = None,
+) -> Mapping[str, int]:
+    """`params.backlog` page views, as fast as the producer goes; views per page."""
+    generator = LoadGenerator(
+        LoadSettings(
+            topic=topic, rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed
+        ),
+        producer_config(bootstrap_servers, client_config=client_config),
+    )
+    summary = generator.run()
+    if summary.failed:
+        raise RuntimeError(f"producing the backlog failed: {summary.first_error}")
+    log.info("backlog: %d records in %.1f s", summary.total, summary.elapsed_s)
+    return summary.per_key
+
+
+def raw_consume_rate(
+    bootstrap_servers: str,
+    topic: str,
+    expected: int,
+    client_config: Mapping[str, str] | None = None,
+) -> float:
+    """Records per second of a plain consumer reading the topic from the beginning."""
+    consumer = Consumer(
+        {
+            **(client_config or {}),
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": "false",
+            "isolation.level": "read_committed",
+            "logger": librdkafka_logger(),
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        partitions = len(metadata.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        read = 0
+        started = time.monotonic()
+        deadline = started + 300
+        while read < expected and time.monotonic() < deadline:
+            read += sum(1 for m in consumer.consume(10_000, timeout=1.0) if m.error() is None)
+        return read / (time.monotonic() - started)
+    finally:
+        consumer.close()
+
+
+def measure_instance(
+    pipeline: LocalPipeline, params: ThroughputParams, backlog: Mapping[str, int]
+) -> tuple[dict[str, float | None], Mapping[str, int]]:
+    """Events/s over the backlog (every view already in the input topic, `backlog` per page),
+    then latency percentiles under a steady load; the row and the views that load added."""
+    assert pipeline.output is not None and pipeline.lag is not None
+    target = sum(p.end for p in pipeline.lag.read().values())
+    pipeline.start_instances()
+    pid = pipeline.instances[0].pid
+    assert pid is not None
+    with MemorySampler(pid) as memory, Timeline(pipeline) as timeline:
+        deadline = time.monotonic() + params.ready_timeout_s
+        first: tuple[float, int] | None = None
+        last: tuple[float, int] | None = None
+        while time.monotonic() < deadline:
+            sample = timeline.take()
+            committed = sum(p.committed or 0 for p in sample.lag.values())
+            if first is None and committed > 0:
+                first = (sample.at, committed)
+            if committed >= target:
+                last = (sample.at, committed)
+                break
+            time.sleep(0.25)
+        rate = None
+        if first is not None and last is not None and last[0] > first[0]:
+            rate = round((last[1] - first[1]) / (last[0] - first[0]))
+        loader = pipeline.load(
+            LoadSettings(
+                rate=params.latency_rate,
+                keys=params.keys,
+                duration_s=params.latency_s,
+                seed=params.seed,
+                record_timestamps=True,
+            )
+        )
+        summary = loader.join()
+        wait_s = time.monotonic() + 120
+        while time.monotonic() < wait_s and pipeline.lag.total() > 0:
+            time.sleep(0.5)
+    pipeline.stop_instances()
+    pipeline.output.wait_until_caught_up(60.0)
+    # The backlog's views come first per page and were not timed: no latency for them.
+    times = {
+        page: [None] * backlog.get(page, 0) + list(timed)
+        for page, timed in summary.timestamps.items()
+    }
+    latencies = [lat.seconds for lat in output_latencies(pipeline.output.records, times)]
+    row = {
+        "events/s": rate,
+        "p50 latency s": percentile(latencies, 0.5),
+        "p99 latency s": percentile(latencies, 0.99),
+        "latency samples": len(latencies),
+        "memory MiB (median)": memory.median_mib(),
+        "memory MiB (peak)": memory.peak_mib(),
+    }
+    return row, summary.per_key
+
+
+def measure_restore(pipeline: LocalPipeline, params: ThroughputParams) -> dict[str, float | None]:
+    """Start the (stopped) instance on an empty state directory and time its restore of every
+    partition from the changelog: by the readers' own timer, and from planning to commit."""
+    instance = pipeline.instances[0]
+    instance.wipe_state()
+    instance.start()
+    deadline = time.monotonic() + params.ready_timeout_s
+    status = instance.status()
+    while time.monotonic() < deadline and not (
+        status.ready and status.metric("processor_restore_records_total") > 0
+    ):
+        if not instance.running:
+            raise RuntimeError(
+                f"{instance.name} exited during its restore; see {instance.log_path}"
+            )
+        time.sleep(0.5)
+        status = instance.status()
+    pipeline.stop_instances()
+    records = status.metric("processor_restore_records_total")
+    read_s = status.metric("processor_restore_read_seconds_total")
+    if not status.ready:
+        log.warning("restore: %s not ready within %g s", instance.name, params.ready_timeout_s)
+        return {"restore records": None, "restore records/s": None}
+    planning_to_commit = max(
+        (
+            v
+            for k, v in status.metrics.items()
+            if k.startswith("processor_restore_duration_seconds")
+        ),
+        default=None,
+    )
+    log.info("restore: %d changelog records read in %.2f s", records, read_s)
+    return {
+        "restore records": round(records),
+        "restore records/s": round(records / read_s) if read_s else None,
+        "restore s (planning to commit)": planning_to_commit,
+    }

@@ -1,0 +1,714 @@
+"""A throwaway Apache Kafka KRaft cluster on loopback ports: the project's default broker.
+
+Every guarantee the processor gives rests on Apache Kafka's group and transaction coordinators
+(static membership, the hand-off to a warm standby, fencing, exactly-once output, compaction), so
+the local run, the tests and the benchmarks run the real broker: the released jars that
+`app.devkit.kafka_release` resolves from Maven Central (or the distribution named by `KAFKA_HOME`),
+started as plain JVMs (`java -cp 'libs/*' kafka.Kafka`, storage formatted by
+`kafka.tools.StorageTool`), with the broker settings of the production design:
+
+    cluster = KraftCluster()                    # the project's release (or $KAFKA_HOME)
+    with cluster:                               # format, start, wait until usable
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        cluster.kill_node(2)                    # SIGKILL one node
+        cluster.start_node(2)
+        cluster.wait_until_fully_replicated()
+
+Every node is a combined broker+controller (as in the Kubernetes StatefulSet), all three form
+a dynamic controller quorum (KIP-853: `controller.quorum.bootstrap.servers` and
+`StorageTool format --initial-controllers`). Data, configs and logs live in one temporary
+directory; the processes are killed on `close()` (also at interpreter exit), the directory is
+removed unless asked to keep it for a post-mortem.
+
+`KraftCluster(..., security=ClusterSecurity(scram_users={...}))` starts it secured exactly as
+the prod stack renders it (`app.clients.kafka_security`): SASL_SSL/SCRAM clients, SSL with
+client certificates between brokers and controllers, `StandardAuthorizer`, deny by default.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import logging
+import random
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.clients import kafka_security
+from app.devkit.kafka_release import KafkaRelease, java_command
+from app.devkit.kafka_release import ensure as ensure_release
+from app.devkit.local_tls import write_broker_tls
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+# `--initial-controllers` (dynamic quorum, KIP-853) appeared in 3.9.
+MIN_KAFKA_VERSION = (3, 9)
+# Small but enough for tests: three JVMs fit next to Spark on a 2-core, few-GiB machine.
+DEFAULT_HEAP_OPTS = "-Xms256m -Xmx384m"
+# What `kafka-run-class.sh` gives a broker besides its heap (KAFKA_JVM_PERFORMANCE_OPTS).
+JVM_PERFORMANCE_OPTS = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
+# The broker logs to server.log in its node's folder; the storage tool only its warnings.
+BROKER_LOG4J2 = """\
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+"""
+TOOLS_LOG4J2 = """\
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = err
+"""
+
+# The broker configuration of the production design (DESIGN.md, "Kafka cluster").
+PRODUCTION_BROKER_CONFIGS: Mapping[str, str] = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    "unclean.leader.election.enable": "false",
+    "auto.create.topics.enable": "false",
+}
+
+# What differs for tests, and why: nothing here changes a semantic the tests check.
+TEST_BROKER_CONFIGS: Mapping[str, str] = {
+    # A test group forms at once; production stacks wait a few seconds for a cold start.
+    "group.initial.rebalance.delay.ms": "0",
+    # Let groups of the consumer protocol (KIP-848) use session timeouts and heartbeats as short
+    # as the classic protocol allows (defaults: at least 45 s and 5 s), to keep tests short.
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "1000",
+    # The internal topics are created on first use (the first group, the first transaction):
+    # 6 partitions instead of 50 make that a second on a new cluster instead of several.
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.num.partitions": "6",
+    # Fewer threads than the defaults (3 network, 8 I/O): three brokers share two cores.
+    "num.network.threads": "2",
+    "num.io.threads": "2",
+}
+
+
+# `close()` and the atexit hook do not run when the test process is killed (SIGTERM, SIGKILL):
+# on Linux the nodes then get SIGKILL from the kernel (the parent-death signal survives the
+# scripts' exec of java), so no JVM outlives its test run.
+_DIE_WITH_PARENT: tuple[str, ...] = (
+    ("setpriv", "--pdeathsig", "KILL") if shutil.which("setpriv") else ()
+)
+
+
+class KraftClusterError(RuntimeError):
+    """The distribution is unusable, or the cluster did not start or recover in time."""
+
+
+@dataclass(frozen=True)
+class ClusterSecurity:
+    """Secure the cluster as the prod stack does (`app.clients.kafka_security`, client listener
+    SASL_SSL): TLS on every listener, SCRAM users, `StandardAuthorizer` denying what no
+    ACL allows, the broker certificate's principal the only super user.
+
+    `scram_users` (name -> password) exist from the start: they are bootstrapped when the
+    storage is formatted (`kafka-storage.sh format --add-scram`), as the prod init container
+    does, with `scram_mechanism` (the credentials revision's: `kafka_security.scram_mechanism`);
+    the client listener enables both mechanisms. Users can own nothing until ACLs allow it.
+    """
+
+    scram_users: Mapping[str, str] = field(default_factory=dict)
+    scram_mechanism: str = kafka_security.SCRAM_SHA_512
+
+    def __post_init__(self) -> None:
+        kafka_security.scram_key(self.scram_mechanism)  # one of Kafka's two, or a ValueError
+        for name, password in self.scram_users.items():
+            # Both go inside `[name=...,password=...]` of `--add-scram`, which has no escaping.
+            if not name or not password or any(c in name + password for c in ',=[]"\n'):
+                raise KraftClusterError(
+                    f"SCRAM user {name!r}: name and password must be non-empty and free of "
+                    "',', '=', '[', ']', quotes and newlines (kafka-storage.sh --add-scram)"
+                )
+
+
+def kafka_uuid() -> str:
+    """A random id in Kafka's text form (base64url of 16 bytes, no padding), as
+    `kafka-storage.sh random-uuid` prints it; like Kafka, never one starting with '-'."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux; 32768 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports are picked below the kernel's ephemeral range: a port found free there can still be taken
+# by any client's outgoing connection before the broker binds it (seen: a node failing with
+# "Address already in use" while other clusters' clients connected); below it only an explicit
+# bind competes. Ports handed out by this process are never handed out again.
+_PORTS_FROM = 10_000
+_handed_out: set[int] = set()
+_random_ports = random.Random()
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port on `host` that was free a moment ago, outside the ephemeral range."""
+    low = _ephemeral_low()
+    if low <= _PORTS_FROM:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
+    for _ in range(1000):
+        port = _random_ports.randrange(_PORTS_FROM, low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise KraftClusterError(f"no free port on {host} in {_PORTS_FROM}-{low - 1} after 1000 tries")
+
+
+def check_release(release: KafkaRelease) -> KafkaRelease:
+    """`release` if its Kafka can form this cluster's quorum (3.9+), else a clear error."""
+    version = tuple(int(part) for part in release.version.split(".")[:2])
+    if version < MIN_KAFKA_VERSION:
+        wanted = ".".join(map(str, MIN_KAFKA_VERSION))
+        raise KraftClusterError(
+            f"{release.home} is Kafka {release.version}; the cluster needs {wanted} or newer "
+            "(dynamic KRaft quorum): unset KAFKA_HOME to use the project's own release"
+        )
+    return release
+
+
+@dataclass
+class KraftNode:
+    """One combined broker+controller process and the files that belong to it."""
+
+    node_id: int
+    broker_port: int
+    controller_port: int
+    directory: Path
+    # The INTERNAL (inter-broker, SSL) listener's port of a secured cluster; 0 without security.
+    internal_port: int = 0
+    directory_id: str = field(default_factory=kafka_uuid)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def log_dir(self) -> Path:
+        """Where Kafka's log4j files go (server.log, controller.log, ...)."""
+        return self.directory / "logs"
+
+    @property
+    def console_path(self) -> Path:
+        """The process's stdout and stderr (JVM errors before logging starts land here)."""
+        return self.directory / "console.log"
+
+    @property
+    def controller_endpoint(self) -> str:
+        return f"{HOST}:{self.controller_port}"
+
+    @property
+    def admin_endpoint(self) -> str:
+        """Where the cluster's own checks connect: INTERNAL when secured, else the broker port."""
+        return f"{HOST}:{self.internal_port or self.broker_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class KraftCluster:
+    """An N-node (default 3) combined broker+controller KRaft cluster on 127.0.0.1.
+
+    `start()` formats the storage, starts every node and returns once an AdminClient sees all
+    brokers and can create a topic replicated to all of them. Use it as a context manager so
+    the processes die even when the code inside fails.
+
+    With `security` the cluster is secured as prod is (`ClusterSecurity`): `bootstrap_servers`
+    is then the SASL_SSL client listener, `client_configs(user)` a SCRAM user's client settings
+    and `superuser_configs()` the broker certificate's (the one super user, on the INTERNAL
+    listener). Without it every listener is PLAINTEXT and both give plain settings.
+    """
+
+    def __init__(
+        self,
+        release: KafkaRelease | None = None,
+        nodes: int = 3,
+        *,
+        broker_configs: Mapping[str, str] | None = None,
+        heap_opts: str = DEFAULT_HEAP_OPTS,
+        work_dir: Path | None = None,
+        security: ClusterSecurity | None = None,
+    ) -> None:
+        if nodes < 1:
+            raise KraftClusterError(f"nodes={nodes}: a cluster needs at least 1 node (3 for RF 3)")
+        self.release = check_release(release or ensure_release())
+        self.java = java_command()
+        self.heap_opts = heap_opts
+        self.cluster_id = kafka_uuid()
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="kraft-cluster-"))
+        self.broker_configs = {
+            **PRODUCTION_BROKER_CONFIGS,
+            **TEST_BROKER_CONFIGS,
+            **(broker_configs or {}),
+        }
+        # Fewer than 3 nodes (a quick local cluster) cannot hold 3 replicas or an ISR of 2:
+        # cap what needs more brokers than there are.
+        for key in (
+            "default.replication.factor",
+            "offsets.topic.replication.factor",
+            "transaction.state.log.replication.factor",
+            "share.coordinator.state.topic.replication.factor",
+            "min.insync.replicas",
+            "transaction.state.log.min.isr",
+            "share.coordinator.state.topic.min.isr",
+        ):
+            if int(self.broker_configs[key]) > nodes:
+                self.broker_configs[key] = str(nodes)
+        self.security = security
+        self.nodes = [
+            KraftNode(
+                node_id=node_id,
+                broker_port=free_port(HOST),
+                controller_port=free_port(HOST),
+                directory=self.work_dir / f"node-{node_id}",
+                internal_port=free_port(HOST) if security else 0,
+            )
+            for node_id in range(1, nodes + 1)
+        ]
+        self._closed = False
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The `bootstrap.servers` value for clients: every broker's client listener."""
+        return ",".join(f"{HOST}:{node.broker_port}" for node in self.nodes)
+
+    @property
+    def tls_dir(self) -> Path:
+        """The CA and broker certificate files of a secured cluster
+        (`app.clients.kafka_security`)."""
+        return self.work_dir / "tls"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate clients trust (`ssl.ca.location`)."""
+        return self.tls_dir / kafka_security.TLS_CA_FILE
+
+    def client_configs(
+        self, user: str, password: str | None = None, mechanism: str | None = None
+    ) -> dict[str, str]:
+        """Client settings (`bootstrap.servers` included) of SCRAM user `user` on the client
+        listener; its bootstrapped password unless `password` is given, the bootstrap mechanism
+        unless `mechanism` is. Plain settings on an unsecured cluster."""
+        servers = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security is None:
+            return servers
+        if password is None:
+            if user not in self.security.scram_users:
+                raise KraftClusterError(
+                    f"SCRAM user {user!r} was not bootstrapped (users: "
+                    f"{sorted(self.security.scram_users)}); pass its password"
+                )
+            password = self.security.scram_users[user]
+        return {
+            **servers,
+            **kafka_security.scram_client_configs(
+                user, password, str(self.ca_file), mechanism or self.security.scram_mechanism
+            ),
+        }
+
+    def superuser_configs(self) -> dict[str, str]:
+        """Client settings of the super user: the broker certificate on the INTERNAL listener
+        (for tests that grant ACLs or add users). Plain settings on an unsecured cluster."""
+        servers = ",".join(node.admin_endpoint for node in self.nodes)
+        if self.security is None:
+            return {"bootstrap.servers": servers}
+        return {
+            "bootstrap.servers": servers,
+            **kafka_security.broker_client_configs(str(self.tls_dir)),
+        }
+
+    def node(self, node_id: int) -> KraftNode:
+        """The node with `node.id` = `node_id` (1-based, as in the configs)."""
+        for candidate in self.nodes:
+            if candidate.node_id == node_id:
+                return candidate
+        known = [n.node_id for n in self.nodes]
+        raise KraftClusterError(f"node.id={node_id} is not in this cluster; node ids: {known}")
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 120.0) -> KraftCluster:
+        """Write configs, format storage, start every node, wait until the cluster is usable.
+        On a failure every node is killed and the files are kept for a post-mortem."""
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.close(keep_files=True)
+            raise
+
+    def _start(self, timeout_s: float) -> KraftCluster:
+        started = time.monotonic()
+        log.info(
+            "starting a %d-node KRaft cluster (Apache Kafka %s from %s) in %s",
+            len(self.nodes),
+            self.release.version,
+            self.release.home,
+            self.work_dir,
+        )
+        atexit.register(self.close)
+        if self.security is not None:
+            write_broker_tls(self.tls_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._log4j2_path("broker").write_text(BROKER_LOG4J2, encoding="utf-8")
+        self._log4j2_path("tools").write_text(TOOLS_LOG4J2, encoding="utf-8")
+        for node in self.nodes:
+            node.log_dir.mkdir(parents=True, exist_ok=True)
+            node.config_path.write_text(self._server_properties(node))
+        self._format_storage()
+        log.info(
+            "storage formatted (cluster id %s) after %.1f s",
+            self.cluster_id,
+            time.monotonic() - started,
+        )
+        for node in self.nodes:
+            self.start_node(node.node_id)
+        self.wait_until_ready(timeout_s - (time.monotonic() - started))
+        log.info(
+            "cluster usable after %.1f s: bootstrap.servers=%s",
+            time.monotonic() - started,
+            self.bootstrap_servers,
+        )
+        return self
+
+    def start_node(self, node_id: int) -> None:
+        """Start (or restart after `stop_node`/`kill_node`) one node; does not wait for it."""
+        node = self.node(node_id)
+        if node.process is not None:
+            raise KraftClusterError(f"node {node_id} is already running (pid {node.process.pid})")
+        command = [
+            *_DIE_WITH_PARENT,
+            *self._java("broker", *shlex.split(self.heap_opts), *JVM_PERFORMANCE_OPTS),
+            f"-Dkafka.logs.dir={node.log_dir}",
+            "kafka.Kafka",
+            str(node.config_path),
+        ]
+        with node.console_path.open("ab") as console:
+            node.process = subprocess.Popen(
+                command,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                # Its own session: a Ctrl-C in the terminal reaches pytest, which then kills it.
+                start_new_session=True,
+            )
+        log.info(
+            "node %d started (pid %d, broker %s:%d, controller %s)",
+            node_id,
+            node.process.pid,
+            HOST,
+            node.broker_port,
+            node.controller_endpoint,
+        )
+
+    def stop_node(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Stop one node gracefully (SIGTERM: controlled shutdown, leadership moves first)."""
+        self._signal_node(node_id, signal.SIGTERM, timeout_s)
+
+    def kill_node(self, node_id: int) -> None:
+        """Kill one node at once (SIGKILL), as a crashed or evicted pod."""
+        self._signal_node(node_id, signal.SIGKILL, 30.0)
+
+    def restart_node(self, node_id: int, timeout_s: float = 120.0) -> None:
+        """Stop one node gracefully, start it again, wait until every replica is back in sync."""
+        self.stop_node(node_id)
+        self.start_node(node_id)
+        self.wait_until_fully_replicated(timeout_s)
+
+    def close(self, keep_files: bool = False) -> None:
+        """Kill every node; remove the working directory unless `keep_files` (post-mortems)."""
+        if self._closed:
+            return
+        self._closed = True
+        for node in self.nodes:
+            if node.running:
+                self.kill_node(node.node_id)
+        atexit.unregister(self.close)
+        if keep_files:
+            log.info("cluster files kept in %s", self.work_dir)
+        else:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> KraftCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            log.error("cluster logs after a failure:\n%s", self.log_tails())
+        self.close(keep_files=exc is not None)
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def wait_until_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait until every running node is a registered broker and a topic replicated to
+        all of them (up to 3) can be created: the cluster accepts real work."""
+        deadline = time.monotonic() + timeout_s
+        running = {node.node_id for node in self.nodes if node.running}
+        admin = self._admin()
+        while True:
+            self._check_alive()
+            try:
+                brokers = {b.id for b in admin.describe_cluster(request_timeout=5).result().nodes}
+            except KafkaException:
+                brokers = set()
+            if running <= brokers:
+                break
+            self._check_deadline(deadline, f"brokers {sorted(running)} to register")
+            time.sleep(0.5)
+        log.info("brokers registered: %s", sorted(brokers))
+        probe = f"__kraft-cluster-probe-{kafka_uuid()}"
+        replication = min(3, len(running))
+        while True:
+            self._check_alive()
+            future = admin.create_topics([NewTopic(probe, 1, replication)], request_timeout=10)
+            try:
+                future[probe].result()
+                break
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    # An earlier attempt created it and its answer was lost (seen after a
+                    # broker roll: UNKNOWN_TOPIC_OR_PART, then "already exists" until the end).
+                    break
+                self._check_deadline(
+                    deadline,
+                    f"a topic with replication factor "
+                    f"{replication} to be created (last error: {exc})",
+                )
+                time.sleep(0.5)
+        while True:
+            try:
+                admin.delete_topics([probe], request_timeout=10)[probe].result()
+                return
+            except KafkaException as exc:
+                # The broker that forwards the request may not know the new topic yet.
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                self._check_deadline(deadline, f"the probe topic {probe} to be deleted")
+                time.sleep(0.5)
+
+    def wait_until_fully_replicated(self, timeout_s: float = 120.0) -> None:
+        """Wait until every node is a broker again and every partition of every topic has all
+        its replicas in sync (what a rolling restart waits for before the next node)."""
+        deadline = time.monotonic() + timeout_s
+        self.wait_until_ready(timeout_s)
+        admin = self._admin()
+        while True:
+            self._check_alive()
+            lagging = self._under_replicated(admin)
+            if not lagging:
+                return
+            self._check_deadline(deadline, f"replicas to catch up (out of sync: {lagging[:5]})")
+            time.sleep(0.5)
+
+    # -- diagnostics ----------------------------------------------------------------------
+
+    def log_tails(self, lines: int = 30) -> str:
+        """The last `lines` of each node's console and server.log, for a failure report."""
+        parts = [f"cluster files: {self.work_dir}"]
+        for node in self.nodes:
+            for path in (node.console_path, node.log_dir / "server.log"):
+                if path.is_file():
+                    tail = path.read_text(errors="replace").splitlines()[-lines:]
+                    parts.append(f"--- node {node.node_id}: {path} ---\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _server_properties(self, node: KraftNode) -> str:
+        voters = ",".join(n.controller_endpoint for n in self.nodes)
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.bootstrap.servers": voters,
+            **self._listener_settings(node),
+            "log.dirs": str(node.data_dir),
+            **self.broker_configs,
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def _listener_settings(self, node: KraftNode) -> dict[str, str]:
+        if self.security is None:
+            return {
+                "listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
+                f"CONTROLLER://{node.controller_endpoint}",
+                "advertised.listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
+                f"CONTROLLER://{node.controller_endpoint}",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            }
+        # What prod renders (app.clients.kafka_security), on this node's loopback ports.
+        ports = (node.broker_port, node.internal_port, node.controller_port)
+        return {
+            "listeners": kafka_security.listeners(*ports, host=HOST),
+            "advertised.listeners": kafka_security.listeners(*ports, host=HOST),
+            **kafka_security.broker_security_configs(kafka_security.SASL_SSL, str(self.tls_dir)),
+        }
+
+    def _scram_arguments(self) -> list[str]:
+        if self.security is None:
+            return []
+        mechanism = self.security.scram_mechanism
+        return [
+            argument
+            for name, password in self.security.scram_users.items()
+            for argument in ("--add-scram", f"{mechanism}=[name={name},password={password}]")
+        ]
+
+    def _format_storage(self) -> None:
+        # Every node gets the same initial quorum: id@host:port:directory-id of all controllers.
+        initial = ",".join(
+            f"{n.node_id}@{n.controller_endpoint}:{n.directory_id}" for n in self.nodes
+        )
+        commands = {
+            node.node_id: [
+                *self._java("tools", "-Xmx256m", "-XX:TieredStopAtLevel=1"),
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                self.cluster_id,
+                "--config",
+                str(node.config_path),
+                "--initial-controllers",
+                initial,
+                *self._scram_arguments(),
+            ]
+            for node in self.nodes
+        }
+        # One JVM start each (about 2 s): run them side by side.
+        running = {
+            node_id: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for node_id, command in commands.items()
+        }
+        for node_id, process in running.items():
+            output, _ = process.communicate(timeout=120)
+            if process.returncode != 0:
+                # The command line holds the SCRAM passwords: show it masked.
+                shown = " ".join(commands[node_id])
+                for password in self.security.scram_users.values() if self.security else ():
+                    shown = shown.replace(f"password={password}]", "password=***]")
+                raise KraftClusterError(
+                    f"formatting node {node_id} failed ({shown}):\n"
+                    + output.decode(errors="replace")
+                )
+
+    def _log4j2_path(self, kind: str) -> Path:
+        return self.work_dir / f"log4j2-{kind}.properties"
+
+    def _java(self, log4j2: str, *options: str) -> list[str]:
+        """`java` with `options`, the release's jars and a log4j2 configuration of this
+        cluster (`broker` or `tools`); the main class and its arguments follow."""
+        return [
+            self.java,
+            *options,
+            f"-Dlog4j2.configurationFile={self._log4j2_path(log4j2)}",
+            "-cp",
+            self.release.classpath,
+        ]
+
+    def _signal_node(self, node_id: int, signum: signal.Signals, timeout_s: float) -> None:
+        node = self.node(node_id)
+        if node.process is None:
+            return
+        started = time.monotonic()
+        node.process.send_signal(signum)
+        try:
+            node.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "node %d ignored %s for %.0f s: killing it", node_id, signum.name, timeout_s
+            )
+            node.process.kill()
+            node.process.wait()
+        node.process = None
+        log.info(
+            "node %d stopped by %s in %.1f s", node_id, signum.name, time.monotonic() - started
+        )
+
+    def _admin(self) -> AdminClient:
+        """An admin client of the running nodes; as the super user (the brokers' certificate
+        on INTERNAL) when secured, since no ACL lets anyone else create the probe topic."""
+        running = [n.admin_endpoint for n in self.nodes if n.running]
+        configs = {**self.superuser_configs(), "bootstrap.servers": ",".join(running)}
+        # log_level 2: no "connection refused" lines while nodes start or are down on purpose.
+        return AdminClient({**configs, "log_level": 2})
+
+    def _under_replicated(self, admin: AdminClient) -> list[str]:
+        topics = admin.list_topics(timeout=10).topics
+        return [
+            f"{name}-{partition.id}"
+            for name, metadata in topics.items()
+            for partition in metadata.partitions.values()
+            if set(partition.isrs) != set(partition.replicas)
+        ]
+
+    def _check_alive(self) -> None:
+        # A stopped node has no process; one that has a process and exited died by itself.
+        for node in self.nodes:
+            if node.process is not None and node.process.poll() is not None:
+                raise KraftClusterError(
+                    f"node {node.node_id} exited with code {node.process.returncode}:\n"
+                    + self.log_tails()
+                )
+
+    def _check_deadline(self, deadline: float, waiting_for: str) -> None:
+        if time.monotonic() > deadline:
+            raise KraftClusterError(f"timed out waiting for {waiting_for}\n" + self.log_tails())

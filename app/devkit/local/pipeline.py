@@ -1,0 +1,230 @@
+"""The whole pipeline on one machine: broker, topics, load generator, processor instances.
+
+Used by `python -m app.devkit.local` (the README's main command) and by the benchmarks. With no
+bootstrap servers given it starts a local Apache Kafka of 3 KRaft nodes (`app.devkit.kraft_cluster`,
+the project's release); otherwise it uses the named cluster. Topics are created by the project's
+own reconciler (`python -m app.admin.topics`), from the same `pipeline_topics(...)` specs the Pulumi
+program deploys: replication factor 3 and `min.insync.replicas=2` (what the stacks declare) on a
+cluster of 3 or more brokers, one replica per broker on a smaller one.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import threading
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from app.admin import topics as topics_cli
+from app.clients.client_properties import ClientConfig
+from app.devkit.kraft_cluster import KraftCluster
+from app.devkit.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
+from app.devkit.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
+from app.devkit.local.observe import GroupLag, OutputTail
+from policies.contract.topic_specs import dumps, pipeline_topics
+
+
+def broker_count(bootstrap_servers: str, client_config: Mapping[str, str]) -> int:
+    """How many brokers the cluster at `bootstrap_servers` has."""
+    admin = AdminClient({**client_config, "bootstrap.servers": bootstrap_servers})
+    cluster = topics_cli.wait_for_cluster(admin, bootstrap_servers, BROKER_COUNT_TIMEOUT_S)
+    return len(cluster.brokers)
+
+
+log = logging.getLogger("app.devkit.local")
+
+CHANGELOG_SEGMENT_BYTES = 64 * 1024 * 1024
+# The stacks' replication factor; a smaller cluster gets one replica per broker.
+STACK_REPLICATION_FACTOR = 3
+BROKER_COUNT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class PipelineSetup:
+    """Where and how the pipeline runs."""
+
+    base_dir: Path
+    instances: int = 2
+    partitions: int = 4
+    bootstrap_servers: str | None = None  # None: start a local 3-node Apache Kafka
+    # A secured cluster's client settings (`--command-config`), for every client of the run.
+    client: ClientConfig = field(default_factory=ClientConfig)
+    names: PipelineNames = field(default_factory=PipelineNames)
+    options: InstanceOptions = field(default_factory=InstanceOptions)
+    # Every output record kept (the benchmarks' measures), or only counts and gaps (a run of
+    # hours must not grow without bound).
+    keep_output_records: bool = True
+    # With a local cluster: start instance 0 while the brokers boot, so its JVM and Spark start
+    # (7-9 s) overlap theirs (6 s). Only for a member that joins the group late (hand-off mode
+    # joins after its warm-up batch, when the topics exist): a static member subscribes at once.
+    first_instance_with_brokers: bool = False
+
+    def __post_init__(self) -> None:
+        if self.instances < 1:
+            raise ValueError(f"instances={self.instances}: must be >= 1")
+        if self.partitions < 1:
+            raise ValueError(f"partitions={self.partitions}: must be >= 1")
+
+
+class LoadThread:
+    """The load generator on a thread of this process (its `summary` is the truth)."""
+
+    def __init__(self, generator: LoadGenerator) -> None:
+        self.generator = generator
+        self.stop_event = threading.Event()
+        self.summary: ProducedSummary | None = None
+        self._thread = threading.Thread(target=self._run, name="loadgen", daemon=True)
+
+    def _run(self) -> None:
+        self.summary = self.generator.run(self.stop_event)
+
+    def start(self) -> LoadThread:
+        """Start producing."""
+        self._thread.start()
+        return self
+
+    @property
+    def done(self) -> bool:
+        """Whether the generator finished (count or duration reached, or stopped)."""
+        return self.summary is not None
+
+    def join(self) -> ProducedSummary:
+        """Wait until the generator finishes by itself (count or duration); the summary."""
+        self._thread.join()
+        assert self.summary is not None
+        return self.summary
+
+    def stop(self) -> ProducedSummary:
+        """Stop producing, wait for the acknowledgements; the summary."""
+        self.stop_event.set()
+        return self.join()
+
+
+class LocalPipeline:
+    """Broker + topics + instances; use as a context manager (everything stops on exit)."""
+
+    def __init__(self, setup: PipelineSetup) -> None:
+        self.setup = setup
+        self.names = setup.names
+        self._stack = ExitStack()
+        self.cluster: KraftCluster | None = None  # the local cluster this pipeline started
+        self.bootstrap_servers = setup.bootstrap_servers or ""
+        self.instances: list[ProcessorProcess] = []
+        self.lag: GroupLag | None = None
+        self.output: OutputTail | None = None
+
+    def __enter__(self) -> LocalPipeline:
+        try:
+            self._start()
+        except BaseException:
+            # The cluster's exit sees the error: it keeps its files and logs their tails.
+            if not self._stack.__exit__(*sys.exc_info()):
+                raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stack.close()
+
+    def _start(self) -> None:
+        setup = self.setup
+        if setup.bootstrap_servers is None:
+            self.cluster = KraftCluster()  # its ports are chosen now, its nodes start below
+            self._stack.push(self.cluster)  # exited last: the brokers stop after everything else
+            self.bootstrap_servers = self.cluster.bootstrap_servers
+        # The instances' files get the settings as written: references stay references.
+        options = replace(setup.options, extra={**setup.client.security(), **setup.options.extra})
+        self.instances = [
+            ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, options)
+            for i in range(setup.instances)
+        ]
+        for instance in self.instances:
+            instance.write_properties()  # refused settings stop the run before anything starts
+        if self.cluster is not None:
+            # A new cluster: checkpoints of an earlier run refer to data that is gone.
+            for instance in self.instances:
+                shutil.rmtree(instance.state_dir, ignore_errors=True)
+        # Stopped last-in first-out: instances before the observers, the broker last.
+        self._stack.callback(self.stop_instances)
+        if self.cluster is not None:
+            if setup.first_instance_with_brokers:
+                self.instances[0].start()
+            self.cluster.start()
+        self.create_topics()
+        client = setup.client.resolved
+        self.lag = GroupLag(
+            self.bootstrap_servers, self.names.application_id, self.names.input_topic, client
+        )
+        self._stack.callback(self.lag.close)
+        self.output = OutputTail(
+            self.bootstrap_servers,
+            self.names.output_topic,
+            client,
+            keep_records=setup.keep_output_records,
+        ).start()
+        self._stack.callback(self.output.stop)
+
+    def create_topics(self) -> None:
+        """Create (or reconcile) the four topics with the project's reconciler."""
+        replication = min(
+            STACK_REPLICATION_FACTOR,
+            broker_count(self.bootstrap_servers, self.setup.client.resolved),
+        )
+        specs = pipeline_topics(
+            application_id=self.names.application_id,
+            input_topic=self.names.input_topic,
+            output_topic=self.names.output_topic,
+            partitions=self.setup.partitions,
+            replication_factor=replication,
+            min_insync_replicas=2 if replication >= 3 else 1,
+            changelog_segment_bytes=CHANGELOG_SEGMENT_BYTES,
+        )
+        path = self.setup.base_dir / "config" / f"{self.names.application_id}-topics.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dumps(specs), encoding="utf-8")
+        code = topics_cli.main(
+            [
+                *("--bootstrap-servers", self.bootstrap_servers, "--specs", str(path)),
+                *self.setup.client.arguments(),
+            ]
+        )
+        if code != 0:
+            raise RuntimeError(
+                f"the topic reconciler failed (exit code {code}) for {path} on "
+                f"{self.bootstrap_servers}; see its output above"
+            )
+
+    def start_instances(self) -> None:
+        """Start every instance."""
+        for instance in self.instances:
+            instance.start()
+            log.info(
+                "started %s: health http://127.0.0.1:%d/ready, log %s",
+                instance.name,
+                instance.health_port,
+                instance.log_path,
+            )
+
+    def stop_instances(self) -> None:
+        """SIGTERM every running instance at once, then wait for each (as a StatefulSet
+        deletion does)."""
+        running = [i for i in self.instances if i.running]
+        for instance in running:
+            instance.terminate()
+        for instance in running:
+            code = instance.wait()
+            log.info("%s stopped (exit code %s)", instance.name, code)
+
+    def load(self, settings: LoadSettings) -> LoadThread:
+        """Start the load generator on a thread."""
+        settings = replace(settings, topic=self.names.input_topic)
+        generator = LoadGenerator(
+            settings,
+            producer_config(self.bootstrap_servers, client_config=self.setup.client.resolved),
+        )
+        return LoadThread(generator).start()

@@ -1,0 +1,14 @@
+"""The contract between the Pulumi program, the processor and the policy pack.
+
+One row per key (`processor_keys`), the membership rules (`membership`), the restart budget
+(`restart_budget`), Kubernetes quantities (`quantity`), the properties codec
+(`java_properties`) and TLS weakenings (`tls_settings`): stack validation at `pulumi up`, the
+processor's check at start and the pack's rules in review all call these functions, each with
+its own message framing, so a rule is stated once.
+
+It lives inside the policy pack because `pulumi policy publish` and
+`pulumi preview --policy-pack policies` take the pack's directory alone: the pack must carry
+everything it imports. `app/` and `infra/` import it as `policies.contract`, and the processor
+image copies this directory beside the application. Standard library only: the pack, the
+processor image and the Pulumi program each have a different environment.
+"""
