@@ -66,7 +66,7 @@ render: $(VENV)/infra/.synced
 	$(INFRA_PY) -m infra.render --stack $(STACK) --out build/manifests/$(STACK)
 
 check: $(VENV)/infra/.synced
-	$(INFRA_PY) -m policies.check --stack $(STACK)
+	$(INFRA_PY) -m infra.policy_check --stack $(STACK)
 
 ## Both benchmarks with their defaults (tables and graphs in build/bench/); for options:
 ## .venv/app/bin/python -m app.devkit.bench rolling-restart --help

@@ -39,7 +39,11 @@ BIN = GO / "bin"
 # github.com/pulumi/pulumi-kubernetes/provider/v4@v4.34.2): the nearest it serves are pinned here.
 # Not built, for the same 403: the Python language host (so `pulumi` cannot run a Python program
 # or policy pack from these binaries alone), pulumi-random (provider/v4@v4.21.4) and pulumi-tls
-# (provider/v5@v5.6.2).
+# (provider/v5@v5.6.2). The last sdk/v3 that still holds the host, v3.79.0, is served and builds
+# (python/cmd/pulumi-language-python, 40 s), and the 3.274.1 CLI runs a Python program with it
+# (with pip in the virtualenv and its python first on PATH: it ignores `virtualenv`), but not a
+# policy pack: its RunPlugin runs the project's directory instead of the pack's. Not built here:
+# the program needs pulumi-random and pulumi-tls anyway.
 PULUMI = "v3.274.1"  # pkg/v3 and sdk/v3 (pkg/v3 serves 3.260.0, 3.274.0, 3.274.1; not 3.272.0)
 # The proxy serves provider/v4 only as this pseudo-version: commit f47bc2d6f199 is the one
 # tagged v4.25.0 in pulumi-kubernetes, so it is stamped (and installed as) 4.25.0.

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from app.clients.kafka_security import TLS_CA_FILE, TLS_COMBINED_FILE
 from policies.contract.acl_specs import AclSpec, KafkaUser, ResourceType
+from policies.contract.kafka_security import TLS_CA_FILE, TLS_COMBINED_FILE
 
 # `kafka-acls.sh` arguments, one grant a line (a principal, one resource type and pattern, the
 # operations): the file the script reads, beside the ACLs' JSON in the bootstrap ConfigMap.

@@ -11,20 +11,21 @@ import dataclasses
 import json
 import math
 import re
-import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.alias_generators import to_camel
 
-from app.clients.kafka_security import PLAINTEXT, owned_by_security, scram_mechanism
 from infra.processor_properties import processor_properties
 from policies.contract import membership
 from policies.contract.acl_specs import KafkaUser, pipeline_users
+from policies.contract.broker_keys import durable_broker_configs
 from policies.contract.java_properties import is_credential_key, is_reference
+from policies.contract.kafka_security import PLAINTEXT, owned_by_security, scram_mechanism
 from policies.contract.processor_keys import (
     INSTANCE_ID_KEY,
     PROTOCOL_CONSUMER,
@@ -33,7 +34,7 @@ from policies.contract.processor_keys import (
 from policies.contract.quantity import parse_quantity
 from policies.contract.restart_budget import RestartBudget, probe_budget_seconds, session_timeout_ms
 from policies.contract.tls_settings import tls_weakenings
-from policies.contract.topic_specs import TopicSpec, TopicSpecError, pipeline_topics
+from policies.contract.topic_specs import PipelineNames, TopicSpec, TopicSpecError, pipeline_topics
 from policies.rules.credential_values import find_credentials
 from policies.rules.images import is_digest_pinned
 
@@ -62,18 +63,24 @@ def setting_error(key: str, value: Any, allowed: str) -> StackConfigError:
     )
 
 
-def _key(name: str) -> Any:
-    """Field metadata: the configuration key a field is read from."""
-    return field(metadata={"key": name})
+class _Section(BaseModel):
+    """A section of the stack file: keys in camelCase as Kubernetes and the stack file write them,
+    unknown keys refused, values as YAML and `pulumi config set` give them (strings included)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        extra="forbid",
+        frozen=True,
+        coerce_numbers_to_str=True,
+    )
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
+class ProbeConfig(_Section):
     """A startup probe's budget: how long a pod may take to come up before it is restarted."""
 
-    initial_delay_seconds: int = _key("initialDelaySeconds")
-    period_seconds: int = _key("periodSeconds")
-    failure_threshold: int = _key("failureThreshold")
+    initial_delay_seconds: int
+    period_seconds: int
+    failure_threshold: int
 
     @property
     def budget_seconds(self) -> int:
@@ -85,95 +92,81 @@ class ProbeConfig:
         )
 
 
-@dataclass(frozen=True)
-class KafkaConfig:
+class KafkaConfig(_Section):
     """The KRaft cluster: combined broker+controller nodes."""
 
-    replicas: int = _key("replicas")
-    image: str = _key("image")
-    storage_class_name: str = _key("storageClassName")
-    storage: str = _key("storage")
-    cpu: str = _key("cpu")
-    memory: str = _key("memory")
-    anti_affinity: Literal["required", "preferred"] = _key("antiAffinity")
-    zone_spread: bool = _key("zoneSpread")
-    termination_grace_period_seconds: int = _key("terminationGracePeriodSeconds")
-    startup_probe: ProbeConfig = _key("startupProbe")  # noqa: RUF009 - metadata only
+    replicas: int
+    image: str
+    storage_class_name: str
+    storage: str
+    cpu: str
+    memory: str
+    anti_affinity: Literal["required", "preferred"]
+    zone_spread: bool
+    termination_grace_period_seconds: int
+    startup_probe: ProbeConfig
     # Broker settings in Kafka's own names; merged over the safe defaults in `broker_configs`.
-    configs: Mapping[str, str] = _key("configs")
+    configs: dict[str, str]
 
     def broker_configs(self, replication_factor: int, min_insync_replicas: int) -> dict[str, str]:
         """The broker settings the cluster runs with: durable defaults, then the stack's own."""
-        durable = {
-            "default.replication.factor": str(replication_factor),
-            "min.insync.replicas": str(min_insync_replicas),
-            "offsets.topic.replication.factor": str(replication_factor),
-            "transaction.state.log.replication.factor": str(replication_factor),
-            "transaction.state.log.min.isr": str(min_insync_replicas),
-            "unclean.leader.election.enable": "false",
-            # Topics come from the reconciler Job only: a typo in a client must not create one.
-            "auto.create.topics.enable": "false",
-            # Kafka's default, made explicit: the processor's session timeout is checked against it.
-            "group.max.session.timeout.ms": "1800000",
-        }
+        durable = durable_broker_configs(replication_factor, min_insync_replicas)
         return dict(sorted({**durable, **self.configs}.items()))
 
 
-@dataclass(frozen=True)
-class TopicsConfig:
+class TopicsConfig(_Section):
     """The pipeline's topics (see `policies.contract.topic_specs.pipeline_topics`)."""
 
-    input_topic: str = _key("inputTopic")
-    output_topic: str = _key("outputTopic")
-    partitions: int = _key("partitions")
-    replication_factor: int = _key("replicationFactor")
-    min_insync_replicas: int = _key("minInsyncReplicas")
-    changelog_segment_bytes: int = _key("changelogSegmentBytes")
-    dlq_partitions: int = _key("dlqPartitions")
-    allow_partition_increase: bool = _key("allowPartitionIncrease")
+    input_topic: str
+    output_topic: str
+    partitions: int
+    replication_factor: int
+    min_insync_replicas: int
+    changelog_segment_bytes: int
+    dlq_partitions: int
+    allow_partition_increase: bool
     # Topic-level configs by role (input, output, changelog, dlq), merged over the defaults.
-    configs: Mapping[str, Mapping[str, str]] = _key("configs")
+    configs: dict[str, dict[str, str]]
 
 
-@dataclass(frozen=True)
-class ProcessorConfig:
+class ProcessorConfig(_Section):
     """The stateful processor StatefulSet and its properties file."""
 
-    application_id: str = _key("applicationId")
-    image: str = _key("image")
-    image_pull_policy: Literal["Always", "IfNotPresent"] = _key("imagePullPolicy")
-    replicas: int = _key("replicas")
-    stateful: bool = _key("stateful")
+    application_id: str
+    image: str
+    image_pull_policy: Literal["Always", "IfNotPresent"]
+    replicas: int
+    stateful: bool
     # The processor's `membership.mode`: static (a restart keeps its partitions, they wait for
     # it) or handoff (a stopping pod leaves the group, its partitions move at once).
-    membership_mode: Literal["static", "handoff"] = _key("membershipMode")
+    membership_mode: Literal["static", "handoff"]
     # The processor's `num.standby.replicas`: warm copies of each partition's state on other
     # instances, so a partition that moves (a hand-off, a failover) restores only the changelog
     # tail instead of the whole changelog. 0..replicas-1; handoff needs at least 1.
-    num_standby_replicas: int = _key("numStandbyReplicas")
-    cpu: str = _key("cpu")
-    memory: str = _key("memory")
-    storage_class_name: str = _key("storageClassName")
-    storage: str = _key("storage")
-    anti_affinity: Literal["required", "preferred"] = _key("antiAffinity")
-    zone_spread: bool = _key("zoneSpread")
-    pod_management_policy: Literal["OrderedReady", "Parallel"] = _key("podManagementPolicy")
-    min_ready_seconds: int = _key("minReadySeconds")
-    termination_grace_period_seconds: int = _key("terminationGracePeriodSeconds")
-    startup_probe: ProbeConfig = _key("startupProbe")  # noqa: RUF009 - metadata only
+    num_standby_replicas: int
+    cpu: str
+    memory: str
+    storage_class_name: str
+    storage: str
+    anti_affinity: Literal["required", "preferred"]
+    zone_spread: bool
+    pod_management_policy: Literal["OrderedReady", "Parallel"]
+    min_ready_seconds: int
+    termination_grace_period_seconds: int
+    startup_probe: ProbeConfig
     # RollingUpdate `partition`: pods with an ordinal below it keep the old revision (canaries).
-    partition: int = _key("partition")
+    partition: int
     # Added to the worst-case restart when computing `consumer.session.timeout.ms`.
-    session_timeout_margin_seconds: int = _key("sessionTimeoutMarginSeconds")
+    session_timeout_margin_seconds: int
     # How Prometheus finds the pods' /metrics (the dashboard needs each pod's name as `pod`):
     # `podMonitor` creates a PodMonitor (clusters with the Prometheus Operator), `annotations`
     # sets the conventional prometheus.io/* pod annotations, `none` leaves scraping to you.
-    metrics_scrape: Literal["podMonitor", "annotations", "none"] = _key("metricsScrape")
+    metrics_scrape: Literal["podMonitor", "annotations", "none"]
     # The namespace whose pods may reach the health port (/metrics, /ready, /live): where
     # Prometheus runs. Selected by its `kubernetes.io/metadata.name` label, never all namespaces.
-    metrics_namespace: str = _key("metricsNamespace")
+    metrics_namespace: str
     # Processor properties (the contract's names), merged over the computed ones.
-    properties: Mapping[str, str] = _key("properties")
+    properties: dict[str, str]
 
     @property
     def restart_budget(self) -> RestartBudget:
@@ -209,27 +202,26 @@ class ProcessorConfig:
         return max(1, math.floor(cpu_cores(self.cpu)))
 
 
-@dataclass(frozen=True)
-class SecurityConfig:
-    """Who may reach the brokers and how (see `app/clients/kafka_security.py` for the listeners)."""
+class SecurityConfig(_Section):
+    """Who may reach the brokers and how (`policies/contract/kafka_security.py`: the listeners)."""
 
     # The client listener's security protocol: SASL_SSL (SCRAM users, TLS, ACLs) or PLAINTEXT
     # (no authentication, no authorizer: a dev cluster on a laptop, visible here).
-    client_listener: Literal["PLAINTEXT", "SASL_SSL"] = _key("clientListener")
+    client_listener: Literal["PLAINTEXT", "SASL_SSL"]
     # Where the brokers' certificate comes from: generated by this program (pulumi-tls, kept
     # in the stack's state) or a cert-manager `Certificate` from the issuer named below.
-    certificates: Literal["generated", "cert-manager"] = _key("certificates")
-    issuer_name: str = _key("issuerName")
-    issuer_kind: Literal["ClusterIssuer", "Issuer"] = _key("issuerKind")
+    certificates: Literal["generated", "cert-manager"]
+    issuer_name: str
+    issuer_kind: Literal["ClusterIssuer", "Issuer"]
     # Bump it by one to generate new SCRAM passwords for every user (rotation, see
     # docs/security.md): it picks the SCRAM mechanism too, SHA-512 on odd revisions and SHA-256 on
     # even ones, so the new credentials are set beside the old ones rather than over them.
-    credentials_revision: int = _key("credentialsRevision")
+    credentials_revision: int
     # The generated CA that signs the brokers' certificate, and the CAs every trust store holds
     # (empty: that one alone). A CA rollover takes three `pulumi up`s: trust [g, g+1], then sign
     # with g+1, then trust [g+1] (docs/security.md, "Certificates"; infra/certificate_authority.py).
-    ca_generation: int = _key("caGeneration")
-    trusted_ca_generations: tuple[int, ...] = _key("trustedCaGenerations")
+    ca_generation: int
+    trusted_ca_generations: tuple[int, ...]
 
     @property
     def secured(self) -> bool:
@@ -242,8 +234,7 @@ class SecurityConfig:
         return tuple(sorted(set(self.trusted_ca_generations) or {self.ca_generation}))
 
 
-@dataclass(frozen=True)
-class StackConfig:
+class StackConfig(_Section):
     """Everything the program deploys for one stack."""
 
     stack: str
@@ -288,6 +279,9 @@ class StackConfig:
         )
 
 
+# The pipeline's default names (a fork renames them in `policies/contract/topic_specs.py`).
+PIPELINE = PipelineNames()
+
 _BASE: dict[str, Any] = {
     "namespace": "streaming",
     "kafka": {
@@ -305,8 +299,8 @@ _BASE: dict[str, Any] = {
         "configs": {"group.initial.rebalance.delay.ms": "0"},
     },
     "topics": {
-        "inputTopic": "page-views",
-        "outputTopic": "page-view-counts",
+        "inputTopic": PIPELINE.input_topic,
+        "outputTopic": PIPELINE.output_topic,
         "partitions": 6,
         "replicationFactor": 3,
         "minInsyncReplicas": 2,
@@ -317,7 +311,7 @@ _BASE: dict[str, Any] = {
         "configs": {},
     },
     "processor": {
-        "applicationId": "page-view-counter",
+        "applicationId": PIPELINE.application_id,
         "image": "stateful-streaming/processor:0.1.0",
         "imagePullPolicy": "IfNotPresent",
         "replicas": 2,
@@ -427,62 +421,6 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """Check one value against its field's type hint; YAML and `pulumi config set` give strings."""
-    origin = typing.get_origin(hint)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("true", "false"):
-            return str(value).lower() == "true"
-        raise setting_error(key, value, "must be true or false")
-    if hint is int:
-        if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
-            raise setting_error(key, value, "must be a whole number")
-        return int(str(value).strip())
-    if hint is str:
-        if isinstance(value, Mapping | list):
-            raise setting_error(key, value, "must be a string")
-        return str(value)
-    if origin is Literal:
-        allowed = typing.get_args(hint)
-        if value not in allowed:
-            raise setting_error(key, value, f"must be one of {', '.join(map(str, allowed))}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise setting_error(key, value, "must be a list")
-        inner = typing.get_args(hint)[0]
-        return tuple(_coerce(f"{key}[{i}]", item, inner) for i, item in enumerate(value))
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, key)
-    if origin in (Mapping, dict, types.MappingProxyType) or hint is Mapping:
-        if not isinstance(value, Mapping):
-            raise setting_error(key, value, "must be a map of names to values")
-        inner = typing.get_args(hint)[1] if typing.get_args(hint) else str
-        return {str(k): _coerce(f"{key}.{k}", v, inner) for k, v in value.items()}
-    raise TypeError(f"no coercion for {hint!r}")  # a programming error, not a user's
-
-
-def _build(cls: Any, raw: Any, prefix: str) -> Any:
-    """Build a config dataclass from its section, rejecting unknown keys by name."""
-    if not isinstance(raw, Mapping):
-        raise setting_error(prefix, raw, "must be a map of settings")
-    hints = typing.get_type_hints(cls)
-    fields = {f.metadata["key"]: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - set(fields))
-    if unknown:
-        raise setting_error(
-            f"{prefix}.{unknown[0]}", raw[unknown[0]], f"unknown key; known keys: {sorted(fields)}"
-        )
-    values = {}
-    for key, f in fields.items():
-        if key not in raw:
-            raise setting_error(f"{prefix}.{key}", None, "missing and no default")
-        values[f.name] = _coerce(f"{prefix}.{key}", raw[key], hints[f.name])
-    return cls(**values)
-
-
 def build_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
     """Build and validate the stack configuration from the project's keys (without the prefix).
 
@@ -498,20 +436,69 @@ def build_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
             "profile", profile, f"must be one of {', '.join(_PROFILES)} (the preset of defaults)"
         )
     merged = _merge(PRESETS[profile], {k: v for k, v in raw.items() if k != "profile"})
-    namespace = _coerce("namespace", merged["namespace"], str)
-    if not _DNS_LABEL.match(namespace):
-        raise setting_error("namespace", namespace, "must be a DNS label (a-z, 0-9, -)")
-    config = StackConfig(
-        stack=stack,
-        profile=profile,
-        namespace=namespace,
-        kafka=_build(KafkaConfig, merged["kafka"], "kafka"),
-        topics=_build(TopicsConfig, merged["topics"], "topics"),
-        processor=_build(ProcessorConfig, merged["processor"], "processor"),
-        security=_build(SecurityConfig, merged["security"], "security"),
-    )
+    try:
+        config = StackConfig.model_validate({**merged, "stack": stack, "profile": profile})
+    except ValidationError as err:
+        raise _setting_error_of(err) from None
+    if not _DNS_LABEL.match(config.namespace):
+        raise setting_error("namespace", config.namespace, "must be a DNS label (a-z, 0-9, -)")
     _validate(config)
     return config
+
+
+# pydantic's error types, as the one error shape says them.
+_ALLOWED = {
+    "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "dict_type": "must be a map of names to values",
+    "model_type": "must be a map of settings",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "missing": "missing and no default",
+}
+
+
+def _setting_error_of(error: ValidationError) -> StackConfigError:
+    """The first problem pydantic found, named as the stack file names the setting."""
+    first = error.errors(include_url=False)[0]
+    loc = [str(part) for part in first["loc"]]
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        allowed = f"unknown key; known keys: {sorted(_section_keys(loc[:-1]))}"
+    elif kind == "literal_error":
+        allowed = f"must be one of {', '.join(map(str, _literal_values(loc)))}"
+    else:
+        allowed = _ALLOWED.get(kind, first["msg"])
+    return setting_error(".".join(loc), first.get("input"), allowed)
+
+
+def _section_model(loc: Sequence[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] = StackConfig
+    for key in loc:
+        fields = {f.alias or name: f for name, f in model.model_fields.items()}
+        annotation = fields[key].annotation if key in fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _section_keys(loc: Sequence[str]) -> list[str]:
+    model = _section_model(loc)
+    if model is None:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _literal_values(loc: Sequence[str]) -> tuple[Any, ...]:
+    model = _section_model(loc[:-1])
+    fields = {f.alias or n: f for n, f in model.model_fields.items()} if model else {}
+    field = fields.get(loc[-1])
+    return typing.get_args(field.annotation) if field else ()
 
 
 def _validate(config: StackConfig) -> None:
@@ -740,7 +727,8 @@ def _validate_security(config: StackConfig) -> None:
         )
     for key, value in config.kafka.configs.items():
         owner = (
-            "the listeners' security, from security.clientListener (app/clients/kafka_security.py)"
+            "the listeners' security, from security.clientListener "
+            "(policies/contract/kafka_security.py)"
             if owned_by_security(key)
             else "the cluster's layout (infra/kafka_cluster.py)"
             if key in _NODE_OWNED_KEYS

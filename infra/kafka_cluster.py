@@ -16,18 +16,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from app.clients.kafka_security import (
-    CLIENT_LISTENER,
-    INTERNAL_LISTENER,
-    broker_security_configs,
-    listeners,
-)
 from infra import bootstrap_grants, workload
 from infra.config import KafkaConfig, SecurityConfig, quantity
 from infra.kafka_credentials import USERS_DIR, KafkaCredentials
 from policies.contract import acl_specs
 from policies.contract.acl_specs import KafkaUser
 from policies.contract.java_properties import format_properties
+from policies.contract.kafka_security import (
+    CLIENT_LISTENER,
+    INTERNAL_LISTENER,
+    broker_security_configs,
+    listeners,
+)
 
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093

@@ -2,15 +2,15 @@
 
 Everything secret is a Pulumi secret (encrypted in the stack's state) and a Kubernetes Secret;
 pods read them as files or `secretKeyRef` variables, never from a ConfigMap. The settings that
-use them are in `app/clients/kafka_security.py`; who may do what is in
+use them are in `policies/contract/kafka_security.py`; who may do what is in
 `policies/contract/acl_specs.py`.
 
-Each user's Secret holds one password per SCRAM mechanism (keys `scram-sha-256`,
-`scram-sha-512`) and, under `password`, the one of the current credentials revision. A revision
-renews only its own mechanism's password (`app.clients.kafka_security.scram_mechanism`), so during a
-rotation the previous one is still there for what still uses it: a pod mounts the key of the
-mechanism its properties name, which an in-place update of the Secret never changes under it,
-and the reconciler logs in with the previous one until its new credential exists.
+Each user's Secret holds one password per SCRAM mechanism (keys `scram-sha-256`, `scram-sha-512`)
+and, under `password`, the one of the current credentials revision. A revision renews only its own
+mechanism's password (`policies.contract.kafka_security.scram_mechanism`), so during a rotation the
+previous one is still there for what still uses it: a pod mounts the key of the mechanism its
+properties name, which an in-place update of the Secret never changes under it, and the reconciler
+logs in with the previous one until its new credential exists.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 import pulumi_tls as tls
 
-from app.clients.kafka_security import (
+from infra import workload
+from infra.certificate_authority import generated_cas, trust_bundle
+from infra.config import SecurityConfig
+from policies.contract.acl_specs import KafkaUser
+from policies.contract.kafka_security import (
     BROKER_CERTIFICATE_SUBJECT,
     TLS_CA_FILE,
     TLS_CERT_FILE,
@@ -34,10 +38,6 @@ from app.clients.kafka_security import (
     scram_key,
     scram_mechanism,
 )
-from infra import workload
-from infra.certificate_authority import generated_cas, trust_bundle
-from infra.config import SecurityConfig
-from policies.contract.acl_specs import KafkaUser
 
 # The Secret key that holds a user's password of the current revision (and the file name of
 # the password in a mounted user Secret, whichever mechanism's it is).

@@ -4,7 +4,7 @@ The CLI runs `python <pack dir>`. The directory is registered as the package `po
 whatever its name (a published pack is unpacked under another one), so the rules and the
 contract they share with the program and the processor import under one name everywhere.
 `PolicyPack(...)` serves gRPC and never returns: nothing else belongs in this file (tests and
-`python -m policies.check` import `policies.rules`).
+`python -m infra.policy_check` import `policies.rules`).
 """
 
 import importlib.util

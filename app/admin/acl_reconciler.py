@@ -59,7 +59,6 @@ from app.admin.scram_credentials import (
     set_credentials,
 )
 from app.admin.topic_reconciler import error_text, outcomes, plan_table
-from app.clients.kafka_security import SCRAM_SHA_512
 from policies.contract.acl_specs import (
     ACL_LEDGER_READER_GROUP,
     ACL_LEDGER_TOPIC,
@@ -69,6 +68,7 @@ from policies.contract.acl_specs import (
     PatternType,
     ResourceType,
 )
+from policies.contract.kafka_security import SCRAM_SHA_512
 
 log = logging.getLogger(__name__)
 

@@ -4,11 +4,11 @@
         --command-config /etc/topics/client.properties --retire SCRAM-SHA-512
 
 Kafka keeps one SCRAM credential per user and mechanism, and the credentials revision picks the
-mechanism (`app.clients.kafka_security.scram_mechanism`), so a rotation is gapless: the reconciler
-sets every user's credential of the new mechanism beside the old one, the clients restart onto it,
-and this deletes the old mechanism's credential of every user of `--acls` (it logs in with the new
-one, `--command-config`). From then on the old passwords no longer log in; connections they opened
-stay up (Kafka authenticates a connection once), and their pods are gone by then.
+mechanism (`policies.contract.kafka_security.scram_mechanism`), so a rotation is gapless: the
+reconciler sets every user's credential of the new mechanism beside the old one, the clients restart
+onto it, and this deletes the old mechanism's credential of every user of `--acls` (it logs in with
+the new one, `--command-config`). From then on the old passwords no longer log in; connections they
+opened stay up (Kafka authenticates a connection once), and their pods are gone by then.
 
 A user that has no credential of the other mechanism keeps its old one (deleting it would lock
 the user out): the run fails and names it. Run twice, the second run deletes nothing.
@@ -38,7 +38,7 @@ from app.admin.topics import (
     wait_for_cluster,
 )
 from app.clients import LOG_FORMAT, client_properties
-from app.clients.kafka_security import SCRAM_MECHANISMS
+from policies.contract.kafka_security import SCRAM_MECHANISMS
 
 log = logging.getLogger("app.admin.scram_retire")
 

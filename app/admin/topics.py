@@ -38,9 +38,9 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 from app.admin import acl_reconciler, scram_credentials
 from app.admin.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
 from app.clients import LOG_FORMAT, client_properties
-from app.clients.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512
 from policies.contract.acl_specs import AclSpecError, KafkaUser
 from policies.contract.acl_specs import loads as load_users
+from policies.contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512
 from policies.contract.topic_specs import TopicSpec, TopicSpecError, loads
 
 log = logging.getLogger("app.admin.topics")

@@ -21,7 +21,7 @@ directory; the processes are killed on `close()` (also at interpreter exit), the
 removed unless asked to keep it for a post-mortem.
 
 `KraftCluster(..., security=ClusterSecurity(scram_users={...}))` starts it secured exactly as
-the prod stack renders it (`app.clients.kafka_security`): SASL_SSL/SCRAM clients, SSL with
+the prod stack renders it (`policies.contract.kafka_security`): SASL_SSL/SCRAM clients, SSL with
 client certificates between brokers and controllers, `StandardAuthorizer`, deny by default.
 """
 
@@ -39,7 +39,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -47,10 +47,12 @@ from types import TracebackType
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.clients import kafka_security
 from app.devkit.kafka_release import KafkaRelease, java_command
 from app.devkit.kafka_release import ensure as ensure_release
 from app.devkit.local_tls import write_broker_tls
+from app.devkit.waiting import wait_until
+from policies.contract import kafka_security
+from policies.contract.broker_keys import durable_broker_configs
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +90,12 @@ rootLogger.level = WARN
 rootLogger.appenderRef.err.ref = err
 """
 
-# The broker configuration of the production design (DESIGN.md, "Kafka cluster").
+# The broker configuration of the production design (DESIGN.md, "Kafka cluster"): the contract's
+# durable settings for 3 nodes, and the share coordinator's log (Kafka 4.1 creates it on demand).
 PRODUCTION_BROKER_CONFIGS: Mapping[str, str] = {
-    "default.replication.factor": "3",
-    "min.insync.replicas": "2",
-    "offsets.topic.replication.factor": "3",
-    "transaction.state.log.replication.factor": "3",
-    "transaction.state.log.min.isr": "2",
+    **durable_broker_configs(replication_factor=3, min_insync_replicas=2),
     "share.coordinator.state.topic.replication.factor": "3",
     "share.coordinator.state.topic.min.isr": "2",
-    "unclean.leader.election.enable": "false",
-    "auto.create.topics.enable": "false",
 }
 
 # What differs for tests, and why: nothing here changes a semantic the tests check.
@@ -133,8 +130,8 @@ class KraftClusterError(RuntimeError):
 
 @dataclass(frozen=True)
 class ClusterSecurity:
-    """Secure the cluster as the prod stack does (`app.clients.kafka_security`, client listener
-    SASL_SSL): TLS on every listener, SCRAM users, `StandardAuthorizer` denying what no
+    """Secure the cluster as the prod stack does (`policies.contract.kafka_security`, client
+    listener SASL_SSL): TLS on every listener, SCRAM users, `StandardAuthorizer` denying what no
     ACL allows, the broker certificate's principal the only super user.
 
     `scram_users` (name -> password) exist from the start: they are bootstrapped when the
@@ -330,7 +327,7 @@ class KraftCluster:
     @property
     def tls_dir(self) -> Path:
         """The CA and broker certificate files of a secured cluster
-        (`app.clients.kafka_security`)."""
+        (`policies.contract.kafka_security`)."""
         return self.work_dir / "tls"
 
     @property
@@ -503,46 +500,60 @@ class KraftCluster:
         deadline = time.monotonic() + timeout_s
         running = {node.node_id for node in self.nodes if node.running}
         admin = self._admin()
-        while True:
+        brokers: set[int] = set()
+
+        def registered() -> bool:
+            nonlocal brokers
             self._check_alive()
             try:
                 brokers = {b.id for b in admin.describe_cluster(request_timeout=5).result().nodes}
             except KafkaException:
                 brokers = set()
-            if running <= brokers:
-                break
-            self._check_deadline(deadline, f"brokers {sorted(running)} to register")
-            time.sleep(0.5)
+            return running <= brokers
+
+        self._wait(
+            registered,
+            deadline,
+            f"brokers {sorted(running)} to register",
+            seen=lambda: f"registered: {sorted(brokers)}",
+        )
         log.info("brokers registered: %s", sorted(brokers))
         probe = f"__kraft-cluster-probe-{kafka_uuid()}"
         replication = min(3, len(running))
-        while True:
+        error: KafkaException | None = None
+
+        def created() -> bool:
+            nonlocal error
             self._check_alive()
             future = admin.create_topics([NewTopic(probe, 1, replication)], request_timeout=10)
             try:
                 future[probe].result()
-                break
             except KafkaException as exc:
-                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                    # An earlier attempt created it and its answer was lost (seen after a
-                    # broker roll: UNKNOWN_TOPIC_OR_PART, then "already exists" until the end).
-                    break
-                self._check_deadline(
-                    deadline,
-                    f"a topic with replication factor "
-                    f"{replication} to be created (last error: {exc})",
-                )
-                time.sleep(0.5)
-        while True:
+                # "Already exists": an earlier attempt created it and its answer was lost (seen
+                # after a broker roll: UNKNOWN_TOPIC_OR_PART, then "already exists" until the end).
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    error = exc
+                    return False
+            return True
+
+        self._wait(
+            created,
+            deadline,
+            f"a topic with replication factor {replication} to be created",
+            seen=lambda: f"last error: {error}",
+        )
+
+        def deleted() -> bool:
             try:
                 admin.delete_topics([probe], request_timeout=10)[probe].result()
-                return
             except KafkaException as exc:
                 # The broker that forwards the request may not know the new topic yet.
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise
-                self._check_deadline(deadline, f"the probe topic {probe} to be deleted")
-                time.sleep(0.5)
+                return False
+            return True
+
+        self._wait(deleted, deadline, f"the probe topic {probe} to be deleted")
 
     def wait_until_fully_replicated(self, timeout_s: float = 120.0) -> None:
         """Wait until every node is a broker again and every partition of every topic has all
@@ -550,13 +561,17 @@ class KraftCluster:
         deadline = time.monotonic() + timeout_s
         self.wait_until_ready(timeout_s)
         admin = self._admin()
-        while True:
+        lagging: list[str] = []
+
+        def in_sync() -> bool:
+            nonlocal lagging
             self._check_alive()
             lagging = self._under_replicated(admin)
-            if not lagging:
-                return
-            self._check_deadline(deadline, f"replicas to catch up (out of sync: {lagging[:5]})")
-            time.sleep(0.5)
+            return not lagging
+
+        self._wait(
+            in_sync, deadline, "replicas to catch up", seen=lambda: f"out of sync: {lagging[:5]}"
+        )
 
     # -- diagnostics ----------------------------------------------------------------------
 
@@ -595,7 +610,7 @@ class KraftCluster:
                 "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             }
-        # What prod renders (app.clients.kafka_security), on this node's loopback ports.
+        # What prod renders (policies.contract.kafka_security), on this node's loopback ports.
         ports = (node.broker_port, node.internal_port, node.controller_port)
         return {
             "listeners": kafka_security.listeners(*ports, host=HOST),
@@ -709,6 +724,17 @@ class KraftCluster:
                     + self.log_tails()
                 )
 
-    def _check_deadline(self, deadline: float, waiting_for: str) -> None:
-        if time.monotonic() > deadline:
-            raise KraftClusterError(f"timed out waiting for {waiting_for}\n" + self.log_tails())
+    def _wait(
+        self,
+        condition: Callable[[], bool],
+        deadline: float,
+        what: str,
+        seen: Callable[[], object] | None = None,
+    ) -> None:
+        """`wait_until` the `deadline` (`time.monotonic()`, one for every step of a wait), every
+        half second; on timeout a `KraftClusterError` with the nodes' logs."""
+        remaining_s = max(0.0, round(deadline - time.monotonic(), 1))  # for the message
+        try:
+            wait_until(condition, remaining_s, what, interval_s=0.5, seen=seen)
+        except TimeoutError as exc:
+            raise KraftClusterError(f"{exc}\n{self.log_tails()}") from None

@@ -42,20 +42,21 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from app.admin.topics import librdkafka_logger
 from app.clients import client_properties
+from policies.contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.loadgen")
 
 # How many tokens the bucket holds: half a second's worth (at least one). A late wake-up (a busy
-# core, another thread holding the GIL) then sends what it owes instead of losing it: with 10 ms
-# worth, `make run` produced about 900 of the 1,000 views/s asked on 2 cores; a longer stall
-# still loses what is beyond half a second, so a resumed run never bursts more than that.
+# core, another thread holding the GIL) then sends what it owes instead of losing it (a bucket of
+# 10 ms fell visibly short of the asked rate on a busy machine); a longer stall still loses what
+# is beyond half a second, so a resumed run never bursts more than that.
 BUCKET_SECONDS = 0.5
 PROGRESS_INTERVAL_S = 5.0
 FLUSH_TIMEOUT_S = 60.0
 # Upstream producers batch (`linger.ms`). librdkafka's 5 ms default sends about one request per
-# record and partition at 1,000 records/s: into a replication-factor-3 topic that cost three local
-# brokers 1.3 cores (measured), which the processor beside them then lacks. 50 ms cost them 0.4.
-# A view's creation time is taken before the wait, so the latencies measured include it.
+# record and partition: into a replication-factor-3 topic that costs local brokers several times
+# the CPU that batched requests do, and the processor beside them then lacks it. A view's
+# creation time is taken before the wait, so the latencies measured include it.
 LINGER_MS = 50
 USERS = 10_000
 
@@ -80,7 +81,7 @@ def zipf_weights(keys: int, skew: float) -> list[float]:
 class LoadSettings:
     """What to produce. `count` and `duration_s` both None: until stopped."""
 
-    topic: str = "page-views"
+    topic: str = PipelineNames().input_topic
     rate: float = 500.0
     keys: int = 100
     skew: float = 1.1
@@ -327,7 +328,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         epilog="exit codes: 0 every record acknowledged, 1 some failed, 2 usage",
     )
     parser.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]")
-    parser.add_argument("--topic", default="page-views")
+    parser.add_argument("--topic", default=PipelineNames().input_topic)
     parser.add_argument("--rate", type=float, default=500.0, help="records per second")
     parser.add_argument("--keys", type=int, default=100, help="distinct pages")
     parser.add_argument(

@@ -30,7 +30,7 @@ class ReadinessStatus:
     assignment_received: bool
     restore_done: bool
     # A micro-batch of this query run finished: the first one pays the start (Python workers,
-    # plans, state stores; tens of seconds on 2 cores), so before it a "running" query is not
+    # plans, state stores; far longer than a caught-up batch), so before it a "running" query is not
     # processing yet, and the next pod of a roll must not be stopped.
     batch_done: bool
 

@@ -119,7 +119,7 @@ READ_CHUNK = 5_000
 # a commit marker, which is never delivered, so the last call of such a read always waits out
 # the timeout (an end-of-partition event does not end it either). A short timeout costs a few
 # more calls while the fetcher is behind and bounds that wait: with 1 s, every restore and every
-# standby read of a partition took at least 1 s (measured: 1,250 records in 1.0 s, 12 ms now).
+# standby read of a partition took at least that second, however few its records.
 CONSUME_TIMEOUT_S = 0.01
 # One attempt of a planning call: a live broker answers in milliseconds, and a request to a lost
 # leader waits out this timeout before the retry asks the new one (app/clients/kafka_retry.py).

@@ -8,10 +8,8 @@ instance stays in the group while a long batch runs (`max.poll.interval.ms`) and
 restarts. Each (incremental) assignment change is published to the source through
 `assignment_file`, counted in the metrics, and logged. With `num.standby.replicas` >= 1 the
 thread also describes the group after each change and every few seconds, and publishes which
-partitions' copies this instance keeps (`state_restore.standby_partitions`). The description is
-asked of a child process (`group_describer`): librdkafka's `describe_consumer_groups` crashed its
-process around a coordinator change, and the member's own consumer does not know which partitions
-the other members own.
+partitions' copies this instance keeps (`group_view`, which asks a child process for the
+description; the lag it exports is `metrics.export_lag`).
 
 An empty assignment is not always a settled one: cooperative-sticky gives a joining member nothing
 in the first rebalance (the partitions it is to take are revoked from their owners first) and
@@ -50,9 +48,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from app.clients.kafka_retry import Retrying, raise_partition_error
 from app.processor import assignment_file
 from app.processor.assignment_file import Assignment
-from app.processor.group_describer import GroupDescriber, GroupDescription
-from app.processor.metrics import ProcessorMetrics
-from app.processor.state_restore import Member, standby_partitions
+from app.processor.group_describer import GroupDescription
+from app.processor.group_view import GroupView
+from app.processor.metrics import ProcessorMetrics, export_lag
 from policies.contract.processor_keys import DEFAULTS
 
 log = logging.getLogger(__name__)
@@ -63,9 +61,6 @@ CLIENT_TIMEOUT_S = 30.0
 # How long a revocation waits for the running batch to commit the revoked partitions' results:
 # about the longest batch; past it they go, and the batch's results for them are dropped.
 REVOKE_WAIT_S = 30.0
-# What the admin client that describes the group takes from the member's settings.
-_ADMIN_KEYS = ("bootstrap.servers", "client.id", "security.protocol")
-_ADMIN_PREFIXES = ("sasl.", "ssl.")
 
 
 class MemberFencedError(RuntimeError):
@@ -101,8 +96,9 @@ class GroupMember:
         # An empty assignment is `settled` only once the group's description confirms it.
         self._confirm_empty = confirm_empty_assignment
         self._settled_empty = False
-        # Started when first needed; only the polling thread uses it.
-        self._describer: GroupDescriber | None = None
+        # The group's description (standbys, a settled empty assignment); only the polling
+        # thread uses it.
+        self._view = GroupView(consumer_config, topic, self.name, standby_replicas)
         # The coordinator's id for this member (what the group's description names it by).
         self._member_id: str | None = None
         self._describe_now = threading.Event()
@@ -282,8 +278,7 @@ class GroupMember:
             log.exception("group member's polling thread failed")
             raise
         finally:
-            if self._describer is not None:
-                self._describer.close()
+            self._view.close()
             consumer.close()
             log.info(
                 "group member closed: %s",
@@ -401,35 +396,16 @@ class GroupMember:
     def _ask_description(self) -> None:
         if not self._needs_description():
             return
-        if self._describer is None:
-            self._describer = GroupDescriber(
-                {
-                    k: v
-                    for k, v in self._config.items()
-                    if k in _ADMIN_KEYS or k.startswith(_ADMIN_PREFIXES)
-                },
-                self._config["group.id"],
-                self.topic,
-            )
         with self._lock:
             generation = self._generation
-        self._describer.request(generation)
+        self._view.request(generation)
 
     def _take_description(self) -> None:
         """Use the group's description if one arrived (never waits for it)."""
-        answer = self._describer.result() if self._describer is not None else None
+        answer = self._view.result(retry_in_s=LAG_INTERVAL_S)
         if answer is None:
             return
         generation, description = answer
-        if isinstance(description, str):
-            log.warning(
-                "group %s could not be described (standbys and readiness keep what they had; "
-                "asked again in %.0f s): %s",
-                self._config.get("group.id"),
-                LAG_INTERVAL_S,
-                description,
-            )
-            return
         self._confirm_empty_assignment(generation, description)
         self._refresh_standbys(description)
 
@@ -454,13 +430,10 @@ class GroupMember:
         )
 
     def _refresh_standbys(self, description: GroupDescription) -> None:
-        """Which copies to keep, from the group's membership (`state_restore`)."""
-        if self.standby_replicas < 1:
+        """Which copies to keep, from the group's membership (`group_view`)."""
+        standby = self._view.standbys(description)
+        if standby is None:
             return
-        members = [Member(m.name, m.partitions) for m in description.members]
-        if not any(m.name == self.name for m in members):
-            return  # the description predates this member's join: keep what is kept
-        standby = standby_partitions(members, self.name, self.standby_replicas)
         with self._lock:
             if standby == self._standby:
                 return
@@ -470,7 +443,7 @@ class GroupMember:
             "standby copies kept: %s (num.standby.replicas=%d, members %s)",
             sorted(standby),
             self.standby_replicas,
-            ", ".join(sorted(m.name for m in members)),
+            ", ".join(sorted(m.name for m in description.members)),
         )
 
     def _export_lag(self, consumer: Consumer) -> None:
@@ -479,13 +452,7 @@ class GroupMember:
             return
         try:
             # Once: this is the polling thread, and the lag can wait for the next round.
-            committed = self._committed_once(owned)
-            for p in sorted(owned):
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, p), timeout=CLIENT_TIMEOUT_S, cached=False
-                )
-                start = committed[p]
-                self.metrics.lag(self.topic, p, max(0, high - start) if start is not None else high)
+            export_lag(self.metrics, consumer, self.topic, self._committed_once(owned))
         except KafkaException as exc:
             log.warning("consumer lag not updated: %s", exc)
 

@@ -133,6 +133,27 @@ def loads(text: str) -> list[TopicSpec]:
     return specs
 
 
+@dataclass(frozen=True)
+class PipelineNames:
+    """The application id and the pipeline's topic names, the changelog's and the dead-letter
+    topic's derived from the application id: the one place that names them (the Pulumi program's
+    presets, the local run, the load generator and the benchmarks read them from here)."""
+
+    application_id: str = "page-view-counter"
+    input_topic: str = "page-views"
+    output_topic: str = "page-view-counts"
+
+    @property
+    def changelog_topic(self) -> str:
+        """The state's compacted changelog."""
+        return f"{self.application_id}-counts-changelog"
+
+    @property
+    def dlq_topic(self) -> str:
+        """The dead-letter topic."""
+        return f"{self.application_id}-dlq"
+
+
 def pipeline_topics(
     *,
     application_id: str,
@@ -145,6 +166,7 @@ def pipeline_topics(
     dlq_partitions: int = 1,
 ) -> list[TopicSpec]:
     """The page-view pipeline's four topics; a fork that changes the pipeline edits this."""
+    names = PipelineNames(application_id, input_topic, output_topic)
     durable = {"min.insync.replicas": str(min_insync_replicas)}
     compacted = {
         **durable,
@@ -156,15 +178,13 @@ def pipeline_topics(
         TopicSpec(input_topic, partitions, replication_factor, TopicRole.INPUT, durable),
         TopicSpec(output_topic, partitions, replication_factor, TopicRole.OUTPUT, compacted),
         TopicSpec(
-            f"{application_id}-counts-changelog",
+            names.changelog_topic,
             partitions,
             replication_factor,
             TopicRole.CHANGELOG,
             compacted,
         ),
-        TopicSpec(
-            f"{application_id}-dlq", dlq_partitions, replication_factor, TopicRole.DLQ, durable
-        ),
+        TopicSpec(names.dlq_topic, dlq_partitions, replication_factor, TopicRole.DLQ, durable),
     ]
     check_co_partitioned(specs)
     return specs

@@ -3,10 +3,9 @@
 Two files grant ACLs: `acls.json`, beside the topic specs, which the topic Job reconciles, and
 `bootstrap-acls.json` in the Kafka cluster's bootstrap ConfigMap, which the `grant-acls`
 container of each broker's pod grants as the broker (a super user) before any broker is ready.
-Both are written by `policies.contract.acl_specs.dumps` and parsed here with a few lines rather than
-with `policies.contract.acl_specs`: the pack runs on its own under `pulumi preview --policy-pack
-policies`, where the repository is not importable, and `AclSpec` rejects some of the very grants (a
-wildcard) this rule exists to report.
+Both are written by `policies.contract.acl_specs.dumps` and parsed here with a few lines rather
+than with its `AclSpec`, which rejects some of the very grants (a wildcard) this rule exists to
+report; the names it fixes (the cluster resource, the ACL ledger) are the contract's.
 
 The users the pack knows, each with rights derived from the stack itself where it can:
 
@@ -32,6 +31,12 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
+from ..contract.acl_specs import (
+    ACL_LEDGER_READER_GROUP,
+    ACL_LEDGER_TOPIC,
+    CLUSTER_RESOURCE,
+    INTERNAL_TOPICS,
+)
 from ..contract.java_properties import load_properties
 from .config import MANDATORY, Threshold, stack_rule
 from .manifests import CONFIG_MAP, get, label
@@ -45,12 +50,6 @@ ACL_FILES = (ACLS_KEY, BOOTSTRAP_ACLS_KEY)
 # The reconciler's own client settings, in the ConfigMap that holds the topic specs.
 CLIENT_KEY = "client.properties"
 _FIELDS = ("principal", "resource_type", "resource_name", "pattern_type", "operation")
-# Names `policies.contract.acl_specs` fixes (the pack cannot import it; a test asserts they agree):
-# the one CLUSTER resource, and the reconciler's ACL ledger topic and the group id its reader names.
-CLUSTER_RESOURCE = "kafka-cluster"
-ACL_LEDGER_TOPIC = "topic-reconciler-acl-ledger"
-ACL_LEDGER_READER_GROUP = ACL_LEDGER_TOPIC
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 OBSERVER = "observer"
 # What the processor does with each of its topics, by the property that names the topic.
 # READ and WRITE imply DESCRIBE in Kafka's authorizer; an explicit DESCRIBE is harmless.

@@ -13,6 +13,7 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
+from ..contract.kafka_security import BROKER_PRINCIPAL, SCRAM_MECHANISMS
 from ..contract.tls_settings import tls_weakenings
 from .config import MANDATORY, Threshold, resource_rule
 from .kafka_cluster import broker_configs, env_name, is_kafka_statefulset
@@ -23,13 +24,6 @@ from .messages import violation
 ENCRYPTED_PROTOCOLS = ("SSL", "SASL_SSL")
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS = "User:ANONYMOUS"
-# The subject of the brokers' certificate, as app/clients/kafka_security.py names it
-# (BROKER_PRINCIPAL).
-BROKER_PRINCIPAL = "User:CN=kafka-broker"
-# The SASL mechanisms a SASL_SSL client listener may offer, as app/clients/kafka_security.py names
-# them (SCRAM_MECHANISMS): the workloads are SCRAM users, and a rotation moves them from one to
-# the other, so the listener offers either or both.
-SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 _MAP_ENV = env_name("listener.security.protocol.map")
 _CLIENT_FIX = (
@@ -188,7 +182,7 @@ def _mechanism_findings(subject: str, configs: Mapping[str, str], listener: str)
         configs[key] or "empty",
         f"{' and/or '.join(SCRAM_MECHANISMS)}, nothing else",
         f"set {env_name(scoped)}={','.join(SCRAM_MECHANISMS)} "
-        f"(app/clients/kafka_security.py renders it), without "
+        f"(policies/contract/kafka_security.py renders it), without "
         f"{', '.join(others) or 'an empty list'}: the workloads are SCRAM users "
         "(policies/contract/acl_specs.py), SCRAM never sends a password to the broker, and a "
         'rotation moves them from one SCRAM mechanism to the other (docs/security.md, "Rotated.")',
@@ -240,7 +234,7 @@ def _super_user_findings(subject: str, value: str, cfg: Mapping[str, Any]) -> It
     )
     fix = (
         f"set KAFKA_SUPER_USERS={';'.join(allowed)} (the subject of the broker certificate, as "
-        "app/clients/kafka_security.py renders it)"
+        "policies/contract/kafka_security.py renders it)"
     )
     super_users = [u.strip() for u in value.split(";") if u.strip()]
     if cfg["requireAuthorizer"] and not super_users:

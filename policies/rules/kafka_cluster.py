@@ -8,6 +8,7 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
+from ..contract.broker_keys import KAFKA_DEFAULTS
 from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
 from .manifests import (
     STATEFUL_SET,
@@ -25,34 +26,6 @@ from .manifests import (
 )
 from .messages import violation
 from .stack_view import StackView
-
-# Apache Kafka's own defaults, used where the cluster leaves a config unset.
-KAFKA_DEFAULTS = {
-    "default.replication.factor": "1",
-    "min.insync.replicas": "1",
-    "offsets.topic.replication.factor": "3",
-    "transaction.state.log.replication.factor": "3",
-    "transaction.state.log.min.isr": "2",
-    "unclean.leader.election.enable": "false",
-    "auto.create.topics.enable": "true",
-    "group.initial.rebalance.delay.ms": "3000",
-    "group.min.session.timeout.ms": "6000",
-    "group.max.session.timeout.ms": "1800000",
-    "group.consumer.session.timeout.ms": "45000",
-    "group.consumer.min.session.timeout.ms": "45000",
-    "group.consumer.max.session.timeout.ms": "60000",
-    "group.consumer.heartbeat.interval.ms": "5000",
-    "listeners": "PLAINTEXT://:9092",
-    "listener.security.protocol.map": (
-        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
-    ),
-    "security.inter.broker.protocol": "PLAINTEXT",
-    "ssl.client.auth": "none",
-    "sasl.enabled.mechanisms": "GSSAPI",
-    "authorizer.class.name": "",
-    "allow.everyone.if.no.acl.found": "false",
-    "super.users": "",
-}
 
 
 def broker_configs(resource_type: str, props: Mapping[str, Any]) -> dict[str, str]:

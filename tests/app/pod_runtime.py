@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.app.processor_harness import wait_until
+from app.devkit.waiting import wait_until
 
 ENTRY = Path(__file__).with_name("container_entry.py")
 SUBNET = "10.244.77"
@@ -655,7 +655,7 @@ class Node:
                 raise RuntimeError(f"waiting for {what}: {failures}\n{self.log_tails()}")
             return predicate()
 
-        wait_until(holds, timeout_s, what, seen=self.log_tails)
+        wait_until(holds, timeout_s, what, seen=self.log_tails, interval_s=0.5)
 
     def log_tails(self, lines: int = 20) -> str:
         """Every container's last lines, for failure messages."""

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,9 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.devkit.kraft_cluster import free_port
+from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS
+from app.devkit.waiting import wait_until
+from policies.contract.topic_specs import PipelineNames
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 30.0
@@ -73,8 +76,8 @@ class Pipeline:
         return {
             "input.topic": f"{self.application_id}-page-views",
             "output.topic": f"{self.application_id}-counts",
-            "changelog.topic": f"{self.application_id}-counts-changelog",
-            "dlq.topic": f"{self.application_id}-dlq",
+            "changelog.topic": PipelineNames(self.application_id).changelog_topic,
+            "dlq.topic": PipelineNames(self.application_id).dlq_topic,
         }
 
     def properties(self, instance: str, state_dir: Path, **extra: str) -> str:
@@ -87,7 +90,7 @@ class Pipeline:
             "trigger.interval.ms": "500",
             "max.records.per.batch": "20000",
             "consumer.group.instance.id": instance,
-            "consumer.session.timeout.ms": "30000",
+            "consumer.session.timeout.ms": str(LOCAL_SESSION_TIMEOUT_MS),
             "consumer.heartbeat.interval.ms": "2000",
             "producer.transactional.id": instance,
             "producer.transaction.timeout.ms": "30000",
@@ -222,24 +225,6 @@ def latest_counts(bootstrap: Kafka, topic: str) -> dict[str, int]:
     }
 
 
-def wait_until(
-    predicate: Callable[[], bool],
-    timeout_s: float,
-    what: str,
-    seen: Callable[[], object] | None = None,
-    interval_s: float = 0.5,
-) -> float:
-    """Poll `predicate` until true; the seconds it took. On timeout, fails naming `what` and,
-    if given, what `seen()` says was there instead."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout_s:
-            instead = f"; saw {seen()}" if seen is not None else ""
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{instead}")
-        time.sleep(interval_s)
-    return time.monotonic() - start
-
-
 class ProcessorProcess:
     """`python -m app.processor` as a subprocess, its log in a file, its health port known."""
 
@@ -335,4 +320,8 @@ def wait_for_counts(
             f"{len(truth)} pages wrong ({sample}){f'; unknown pages {extra[:5]}' if extra else ''}"
         )
 
-    return wait_until(matches, timeout_s, f"{topic} to hold the true counts", differences)
+    started = time.monotonic()
+    wait_until(
+        matches, timeout_s, f"{topic} to hold the true counts", interval_s=0.5, seen=differences
+    )
+    return time.monotonic() - started

@@ -24,10 +24,11 @@ from functools import partial
 from pathlib import Path
 
 from app.devkit.kraft_cluster import KraftCluster, free_port
+from app.devkit.waiting import wait_until
 from infra import bootstrap_grants
 from policies.contract import acl_specs
 from policies.contract.acl_specs import KafkaUser
-from tests.app.processor_harness import REPO, wait_until
+from tests.app.processor_harness import REPO
 
 # Each sidecar answers 200 once its broker is in sync and the ACLs are granted: three JVMs, their
 # clients and a JVM per line of the grants share two cores here.
@@ -149,6 +150,7 @@ class BrokerPods:
                 f"the readiness sidecar of node {pod.node_id} to answer 200 on /ready (logs "
                 f"{pod.sidecar_log}, {pod.grant_log})",
                 seen=partial(pod.answer, "/ready"),
+                interval_s=0.5,
             )
 
     def logs(self) -> list[Path]:

@@ -8,7 +8,6 @@ with state kept, then one with the state wiped), as the benchmark itself does.
 from __future__ import annotations
 
 import csv
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from app.devkit.bench.plots import rate_labels, throughput_bars
 from app.devkit.bench.rolling_restart import CASES, BenchParams, run_matrix
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.local.observe import CountRecord
+from app.devkit.waiting import wait_until
 
 SHORT = BenchParams(
     instances=2,
@@ -225,9 +225,7 @@ def test_a_sampler_block_stops_sampling_before_an_error_leaves_it() -> None:
 
     sampler = Counting("counting", interval_s=0.01)
     with pytest.raises(KeyboardInterrupt), sampler:
-        deadline = time.monotonic() + 30
-        while len(taken) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(taken) >= 2, 30, "two samples", interval_s=0.01)
         raise KeyboardInterrupt  # as a Ctrl-C in the middle of a bench
     stopped_at = len(taken)
     assert stopped_at >= 2, "the sampler never sampled"

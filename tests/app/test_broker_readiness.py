@@ -28,7 +28,7 @@ from app.admin.broker_readiness import (
     serve,
 )
 from app.devkit.kraft_cluster import HOST, KraftCluster, free_port
-from tests.app.processor_harness import wait_until
+from app.devkit.waiting import wait_until
 
 NODE_ID = 1  # the node the judging sidecar sits beside
 DEADLINE_S = 180.0
@@ -42,7 +42,12 @@ def admin(kraft_cluster: KraftCluster) -> Iterator[AdminClient]:
     topic = "hosted-by-every-node"
     client.create_topics([NewTopic(topic, 2, 3)])[topic].result(timeout=30)
     # Created is not yet in this broker's metadata: wait until node 1 sees both partitions.
-    wait_until(lambda: judge(client, NODE_ID).hosted >= 2, DEADLINE_S, f"{topic} in the metadata")
+    wait_until(
+        lambda: judge(client, NODE_ID).hosted >= 2,
+        DEADLINE_S,
+        f"{topic} in the metadata",
+        interval_s=0.5,
+    )
     yield client
     client.delete_topics([topic])[topic].result(timeout=30)
 
@@ -124,6 +129,7 @@ def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(
         {"bootstrap.servers": f"{HOST}:{rolled.broker_port}", "log_level": 0}
     )
     wait_until(lambda: judge(beside_rolled, rolled.node_id).ready, DEADLINE_S, "all in sync",
+               interval_s=0.5,
                seen=lambda: judge(beside_rolled, rolled.node_id).reason)  # fmt: skip
 
     kraft_cluster.stop_node(rolled.node_id)
@@ -141,12 +147,13 @@ def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(
             DEADLINE_S,
             "the cluster to fence the stopped node",
             seen=lambda: judge(beside_first, rolled.node_id).reason,
+            interval_s=0.5,
         )
         assert judge(beside_first, first.node_id).ready  # the others stay ready
     finally:
         kraft_cluster.start_node(rolled.node_id)
     wait_until(lambda: judge(beside_rolled, rolled.node_id).ready, DEADLINE_S,
-               "the restarted node to be ready",
+               "the restarted node to be ready", interval_s=0.5,
                seen=lambda: judge(beside_rolled, rolled.node_id).reason)  # fmt: skip
     # Ready means what it says: the node is in the ISR of every partition it hosts.
     metadata = cluster.list_topics(timeout=30)

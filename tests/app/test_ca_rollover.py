@@ -32,10 +32,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from app.clients.kafka_security import TLS_CA_FILE
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
 from app.devkit.local_tls import CertificateAuthority, write_broker_tls
-from tests.app.processor_harness import wait_until
+from app.devkit.waiting import wait_until
+from policies.contract.kafka_security import TLS_CA_FILE
 
 pytestmark = [pytest.mark.timeout(900)]
 
@@ -184,7 +184,12 @@ def test_a_broker_switched_in_one_step_is_refused_by_the_others(
             for path in logs
         )
 
-    wait_until(refused, ROLL_DEADLINE_S, "the other brokers to refuse the switched broker's TLS")
+    wait_until(
+        refused,
+        ROLL_DEADLINE_S,
+        "the other brokers to refuse the switched broker's TLS",
+        interval_s=0.5,
+    )
     admin = AdminClient({**cluster.client_configs(USER, PASSWORD), "ssl.ca.location": client})
     description = admin.describe_topics(TopicCollection([TOPIC]))[TOPIC].result(timeout=60)
     in_sync = {replica.id for partition in description.partitions for replica in partition.isr}

@@ -49,10 +49,10 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from app.devkit.waiting import wait_until
 from app.processor import assignment_file
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
-from tests.app.processor_harness import wait_until
 
 PARTITIONS = 6
 # Short enough to keep the module at a few minutes, above the broker's minimum (6 s).
@@ -469,10 +469,13 @@ def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offset
         "enable.auto.commit": "false",
     }
     member = GroupMember(config, source, tmp_path / "assignment.json", ProcessorMetrics()).start()
-    deadline = time.monotonic() + 60
-    while member.assignment() != set(range(PARTITIONS)):
-        assert time.monotonic() < deadline, "the member never owned every partition"
-        time.sleep(0.2)
+    wait_until(
+        lambda: member.assignment() == set(range(PARTITIONS)),
+        60,
+        "the member to own every partition",
+        interval_s=0.2,
+        seen=member.assignment,
+    )
     producer = transactional_producer(kafka_bootstrap, f"processor-0-{uuid.uuid4().hex[:6]}")
     newcomer = ConsumerGroup(kafka_bootstrap, source, name=group_id).join("processor-1")
 
@@ -638,7 +641,10 @@ def test_a_crash_of_the_group_description_is_a_logged_retry_not_the_members_end(
         # The group changes after the crashes: the descriptions follow it.
         first.consumer.close()
         wait_until(
-            lambda: member.assignment() == set(range(PARTITIONS)), 60, "the member owning all"
+            lambda: member.assignment() == set(range(PARTITIONS)),
+            60,
+            "the member owning all",
+            interval_s=0.5,
         )
         join_other()
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.processor_harness import wait_until
+from app.devkit.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120.0
@@ -84,7 +84,12 @@ def test_an_interrupted_run_prints_its_summary_and_stops_the_processes_it_starte
     try:
         assert "KeyboardInterrupt" in text, text
         assert "no tests ran" in text or "interrupted" in text, text  # the summary line
-        wait_until(lambda: not alive(broker_pid), 30, f"the end of its broker (pid {broker_pid})")
+        wait_until(
+            lambda: not alive(broker_pid),
+            30,
+            f"the end of its broker (pid {broker_pid})",
+            interval_s=0.5,
+        )
     finally:
         if alive(broker_pid):  # left behind: this test's failure, not the next one's
             os.kill(broker_pid, signal.SIGKILL)

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.clients.kafka_retry import Retrying
 from app.devkit.kraft_cluster import KraftCluster, free_port
-from tests.app.processor_harness import wait_until
+from app.devkit.waiting import wait_until
 
 TOPIC = "retried"
 CALL_TIMEOUT_S = 2.0

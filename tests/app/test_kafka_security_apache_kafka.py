@@ -39,12 +39,12 @@ from confluent_kafka.admin import ResourceType as AdminResourceType
 from app.admin.acl_reconciler import Binding, grant, read_bindings
 from app.clients.client_properties import ClientConfig
 from app.clients.java_properties import load_properties
-from app.clients.kafka_security import SCRAM_SHA_512
 from app.devkit.bench.throughput import ThroughputParams, produce_backlog, raw_consume_rate
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
 from app.devkit.loadgen import LoadSettings
-from app.devkit.local.instances import InstanceOptions, PipelineNames
+from app.devkit.local.instances import InstanceOptions
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
+from app.devkit.waiting import wait_until
 from policies.contract.acl_specs import (
     ACL_LEDGER_TOPIC,
     BROKER_READINESS_USER,
@@ -56,15 +56,15 @@ from policies.contract.acl_specs import (
     dumps,
     pipeline_users,
 )
+from policies.contract.kafka_security import SCRAM_SHA_512
+from policies.contract.topic_specs import PipelineNames, pipeline_topics
 from policies.contract.topic_specs import dumps as dump_topics
-from policies.contract.topic_specs import pipeline_topics
 from tests.app.processor_harness import (
     REPO,
     Pipeline,
     ProcessorProcess,
     produce_page_views,
     wait_for_counts,
-    wait_until,
 )
 from tests.app.secured_kafka import readiness_sidecars
 
@@ -279,7 +279,7 @@ def test_the_processor_counts_exactly_once_with_only_its_own_acls(
             processor, secured.cluster.superuser_configs(), pipeline.topics["output.topic"],
             truth, DEADLINE_S,
         )  # fmt: skip
-    except AssertionError as exc:
+    except (AssertionError, TimeoutError) as exc:  # the processor exited, or not in time
         metrics = [line for line in processor.get("/metrics")[1].splitlines() if "lag" in line]
         raise AssertionError(
             f"{exc}\ninput ends {_ends(secured, input_topic)}; lag {metrics}\n"
@@ -480,6 +480,7 @@ def _add_operator(secured: Secured) -> Path:
         ),
         REFUSAL_DEADLINE_S,
         f"the SCRAM user {OPERATOR} to log in",
+        interval_s=0.5,
     )
     return path
 
@@ -513,6 +514,7 @@ def test_the_local_run_and_the_bench_clients_take_command_config(
             ),
             DEADLINE_S,
             "the instance to count the 1,000 views",
+            interval_s=0.5,
         )
         assert pipeline.output.snapshot()[2] == 0  # no duplicates
         assert pipeline.lag.total() == 0
@@ -555,6 +557,7 @@ def test_the_brokers_sidecars_grant_the_reconciler_its_own_acls_on_a_fresh_clust
                 DEADLINE_S,
                 f"{log_file} to report its grants",
                 seen=log_file.read_text,
+                interval_s=0.5,
             )
         else:
             assert "ready: in sync on all" in log_file.read_text(), log_file.read_text()[-3000:]

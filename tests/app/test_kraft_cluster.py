@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from app.devkit.kraft_cluster import KraftCluster
+from app.devkit.waiting import wait_until
 
 
 def create_topic(admin: AdminClient, partitions: int) -> str:
@@ -18,18 +19,18 @@ def create_topic(admin: AdminClient, partitions: int) -> str:
     admin.create_topics([NewTopic(name, partitions)])[name].result(30)
     # The controller answers before every broker knows the topic: wait until the metadata has
     # a leader for each partition, as the topic reconciler does.
-    deadline = time.monotonic() + 30
-    while True:
+
+    def led() -> bool:
         try:
             found = admin.list_topics(name, timeout=10).topics.get(name)
         except KafkaException as exc:  # UNKNOWN_TOPIC_OR_PART from a broker not told yet
             found = None
             print(f"topic {name} not known yet: {exc.args[0].str()}")
         leaders = [p.leader for p in found.partitions.values()] if found else []
-        if len(leaders) == partitions and min(leaders) >= 0:
-            return name
-        assert time.monotonic() < deadline, f"topic {name} has no leader for every partition"
-        time.sleep(0.2)
+        return len(leaders) == partitions and min(leaders) >= 0
+
+    wait_until(led, 30, f"a leader for every partition of topic {name}", interval_s=0.2)
+    return name
 
 
 def test_every_node_is_a_registered_broker(kraft_cluster: KraftCluster) -> None:

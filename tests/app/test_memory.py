@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 from app.devkit.bench.memory import MemorySampler, process_tree, pss_bytes, tree_pss_bytes
+from app.devkit.waiting import wait_until
 
 # A child that starts a grandchild holding 64 MiB of its own memory, then waits.
 HOLDER = (
@@ -30,9 +30,7 @@ def test_a_process_trees_memory_counts_its_descendants() -> None:
         assert pss_bytes(grandchild) > 64 * 2**20
         assert tree_pss_bytes(child.pid) >= pss_bytes(child.pid) + pss_bytes(grandchild) * 0.9
         sampler = MemorySampler(child.pid, interval_s=0.05).start()
-        deadline = time.monotonic() + 30
-        while len(sampler.samples) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(sampler.samples) >= 3, 30, "three samples", interval_s=0.05)
         sampler.stop()
         assert (sampler.peak_mib() or 0) >= 64
     finally:

@@ -21,13 +21,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from app.devkit.kraft_cluster import KraftCluster
+from app.devkit.waiting import wait_until
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,
     produce_page_views,
     read_committed,
     wait_for_counts,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -143,7 +143,12 @@ def test_static_replacement_causes_no_rebalance_and_a_lost_instance_is_taken_ove
     started.processors += [first, second]
     group.produce(4000)
     group.wait_exact(first)
-    wait_until(lambda: _ready(first) and _ready(second), RUN_TIMEOUT_S, "both instances ready")
+    wait_until(
+        lambda: _ready(first) and _ready(second),
+        RUN_TIMEOUT_S,
+        "both instances ready",
+        interval_s=0.5,
+    )
     assert _assigned(first) + _assigned(second) == PARTITIONS
     assert _assigned(first) > 0 and _assigned(second) > 0
     rebalances_before = first.metric("processor_rebalances_total")
@@ -155,7 +160,7 @@ def test_static_replacement_causes_no_rebalance_and_a_lost_instance_is_taken_ove
     replaced = time.monotonic()
     second = group.start("page-view-counter-1")
     started.processors.append(second)
-    wait_until(lambda: _ready(second), RUN_TIMEOUT_S, "the replacement to be ready")
+    wait_until(lambda: _ready(second), RUN_TIMEOUT_S, "the replacement to be ready", interval_s=0.5)
     print(f"replacement ready {time.monotonic() - replaced:.1f} s after the old one stopped")
     group.produce(2000)
     group.wait_exact(first)
@@ -167,7 +172,9 @@ def test_static_replacement_causes_no_rebalance_and_a_lost_instance_is_taken_ove
     # move to the first instance, which restores their state from the changelog.
     second.kill()
     gone = time.monotonic()
-    wait_until(lambda: _assigned(first) == PARTITIONS, RUN_TIMEOUT_S, "the takeover")
+    wait_until(
+        lambda: _assigned(first) == PARTITIONS, RUN_TIMEOUT_S, "the takeover", interval_s=0.5
+    )
     print(f"takeover {time.monotonic() - gone:.1f} s after the kill")
     group.produce(2000)
     group.wait_exact(first)
@@ -187,10 +194,17 @@ def test_a_zombie_instance_is_fenced(group: Group, started: Started) -> None:
     # its producer fences the zombie's, and its group.instance.id fences the zombie's member.
     successor = group.start("page-view-counter-0", state="new-volume")
     started.processors.append(successor)
-    wait_until(lambda: _ready(successor), RUN_TIMEOUT_S, "the successor to be ready")
+    wait_until(
+        lambda: _ready(successor), RUN_TIMEOUT_S, "the successor to be ready", interval_s=0.5
+    )
     group.produce(2000)
     group.wait_exact(successor)
-    wait_until(lambda: zombie.process.poll() is not None, RUN_TIMEOUT_S, "the zombie to exit")
+    wait_until(
+        lambda: zombie.process.poll() is not None,
+        RUN_TIMEOUT_S,
+        "the zombie to exit",
+        interval_s=0.5,
+    )
     assert zombie.process.returncode == 3, zombie.log()[-3000:]
     assert "fenced" in zombie.log()
     # Counted exactly once: nothing the zombie tried after the fence became visible.
@@ -211,7 +225,12 @@ def _start_hand_off_pair(
     started.processors += [first, second]
     group.produce(events)
     group.wait_exact(first)
-    wait_until(lambda: _ready(first) and _ready(second), RUN_TIMEOUT_S, "both instances ready")
+    wait_until(
+        lambda: _ready(first) and _ready(second),
+        RUN_TIMEOUT_S,
+        "both instances ready",
+        interval_s=0.5,
+    )
     return first, second
 
 
@@ -226,6 +245,7 @@ def test_a_joining_hand_off_instance_is_never_ready_while_it_owns_no_partition(
         lambda: _ready(first) and _assigned(first) == PARTITIONS,
         RUN_TIMEOUT_S,
         "the first instance to be ready with every partition",
+        interval_s=0.5,
     )
 
     # Cooperative-sticky gives a joining member nothing at first (the partitions it is to take
@@ -272,6 +292,7 @@ def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, starte
         lambda: first.metric("processor_partitions_assigned_total") > taken_before,
         RUN_TIMEOUT_S,
         "the first instance to be handed the second's partitions",
+        interval_s=0.5,
     )
     group.produce(1000)
     first.kill()

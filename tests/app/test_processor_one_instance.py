@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from app.devkit.waiting import wait_until
 from app.processor.settings import INSTANCE_ID_KEY
 from app.processor.source_offsets import newest_batch
 from tests.app.processor_harness import (
@@ -35,7 +36,6 @@ from tests.app.processor_harness import (
     produce_raw,
     read_committed,
     wait_for_counts,
-    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -147,7 +147,9 @@ def first_run(scenario: Scenario) -> Iterator[RunReport]:
     processor = scenario.start("first")
     try:
         seconds = scenario.wait_exact(processor)
-        wait_until(lambda: processor.get("/ready")[0] == 200, 60, "/ready to answer 200")
+        wait_until(
+            lambda: processor.get("/ready")[0] == 200, 60, "/ready to answer 200", interval_s=0.5
+        )
         # Lag per partition, exported by the group member: everything is committed now.
         wait_until(
             lambda: (
@@ -156,6 +158,7 @@ def first_run(scenario: Scenario) -> Iterator[RunReport]:
             ),
             60,
             "the consumer lag of both partitions to reach 0",
+            interval_s=0.5,
         )
         report = _report(scenario, processor, seconds)
         report.ready_status = processor.get("/ready")[0]
@@ -174,7 +177,12 @@ def restarted_run(scenario: Scenario, first_run: RunReport) -> Iterator[list[Run
     second = scenario.start("second")
     third = None
     try:
-        wait_until(lambda: second.get("/ready")[0] == 200, RUN_TIMEOUT_S, "/ready to answer 200")
+        wait_until(
+            lambda: second.get("/ready")[0] == 200,
+            RUN_TIMEOUT_S,
+            "/ready to answer 200",
+            interval_s=0.5,
+        )
         log_when_ready = second.log()
         clean = _report(scenario, second, scenario.wait_exact(second))
         clean.log_when_ready = log_when_ready
@@ -189,6 +197,7 @@ def restarted_run(scenario: Scenario, first_run: RunReport) -> Iterator[list[Run
             ),
             RUN_TIMEOUT_S,
             "a micro-batch to start",
+            interval_s=0.5,
         )
         second.kill()
         left_by_kill = scenario.forkserver_files()

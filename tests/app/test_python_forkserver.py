@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from app.devkit.waiting import wait_until
 from app.processor import python_forkserver
 from app.processor.forkserver_launch import SOCKET_ENV
-from tests.app.processor_harness import REPO, wait_until
+from tests.app.processor_harness import REPO
 
 PROBE = """
 import os, sys, time
@@ -37,7 +38,7 @@ def forkserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[python_fork
     before = os.environ.get(SOCKET_ENV)
     server = python_forkserver.start(tmp_path_factory.mktemp("forkserver"))
     try:
-        wait_until(server.socket_path.exists, 120, "the fork server to listen")
+        wait_until(server.socket_path.exists, 120, "the fork server to listen", interval_s=0.5)
         yield server
     finally:
         server.close()
@@ -133,7 +134,7 @@ def test_sigterm_to_the_launcher_ends_the_forked_process_the_same_way(
     process, child = _sleeping_child(forkserver, probe_module, tmp_path)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == -signal.SIGTERM
-    wait_until(lambda: not _alive(child), 30, f"forked process {child} to end")
+    wait_until(lambda: not _alive(child), 30, f"forked process {child} to end", interval_s=0.5)
 
 
 def test_a_killed_launcher_takes_its_forked_process_with_it(
@@ -142,7 +143,7 @@ def test_a_killed_launcher_takes_its_forked_process_with_it(
     process, child = _sleeping_child(forkserver, probe_module, tmp_path)
     process.kill()  # what Spark's destroyForcibly does
     process.wait(timeout=30)
-    wait_until(lambda: not _alive(child), 30, f"forked process {child} to end")
+    wait_until(lambda: not _alive(child), 30, f"forked process {child} to end", interval_s=0.5)
 
 
 def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
@@ -165,7 +166,9 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path) -> Non
     server_pid = int(starter.stdout.readline())
     starter.kill()
     starter.wait(timeout=30)
-    wait_until(lambda: not _alive(server_pid), 60, f"fork server {server_pid} to end")
+    wait_until(
+        lambda: not _alive(server_pid), 60, f"fork server {server_pid} to end", interval_s=0.5
+    )
 
 
 # An instance as `app.processor` runs one: the server started in `folder`, its own folder
@@ -205,7 +208,9 @@ def _start_instance(folder: Path) -> Instance:
     directory = Path(process.stdout.readline().strip())
     assert directory.parent == folder, directory
     # Listening: the socket is there too, as in a running instance.
-    wait_until((directory / "server.sock").exists, 120, f"the fork server in {directory}")
+    wait_until(
+        (directory / "server.sock").exists, 120, f"the fork server in {directory}", interval_s=0.5
+    )
     return Instance(process, directory)
 
 

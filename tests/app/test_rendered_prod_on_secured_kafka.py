@@ -48,21 +48,21 @@ from cryptography import x509
 from app.admin.acl_reconciler import Binding, read_bindings
 from app.admin.scram_credentials import existing_credentials
 from app.clients.java_properties import load_properties
-from app.clients.kafka_security import (
+from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
+from app.devkit.waiting import wait_until
+from policies.contract import acl_specs, topic_specs
+from policies.contract.kafka_security import (
     BROKER_PRINCIPAL,
     TLS_CA_FILE,
     TLS_CERT_FILE,
     TLS_COMBINED_FILE,
     TLS_KEY_FILE,
 )
-from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
-from policies.contract import acl_specs, topic_specs
 from tests.app.processor_harness import (
     REPO,
     ProcessorProcess,
     produce_page_views,
     wait_for_counts,
-    wait_until,
 )
 from tests.app.rendered_deployment import Manifests, render
 from tests.app.secured_kafka import BrokerPod, BrokerPods, broker_pods, grant_command, localize
@@ -362,7 +362,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
             unready = {}
             for pod in pods.pods:
                 wait_until(partial(_answers, pod, "/ready", 503), DEADLINE_S,
-                           f"the sidecar of node {pod.node_id} to judge")  # fmt: skip
+                           f"the sidecar of node {pod.node_id} to judge",
+                           interval_s=0.5)  # fmt: skip
                 status, body = pod.answer("/ready")
                 unready[pod.node_id] = (status, body.decode())
             before = read_bindings(superuser, principals)
@@ -487,6 +488,7 @@ def test_the_brokers_are_ready_only_after_their_grant_containers_granted_the_boo
             DEADLINE_S,
             f"{pod.grant_log} to report its grants",
             seen=pod.grant_log.read_text,
+            interval_s=0.5,
         )
         assert "ready: in sync on all" in pod.sidecar_log.read_text()
     # The sidecar's own identity: its folders hold its password and the CA, no private key.
@@ -641,7 +643,7 @@ def test_a_sidecar_started_mid_rotation_logs_in_with_the_previous_revisions_cred
     pod = BrokerPod(node_id, port, log_file)
     try:
         wait_until(pod.ready, DEADLINE_S, "the mid-rotation sidecar to answer 200 on /ready",
-                   seen=log_file.read_text)  # fmt: skip
+                   seen=log_file.read_text, interval_s=0.5)  # fmt: skip
     finally:
         sidecar.terminate()
         sidecar.wait(30)

@@ -1,7 +1,8 @@
 """A gapless SCRAM rotation, on a real Apache Kafka node secured as prod renders it.
 
 Kafka keeps one SCRAM credential per user and mechanism, so the credentials revision picks the
-mechanism (`app.clients.kafka_security.scram_mechanism`) and a rotation goes as `pulumi up` runs it:
+mechanism (`policies.contract.kafka_security.scram_mechanism`) and a rotation goes as `pulumi up`
+runs it:
 
 1. the reconciler Job of the new revision logs in with the previous revision's credential (its
    own new one does not exist yet) and adds every user's credential of the new mechanism;
@@ -36,12 +37,13 @@ from confluent_kafka.admin import (
 
 from app.admin.acl_reconciler import grant
 from app.admin.scram_credentials import SCRAM_ITERATIONS, admin_mechanism, authenticates
-from app.clients.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512, scram_mechanism
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
+from app.devkit.waiting import wait_until
 from policies.contract.acl_specs import KafkaUser, dumps, pipeline_users
+from policies.contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512, scram_mechanism
 from policies.contract.topic_specs import TopicRole, pipeline_topics
 from policies.contract.topic_specs import dumps as dump_topics
-from tests.app.processor_harness import REPO, wait_until
+from tests.app.processor_harness import REPO
 
 pytestmark = [pytest.mark.timeout(900)]
 
@@ -210,6 +212,7 @@ class Traffic:
             DEADLINE_S,
             f"{self.name}'s producer and consumer to get records through after {step}",
             seen=lambda: f"delivered {self.progress()}, errors {self.errors[-3:]}",
+            interval_s=0.5,
         )
 
     @property
@@ -309,6 +312,7 @@ def test_a_rotation_keeps_old_and_new_passwords_valid_until_the_retire_step(
         lambda: rotation.logs_in(first) is False,
         DEADLINE_S,
         "revision 1's password to be refused once retired",
+        interval_s=0.5,
     )
     assert rotation.logs_in(second) is True
     new.wait_for_progress("the retire step")
@@ -340,13 +344,24 @@ def test_kafka_keeps_one_credential_per_user_and_mechanism(rotation: Rotation) -
         return authenticates(rotation.cluster.client_configs(user, password, mechanism), 10.0)
 
     upsert(SCRAM_SHA_512, "first-password")
-    wait_until(lambda: logs_in(SCRAM_SHA_512, "first-password") is True, DEADLINE_S, "a login")
+    wait_until(
+        lambda: logs_in(SCRAM_SHA_512, "first-password") is True,
+        DEADLINE_S,
+        "a login",
+        interval_s=0.5,
+    )
     upsert(SCRAM_SHA_512, "second-password")
     wait_until(
         lambda: logs_in(SCRAM_SHA_512, "first-password") is False,
         DEADLINE_S,
         "the replaced password to be refused",
+        interval_s=0.5,
     )
     upsert(SCRAM_SHA_256, "third-password")
-    wait_until(lambda: logs_in(SCRAM_SHA_256, "third-password") is True, DEADLINE_S, "a login")
+    wait_until(
+        lambda: logs_in(SCRAM_SHA_256, "third-password") is True,
+        DEADLINE_S,
+        "a login",
+        interval_s=0.5,
+    )
     assert logs_in(SCRAM_SHA_512, "second-password") is True

@@ -6,7 +6,6 @@ Real clients on the tests' Apache Kafka: the processor's `GroupMember` joins a g
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from app.devkit.waiting import wait_until
 from app.processor.counting import COUNT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
@@ -64,17 +64,24 @@ def joined_sink(
     }
     metrics = ProcessorMetrics()
     member = GroupMember(consumer, topics.input, tmp_path / "assignment.json", metrics).start()
-    deadline = time.monotonic() + DEADLINE_S
-    while member.assignment() != set(range(PARTITIONS)):
-        assert time.monotonic() < deadline, f"no assignment of {topics.input} within {DEADLINE_S}"
-        time.sleep(0.1)
-    while True:  # the metadata the transactions commit offsets with
+
+    def assigned_with_metadata() -> bool:
+        """Every partition assigned, and the metadata the transactions commit offsets with."""
+        if member.assignment() != set(range(PARTITIONS)):
+            return False
         try:
             member.group_metadata()
-            break
         except RuntimeError:
-            assert time.monotonic() < deadline, "no group metadata"
-            time.sleep(0.1)
+            return False
+        return True
+
+    wait_until(
+        assigned_with_metadata,
+        DEADLINE_S,
+        f"an assignment of {topics.input} and its group metadata",
+        interval_s=0.1,
+        seen=member.assignment,
+    )
     producer = {
         "bootstrap.servers": bootstrap,
         "transactional.id": prefix,

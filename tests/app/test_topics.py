@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from app.admin.topic_reconciler import (
     read_cluster,
 )
 from app.devkit.kraft_cluster import free_port
+from app.devkit.waiting import wait_until
 from policies.contract.topic_specs import TopicRole, TopicSpec, dumps, pipeline_topics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,20 +60,18 @@ def state_of(admin: AdminClient, names: list[str]) -> dict[str, TopicState]:
     return read_cluster(admin, names)
 
 
-def eventually(check: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    """Metadata and configs reach every broker shortly after the controller applied them."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "the cluster did not show the change in time"
-        time.sleep(0.2)
-
-
 def reconcile(admin: AdminClient, specs: list[TopicSpec], allow: bool = False) -> Plan:
     the_plan = plan(specs, state_of(admin, [s.name for s in specs]), allow)
     if not the_plan.refusals:
         apply(admin, the_plan)
         names = [s.name for s in specs]
-        eventually(lambda: not plan(specs, state_of(admin, names), allow).changes)
+        # Metadata and configs reach every broker shortly after the controller applied them.
+        wait_until(
+            lambda: not plan(specs, state_of(admin, names), allow).changes,
+            15.0,
+            "the cluster to show the change",
+            interval_s=0.2,
+        )
     return the_plan
 
 

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.devkit.waiting import wait_until
 from infra.render import record_stack, write_manifests
 
 # Created before what lives in them, then by what refers to what (Pulumi orders by dependency;
@@ -54,14 +55,6 @@ def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
     if check and result.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout + result.stderr
-
-
-def wait_until(predicate: Callable[[], bool], what: str, seen: Callable[[], object]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {DEADLINE_S:.0f} s; saw {seen()}")
-        time.sleep(1.0)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -138,7 +131,13 @@ def test_dev_comes_up_under_pod_security_restricted(namespace: str, tmp_path: Pa
     def all_ready() -> bool:
         return all(done == wanted for done, wanted in ready().values())
 
-    wait_until(all_ready, "every StatefulSet ready and the topic Job complete", ready)
+    wait_until(
+        all_ready,
+        DEADLINE_S,
+        "every StatefulSet ready and the topic Job complete",
+        interval_s=1.0,
+        seen=ready,
+    )
 
 
 def test_a_processor_change_rolls_its_pods_highest_ordinal_first_after_min_ready_seconds(
@@ -160,7 +159,13 @@ def test_a_processor_change_rolls_its_pods_highest_ordinal_first_after_min_ready
             and status.get("currentRevision") == status.get("updateRevision")
         )
 
-    wait_until(rolled_out, f"{name} available", lambda: get("statefulset", namespace, name))
+    wait_until(
+        rolled_out,
+        DEADLINE_S,
+        f"{name} available",
+        interval_s=1.0,
+        seen=lambda: get("statefulset", namespace, name),
+    )
     changed = rendered("dev", namespace, tmp_path, processor={"cpu": "1500m"})
     before = math.floor(time.time())  # creationTimestamp has whole seconds
     apply([o for o in changed if o["kind"] in ("ConfigMap", "StatefulSet")])
@@ -169,8 +174,10 @@ def test_a_processor_change_rolls_its_pods_highest_ordinal_first_after_min_ready
             rolled_out()
             and all(created(namespace, f"{name}-{i}") >= before for i in range(replicas))
         ),
+        DEADLINE_S,
         f"{name} rolled",
-        lambda: get("statefulset", namespace, name)["status"],
+        interval_s=1.0,
+        seen=lambda: get("statefulset", namespace, name)["status"],
     )
     starts = [created(namespace, f"{name}-{i}") for i in reversed(range(replicas))]
     assert starts == sorted(starts), f"not highest ordinal first: {starts}"

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from app.clients.java_properties import load_properties
-from app.clients.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
 from infra.config import StackConfigError, build_stack_config
 from infra.kafka_cluster import FORMAT_SCRIPT, broker_env_name
 from infra.render import RecordedStack, record_stack
 from policies.contract import acl_specs
+from policies.contract.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
 from tests.infra.conftest import container_env, k8s_object
 
 APP = "page-view-counter"

@@ -253,7 +253,7 @@ KAFKA_ENV = {
     "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "3000",
     "KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS": "1800000",
     "KAFKA_HEAP_OPTS": "-Xms1g -Xmx1g",
-    # Prod's listeners and authorizer (app.clients.kafka_security.broker_security_configs).
+    # Prod's listeners and authorizer (policies.contract.kafka_security.broker_security_configs).
     "KAFKA_LISTENERS": "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093",
     "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL",
     "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL",

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from pulumi_policy import EnforcementLevel, Policy
 
-from app.clients import kafka_security
-from policies.contract import acl_specs
+from policies.contract import acl_specs, kafka_security
 from policies.contract.topic_specs import TopicSpec
 from policies.evaluate import PolicyConfigError, Violation
 from policies.rules import acls, broker_security
@@ -160,7 +159,8 @@ def test_a_super_user_other_than_the_brokers_is_reported_naming_it(
         f"{extra} is not a broker principal (super.users is {super_users}); required: only "
         f"{BROKER} (the brokers' own principal, this rule's superUsers), never User:ANONYMOUS "
         f"or a wildcard. Fix: set KAFKA_SUPER_USERS={BROKER} (the subject of the broker "
-        f"certificate, as app/clients/kafka_security.py renders it), without {extra}: a super user "
+        f"certificate, as policies/contract/kafka_security.py renders it), without {extra}: "
+        f"a super user "
         f"bypasses every ACL, so whoever holds {extra}'s credentials may read, write and delete "
         "every topic and group and grant itself any ACL. Give a workload the ACLs it needs in "
         "pipeline_users (policies/contract/acl_specs.py) instead; a further broker identity goes "
@@ -288,13 +288,6 @@ def test_an_unreadable_acl_file_is_reported(run, file: str) -> None:
     assert f"data[{file}]: content is unreadable (KeyError: 'operation')" in (
         _only(run, stack, LEAST_PRIVILEGE).message
     )
-
-
-def test_the_pack_names_the_ledger_and_cluster_as_app_acl_specs_does() -> None:
-    """The pack cannot import app/; these must agree or the reconciler's own ACLs fail it."""
-    assert acls.ACL_LEDGER_TOPIC == acl_specs.ACL_LEDGER_TOPIC
-    assert acls.ACL_LEDGER_READER_GROUP == acl_specs.ACL_LEDGER_READER_GROUP
-    assert acls.CLUSTER_RESOURCE == acl_specs.CLUSTER_RESOURCE
 
 
 # --- wildcard and unknown principals --------------------------------------------------------

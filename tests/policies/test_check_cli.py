@@ -1,4 +1,4 @@
-"""`python -m policies.check` end to end: recording, table, exit codes, SARIF read back."""
+"""`python -m infra.policy_check` end to end: recording, table, exit codes, SARIF read back."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from policies.check import main
+from infra.policy_check import main
 from tests.policies.conftest import REPO, stack_config
 
 
@@ -35,7 +35,7 @@ def test_dev_check_reports_only_its_plaintext_listeners_as_advisories_and_exits_
 ) -> None:
     sarif = tmp_path / "dev.sarif"
     result = subprocess.run(
-        [sys.executable, "-m", "policies.check", "--stack", "dev", "--sarif", str(sarif)],
+        [sys.executable, "-m", "infra.policy_check", "--stack", "dev", "--sarif", str(sarif)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -11,7 +11,7 @@ from typing import Any
 
 from pulumi_policy import Policy
 
-from policies.check import resolved_levels
+from infra.policy_check import resolved_levels
 from tests.policies.conftest import Evaluate, stack_config
 
 LISTENERS = "kafka-listener-encryption"

@@ -5,6 +5,7 @@ Analyzer gRPC service on loopback."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,12 +22,20 @@ from tests.policies.handmade_stack import handmade_stack
 PACK_DIR = Path(__file__).resolve().parents[2] / "policies"
 
 
-@pytest.fixture(scope="module")
-def analyzer() -> Iterator[analyzer_pb2_grpc.AnalyzerStub]:
+@pytest.fixture(scope="module", params=["policies", "published-pack-0.1.0"])
+def analyzer(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[analyzer_pb2_grpc.AnalyzerStub]:
+    """The pack served from the repository, and from a copy under another directory name, as
+    `pulumi policy publish` unpacks it (the rules and the contract must import either way)."""
+    pack_dir = PACK_DIR
+    if request.param != "policies":
+        pack_dir = tmp_path_factory.mktemp("published") / request.param
+        shutil.copytree(PACK_DIR, pack_dir, ignore=shutil.ignore_patterns("__pycache__", "venv"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     process = subprocess.Popen(
-        [sys.executable, str(PACK_DIR)],
-        cwd=PACK_DIR,
+        [sys.executable, str(pack_dir)],
+        cwd=pack_dir,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -8,9 +8,13 @@ import base64
 import pytest
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from app.clients import kafka_security
-from app.clients.kafka_security import broker_security_configs, listeners, scram_client_configs
+from policies.contract import kafka_security
 from policies.contract.java_properties import load_properties
+from policies.contract.kafka_security import (
+    broker_security_configs,
+    listeners,
+    scram_client_configs,
+)
 from policies.evaluate import Violation
 from policies.rules.broker_security import SCRAM_MECHANISMS
 from policies.rules.kafka_cluster import env_name
@@ -114,7 +118,7 @@ def _processor_properties(stack: list[Resource]) -> dict[str, str]:
 
 def _rendered_broker_env(client_listener: str) -> dict[str, str]:
     """The brokers' security env as the Pulumi program renders it from
-    app.clients.kafka_security."""
+    policies.contract.kafka_security."""
     brokers = broker_security_configs(client_listener, "/etc/kafka/tls")
     return {
         **{env_name(key): value for key, value in brokers.items()},

@@ -20,8 +20,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -40,11 +41,17 @@ from app.devkit.bench.measure import (
 from app.devkit.bench.table import Row, write_table
 from app.devkit.kraft_cluster import HOST, KraftCluster
 from app.devkit.loadgen import LoadSettings
-from app.devkit.local.instances import InstanceOptions, InstanceStatus, PipelineNames
+from app.devkit.local.instances import (
+    LOCAL_SESSION_TIMEOUT_MS,
+    InstanceOptions,
+    InstanceStatus,
+)
 from app.devkit.local.observe import CountCheck, CountRecord, PartitionLag, check_counts
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
 from app.devkit.local.roll import RollFailed, RollStep, roll_instances
+from app.devkit.waiting import poll_until
 from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
+from policies.contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.bench")
 
@@ -175,7 +182,7 @@ class BenchParams:
     rate: float = 100.0
     keys: int = 40
     skew: float = 1.1
-    session_timeout_ms: int = 20_000
+    session_timeout_ms: int = LOCAL_SESSION_TIMEOUT_MS
     heartbeat_interval_ms: int = int(DEFAULTS["consumer.heartbeat.interval.ms"])
     # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
     standby_replicas: int = 1
@@ -333,7 +340,7 @@ def run_group(
                     run_case = rollout if case.rollout else restart
                     restarts.append(run_case(pipeline, timeline, case, params))
             summary = loader.stop()
-            drained = wait_until(timeline, params.drain_timeout_s, lambda s: _total_lag(s) == 0)
+            drained = first_sample(timeline, params.drain_timeout_s, lambda s: _total_lag(s) == 0)
         pipeline.stop_instances()
         pipeline.output.wait_until_caught_up(60.0)
         latest, _, duplicates = pipeline.output.snapshot()
@@ -396,14 +403,14 @@ def restart(
         time.sleep(max(0.0, stopped_at + params.session_timeout_ms / 1000 + 10 - time.time()))
     recovered = None
     if case.stays_down:
-        recovered = wait_until(
+        recovered = first_sample(
             timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_stop.lag, moved)
         )
     started_at = time.time()
     target.start()
     event = Restart(case, target.name, moved, before, stopped_at, started_at)
     if not case.stays_down:
-        recovered = wait_until(
+        recovered = first_sample(
             timeline,
             params.recovery_timeout_s,
             # After a crash its partitions count as back wherever they are processed.
@@ -445,7 +452,7 @@ def rollout(
     started_at = started[-1]
     at_end = timeline.take()
     event = Restart(case, "every instance", every, before, stopped_at, started_at)
-    recovered = wait_until(
+    recovered = first_sample(
         timeline,
         params.recovery_timeout_s,
         lambda s: _all_ready(s) and _advanced(s, at_end.lag, every),
@@ -485,20 +492,17 @@ def broker_roll(
         started_at = time.time()
         brokers.start_node(node.node_id)
         beside = AdminClient({"bootstrap.servers": f"{HOST}:{node.broker_port}", "log_level": 0})
-        deadline = time.monotonic() + params.recovery_timeout_s
-        while not (readiness := judge(beside, node.node_id)).ready:
-            if time.monotonic() > deadline:
-                log.warning("case %s: node %d not ready within %g s: %s", case.name,
-                            node.node_id, params.recovery_timeout_s, readiness.reason)  # fmt: skip
-                break
-            time.sleep(1.0)
+        ready = partial(_judged_ready, beside, node.node_id)
+        if poll_until(ready, params.recovery_timeout_s, interval_s=1.0) is None:
+            log.warning("case %s: node %d not ready within %g s: %s", case.name, node.node_id,
+                        params.recovery_timeout_s, judge(beside, node.node_id).reason)  # fmt: skip
         log.info("case %s: node %d ready %.0f s after its stop", case.name, node.node_id,
                  time.time() - started_at)  # fmt: skip
         time.sleep(params.min_ready_s)
     at_end = timeline.take()
     target = "one broker" if case.broker_kill else "every broker"
     event = Restart(case, target, every, before, stopped_at, started_at)
-    recovered = wait_until(
+    recovered = first_sample(
         timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_end.lag, every)
     )
     if recovered is not None:
@@ -580,15 +584,17 @@ def _marks(event: Restart) -> dict[str, float]:
     return marks
 
 
-def wait_until(timeline: Timeline, timeout_s: float, condition: object) -> TimelineSample | None:
-    """The first sample (taken every half second) for which `condition(sample)` holds."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def first_sample(
+    timeline: Timeline, timeout_s: float, condition: Callable[[TimelineSample], bool]
+) -> TimelineSample | None:
+    """The first sample (taken every half second) for which `condition(sample)` holds; None
+    when none did within `timeout_s`."""
+
+    def holding() -> TimelineSample | None:
         sample = timeline.take()
-        if condition(sample):  # type: ignore[operator]
-            return sample
-        time.sleep(0.5)
-    return None
+        return sample if condition(sample) else None
+
+    return poll_until(holding, timeout_s, interval_s=0.5)
 
 
 def wait_settled(timeline: Timeline, params: BenchParams) -> TimelineSample | None:
@@ -597,7 +603,7 @@ def wait_settled(timeline: Timeline, params: BenchParams) -> TimelineSample | No
     processed: a case must not begin while partitions still move after the start."""
     deadline = time.monotonic() + params.ready_timeout_s
     while (remaining := deadline - time.monotonic()) > 0:
-        first = wait_until(
+        first = first_sample(
             timeline,
             remaining,
             lambda s: _all_ready(s) and _caught_up(s, params) and _fully_assigned(s, params),
@@ -613,6 +619,11 @@ def wait_settled(timeline: Timeline, params: BenchParams) -> TimelineSample | No
         ):
             return last
     return None
+
+
+def _judged_ready(admin: AdminClient, node_id: int) -> bool:
+    """Whether node `node_id` is ready as its pod's readiness sidecar judges it."""
+    return judge(admin, node_id).ready
 
 
 def _assignment(sample: TimelineSample) -> tuple[tuple[str, tuple[int, ...]], ...]:

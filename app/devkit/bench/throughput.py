@@ -34,8 +34,10 @@ from app.devkit.bench.measure import Timeline, output_latencies, percentile
 from app.devkit.bench.memory import MemorySampler
 from app.devkit.bench.table import write_table
 from app.devkit.loadgen import LoadGenerator, LoadSettings, producer_config
-from app.devkit.local.instances import InstanceOptions, PipelineNames
+from app.devkit.local.instances import InstanceOptions
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
+from app.devkit.waiting import poll_until
+from policies.contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.bench")
 
@@ -231,9 +233,8 @@ def measure_instance(
             )
         )
         summary = loader.join()
-        wait_s = time.monotonic() + 120
-        while time.monotonic() < wait_s and pipeline.lag.total() > 0:
-            time.sleep(0.5)
+        lag = pipeline.lag
+        poll_until(lambda: lag.total() == 0, 120, interval_s=0.5)  # measured also if not
     pipeline.stop_instances()
     pipeline.output.wait_until_caught_up(60.0)
     # The backlog's views come first per page and were not timed: no latency for them.
@@ -259,17 +260,20 @@ def measure_restore(pipeline: LocalPipeline, params: ThroughputParams) -> dict[s
     instance = pipeline.instances[0]
     instance.wipe_state()
     instance.start()
-    deadline = time.monotonic() + params.ready_timeout_s
     status = instance.status()
-    while time.monotonic() < deadline and not (
-        status.ready and status.metric("processor_restore_records_total") > 0
-    ):
+
+    def restored() -> bool:
+        nonlocal status
+        status = instance.status()
+        if status.ready and status.metric("processor_restore_records_total") > 0:
+            return True
         if not instance.running:
             raise RuntimeError(
                 f"{instance.name} exited during its restore; see {instance.log_path}"
             )
-        time.sleep(0.5)
-        status = instance.status()
+        return False
+
+    poll_until(restored, params.ready_timeout_s, interval_s=0.5)
     pipeline.stop_instances()
     records = status.metric("processor_restore_records_total")
     read_s = status.metric("processor_restore_read_seconds_total")

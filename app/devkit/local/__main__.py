@@ -39,7 +39,7 @@ from types import FrameType
 from app.clients import client_properties
 from app.clients.client_properties import ClientConfig
 from app.devkit.loadgen import LoadSettings
-from app.devkit.local.instances import InstanceOptions
+from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS, InstanceOptions
 from app.devkit.local.observe import check_counts
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
 from app.devkit.local.progress import Sample, format_progress, now
@@ -88,7 +88,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     parser.add_argument("--state-dir", type=Path, default=Path("build/local"))
     parser.add_argument(
-        "--session-timeout-ms", type=int, default=30_000, help="consumer.session.timeout.ms"
+        "--session-timeout-ms",
+        type=int,
+        default=LOCAL_SESSION_TIMEOUT_MS,
+        help="consumer.session.timeout.ms",
     )
     parser.add_argument(
         "--membership-mode",

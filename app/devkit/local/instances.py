@@ -35,6 +35,8 @@ from policies.contract.processor_keys import (
     MEMBERSHIP_STATIC,
     TRANSACTIONAL_ID_KEY,
 )
+from policies.contract.restart_budget import RestartBudget, session_timeout_ms
+from policies.contract.topic_specs import PipelineNames
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 HTTP_TIMEOUT_S = 2.0
@@ -42,23 +44,13 @@ HTTP_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = 90.0
 
 
-@dataclass(frozen=True)
-class PipelineNames:
-    """The application id and topic names every instance shares."""
-
-    application_id: str = "page-view-counter"
-    input_topic: str = "page-views"
-    output_topic: str = "page-view-counts"
-
-    @property
-    def changelog_topic(self) -> str:
-        """Named as `topic_specs.pipeline_topics` names it."""
-        return f"{self.application_id}-counts-changelog"
-
-    @property
-    def dlq_topic(self) -> str:
-        """Named as `topic_specs.pipeline_topics` names it."""
-        return f"{self.application_id}-dlq"
+# A local instance's worst-case restart (the local run, the test harness, the benchmarks): a stop
+# that lets the running batch finish, then a start on the same machine. Its static member's
+# session is the contract's formula over it, as the Pulumi program computes a pod's.
+LOCAL_RESTART_BUDGET = RestartBudget(grace_seconds=15, startup_seconds=10, min_ready_seconds=0)
+LOCAL_SESSION_TIMEOUT_MS = session_timeout_ms(
+    static_member=True, budget=LOCAL_RESTART_BUDGET, margin_seconds=5
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +60,7 @@ class InstanceOptions:
     stateful: bool = True  # False: dynamic membership, leaves the group on close
     membership_mode: str = DEFAULTS["membership.mode"]
     num_standby_replicas: int = int(DEFAULTS["num.standby.replicas"])
-    session_timeout_ms: int = 30_000
+    session_timeout_ms: int = LOCAL_SESSION_TIMEOUT_MS
     heartbeat_interval_ms: int = int(DEFAULTS["consumer.heartbeat.interval.ms"])
     trigger_interval_ms: int = int(DEFAULTS["trigger.interval.ms"])
     max_records_per_batch: int = int(DEFAULTS["max.records.per.batch"])

@@ -23,6 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from app.admin.topics import librdkafka_logger
 from app.clients.kafka_retry import Retrying
+from app.devkit.waiting import poll_until, wait_until
 
 CLIENT_TIMEOUT_S = 10.0
 # How long a moving group coordinator or partition leader, or an open transaction, may keep the
@@ -48,18 +49,20 @@ def _observer_config(
 def partition_count(consumer: Consumer, topic: str) -> int:
     """The topic's partition count (a clear error if it does not exist)."""
     # A broker learns a new topic a moment after the controller created it: ask again.
-    deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    while True:
-        metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
-        found = metadata.topics.get(topic)
-        if found is not None and found.error is None and found.partitions:
-            return len(found.partitions)
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"topic {topic} not found within {CLIENT_TIMEOUT_S:g} s: "
-                f"{found.error if found else 'no metadata'}; was it created?"
-            )
-        time.sleep(0.5)
+    found = None
+
+    def partitions() -> int:
+        nonlocal found
+        found = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics.get(topic)
+        return len(found.partitions) if found is not None and found.error is None else 0
+
+    return wait_until(
+        partitions,
+        CLIENT_TIMEOUT_S,
+        f"topic {topic} in the metadata (was it created?)",
+        interval_s=0.5,
+        seen=lambda: found.error if found else "no metadata",
+    )
 
 
 @dataclass(frozen=True)
@@ -278,17 +281,16 @@ class OutputTail:
             return dict(self.latest), self.read, len(self.duplicates)
 
     def wait_until_caught_up(self, timeout_s: float, quiet_s: float = 2.0) -> bool:
-        """Wait until every partition is read to its end and nothing arrived for `quiet_s`."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        """Wait until every partition is read to its end and nothing arrived for `quiet_s`;
+        whether it came to that within `timeout_s`."""
+
+        def caught_up() -> bool:
             self._raise_if_failed()
             with self._lock:
                 done = all(self._at_end.values())
-                quiet = time.monotonic() - self._changed_at >= quiet_s
-            if done and quiet:
-                return True
-            time.sleep(0.2)
-        return False
+                return done and time.monotonic() - self._changed_at >= quiet_s
+
+        return poll_until(caught_up, timeout_s, interval_s=0.2) is not None
 
     def open_gaps(self, at_ms: int) -> None:
         """Start measuring the output's gaps (`gaps`) now."""

@@ -25,9 +25,9 @@ from app.admin import topics as topics_cli
 from app.clients.client_properties import ClientConfig
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
-from app.devkit.local.instances import InstanceOptions, PipelineNames, ProcessorProcess
+from app.devkit.local.instances import InstanceOptions, ProcessorProcess
 from app.devkit.local.observe import GroupLag, OutputTail
-from policies.contract.topic_specs import dumps, pipeline_topics
+from policies.contract.topic_specs import PipelineNames, dumps, pipeline_topics
 
 
 def broker_count(bootstrap_servers: str, client_config: Mapping[str, str]) -> int:

@@ -1,6 +1,6 @@
 """Offline policy check for pull requests: no cluster, no credentials, no Pulumi CLI.
 
-    python -m policies.check --stack dev [--config policies/config.dev.json] [--sarif FILE]
+    python -m infra.policy_check --stack dev [--config policies/config.dev.json] [--sarif FILE]
 
 Records the stack with the Pulumi program under Pulumi's mocks (`infra.render.record_stack`,
 configuration from `Pulumi.<stack>.yaml`), runs every policy the way `pulumi preview
@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 from pulumi_policy import EnforcementLevel, Policy
 
+from infra.config import StackConfigError
+from infra.render import record_stack
 from policies.evaluate import (
     PolicyConfigError,
     Resource,
@@ -87,15 +89,12 @@ def print_report(
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: 0 clean or advisory only, 1 mandatory violations, 2 bad input."""
     parser = argparse.ArgumentParser(
-        prog="python -m policies.check", description=__doc__.split("\n")[0]
+        prog="python -m infra.policy_check", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--stack", required=True, help="stack name: Pulumi.<stack>.yaml")
     parser.add_argument("--config", type=Path, help="policy config (policies/config.<stack>.json)")
     parser.add_argument("--sarif", type=Path, help="also write the results as SARIF 2.1.0")
     args = parser.parse_args(argv)
-
-    from infra.config import StackConfigError
-    from infra.render import record_stack
 
     policies = all_policies()
     config_path = args.config or REPO / "policies" / f"config.{args.stack}.json"

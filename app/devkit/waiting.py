@@ -1,0 +1,62 @@
+"""Waiting for a condition: call it until it returns a truthy value or the time is up.
+
+`wait_until` fails with a `TimeoutError` that names what was awaited; `poll_until` answers
+`None` instead, for callers to whom a timeout is an outcome, not an error. The condition runs
+at least once (also with a timeout of 0) and once more at the deadline.
+
+The standard library only: the tests in tests/cluster import it from an environment without
+the application's packages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def poll_until(
+    condition: Callable[[], T | None], timeout_s: float, *, interval_s: float = 0.1
+) -> T | None:
+    """Call `condition` every `interval_s` until it returns a truthy value, and return that
+    value; `None` when it has not within `timeout_s`. An exception it raises ends the wait."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        time.sleep(min(interval_s, remaining))
+
+
+def wait_until(
+    condition: Callable[[], T | None],
+    timeout_s: float,
+    what: str,
+    *,
+    interval_s: float = 0.1,
+    seen: Callable[[], object] | None = None,
+) -> T:
+    """Call `condition` every `interval_s` until it returns a truthy value, and return that
+    value. Otherwise a `TimeoutError` after `timeout_s`, naming `what` (what was awaited) and,
+    with `seen`, what it returns: what there was instead, for the failure message."""
+    value = poll_until(condition, timeout_s, interval_s=interval_s)
+    if value is None:
+        raise TimeoutError(f"{what}: not within {timeout_s:g} s{_last_seen(seen)}")
+    return value
+
+
+def _last_seen(seen: Callable[[], object] | None) -> str:
+    """`seen()` for the failure message: text as it is (log tails keep their lines), anything
+    else as its repr; a failure of `seen` itself must not hide the timeout."""
+    if seen is None:
+        return ""
+    try:
+        last = seen()
+    except Exception as exc:
+        return f"; last seen: unknown ({type(exc).__name__}: {exc})"
+    return f"; last seen: {last if isinstance(last, str) else repr(last)}"

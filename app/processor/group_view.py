@@ -1,0 +1,79 @@
+"""What a member learns from its group's description: which partitions' copies it keeps as a
+standby, and the description that tells whether an empty assignment is settled.
+
+The member's own consumer does not know which partitions the other members own, so the group is
+described, and by a child process (`group_describer`): librdkafka's `describe_consumer_groups`
+crashed its process around a coordinator change. Who keeps which copy is the ring of
+`state_restore.standby_partitions`, beside the restore protocol that reads the copies.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from app.processor.group_describer import GroupDescriber, GroupDescription
+from app.processor.state_restore import Member, standby_partitions
+
+log = logging.getLogger("app.processor.membership")
+
+# What the admin client that describes the group takes from the member's settings.
+_ADMIN_KEYS = ("bootstrap.servers", "client.id", "security.protocol")
+_ADMIN_PREFIXES = ("sasl.", "ssl.")
+
+
+class GroupView:
+    """Asks for the group's description without waiting, and reads standbys from it."""
+
+    def __init__(
+        self, consumer_config: Mapping[str, str], topic: str, name: str, standby_replicas: int
+    ) -> None:
+        self.topic = topic
+        self.name = name  # the member's name in the ring (group.instance.id, else client.id)
+        self.standby_replicas = standby_replicas
+        self._group_id = consumer_config["group.id"]
+        self._admin_config = {
+            k: v
+            for k, v in consumer_config.items()
+            if k in _ADMIN_KEYS or k.startswith(_ADMIN_PREFIXES)
+        }
+        # Started when first needed: a member without standbys may never describe its group.
+        self._describer: GroupDescriber | None = None
+
+    def request(self, generation: int) -> None:
+        """Ask for a description, tagged with the member's assignment generation."""
+        if self._describer is None:
+            self._describer = GroupDescriber(self._admin_config, self._group_id, self.topic)
+        self._describer.request(generation)
+
+    def result(self, retry_in_s: float) -> tuple[int, GroupDescription] | None:
+        """The description that arrived since the last call, if any (never waits)."""
+        answer = self._describer.result() if self._describer is not None else None
+        if answer is None:
+            return None
+        generation, description = answer
+        if isinstance(description, str):
+            log.warning(
+                "group %s could not be described (standbys and readiness keep what they had; "
+                "asked again in %.0f s): %s",
+                self._group_id,
+                retry_in_s,
+                description,
+            )
+            return None
+        return generation, description
+
+    def standbys(self, description: GroupDescription) -> set[int] | None:
+        """The partitions whose copies this member keeps, None to keep what it keeps (no
+        standbys configured, or a description from before this member joined)."""
+        if self.standby_replicas < 1:
+            return None
+        members = [Member(m.name, m.partitions) for m in description.members]
+        if not any(m.name == self.name for m in members):
+            return None
+        return standby_partitions(members, self.name, self.standby_replicas)
+
+    def close(self) -> None:
+        """Stop the describer child, if one was started."""
+        if self._describer is not None:
+            self._describer.close()
