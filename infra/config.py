@@ -38,6 +38,9 @@ from policies.contract.topic_specs import PipelineNames, TopicSpec, TopicSpecErr
 from policies.rules.credential_values import find_credentials
 from policies.rules.images import is_digest_pinned
 
+# The namespace of this program's settings (`stateful-streaming:processor`, ...) and the package of
+# its components' type tokens: it stays when a fork renames the project (`pulumi new --name`),
+# since a type token is part of every resource's URN.
 PROJECT = "stateful-streaming"
 
 # The broker image, pinned by digest (the index digest of Docker Hub's apache/kafka:4.1.1, the
@@ -427,6 +430,7 @@ def build_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
     `raw` holds the values of `Pulumi.<stack>.yaml` under `stateful-streaming:`; structured
     values may be mappings or their JSON text, as the Pulumi CLI passes them.
     """
+    raw = _nested(raw)
     unknown = sorted(set(raw) - set(_TOP_LEVEL))
     if unknown:
         raise setting_error(unknown[0], raw[unknown[0]], f"unknown key; known keys: {_TOP_LEVEL}")
@@ -444,6 +448,24 @@ def build_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
         raise setting_error("namespace", config.namespace, "must be a DNS label (a-z, 0-9, -)")
     _validate(config)
     return config
+
+
+def _nested(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """`section.field` keys (what `pulumi new`'s prompts and `pulumi config set` without
+    `--path` write) as the nested settings they name; both forms may be mixed, and a dotted key
+    is applied over its section."""
+    nested: dict[str, Any] = {k: v for k, v in raw.items() if "." not in k}
+    for key, value in raw.items():
+        if "." in key:
+            section, _, setting = key.partition(".")
+            if (
+                section in _TOP_LEVEL
+                and section in nested
+                and not isinstance(nested[section], Mapping)
+            ):
+                raise setting_error(section, nested[section], "must be a map of settings")
+            nested[section] = _merge(nested.get(section) or {}, {setting: value})
+    return nested
 
 
 # pydantic's error types, as the one error shape says them.
