@@ -31,6 +31,8 @@ COPY app/__init__.py /app/app/
 COPY app/processor/ /app/app/processor/
 COPY app/admin/ /app/app/admin/
 COPY app/clients/ /app/app/clients/
+# The pipelines' aggregations (`aggregation.class` names one; the processor imports it by name).
+COPY app/pipelines/ /app/app/pipelines/
 # The contract the processor shares with the Pulumi program and the policy pack (standard
 # library only): its keys, defaults and rules, and the properties codec.
 COPY policies/__init__.py /app/policies/

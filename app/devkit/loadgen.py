@@ -4,11 +4,11 @@
         --keys 100 --skew 1.1 [--count N | --duration S] [--malformed-ratio 0.0] \\
         [--one-record-per-batch] [--summary-json FILE] [--command-config FILE]
 
-Records follow the input contract of `app/processor/counting.py`: the key is the page, the value a
-JSON object `{"page": ..., "user": ..., "ts": ...}` whose `ts` is the creation time in epoch
-milliseconds, which is also the record's Kafka timestamp (event time). A `--malformed-ratio`
-share of the records breaks the contract on purpose (one of the dead-letter reasons, rotating),
-so the dead-letter path gets exercised.
+Records follow the input contract of `app/pipelines/page_view_count.py`: the key is the page, the
+value a JSON object `{"page": ..., "user": ..., "ts": ...}` whose `ts` is the creation time in epoch
+milliseconds, which is also the record's Kafka timestamp (event time). A `--malformed-ratio` share
+of the records breaks the contract on purpose (one of the dead-letter reasons, rotating), so the
+dead-letter path gets exercised.
 
 The rate is a token bucket refilled continuously (capacity: 10 ms of tokens), so the load is
 steady rather than one burst per second. The producer is idempotent (`acks=all`), so each record

@@ -5,7 +5,7 @@
 A Spark driver loads about 20,000 classes before its first batch; on 2 cores that is a third of
 its start. Java 17 can map the classes an earlier run loaded from an archive instead
 (`-XX:SharedArchiveFile`, JEP 350). This builds that archive with a training run of the
-processor's own query shape (rate source -> the counting's stateful operator on RocksDB ->
+processor's own query shape (rate source -> the keyed state's stateful operator on RocksDB ->
 foreachBatch) under the processor's Spark defaults, so its classes are the ones a real start
 loads. The archive is only valid for the JVM and the jars it was built with, so it lives in the
 Python environment that holds those jars (`default_path()`), and the image builds it in its own
@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.clients.java_properties import format_properties
+from app.processor.aggregation import Aggregation, load_aggregation
 from app.processor.class_archive import default_path
-from app.processor.counting import count_page_views
 from app.processor.kafka_source import SCHEMA
+from app.processor.keyed_state import aggregate
 from app.processor.pipeline import spark_session
 from app.processor.settings import parse_settings
 
@@ -44,7 +45,7 @@ PID_FILE = "jvm.pid"
 # training runs the processor's own plan (a new source field fails here, by name, not later).
 TRAINING_COLUMNS = {
     "key": "concat('/page/', cast(value % 50 as string))",
-    "value": "'{}'",
+    "value": "null",  # the aggregation's example partial (`training_columns`)
     "partition": "value % 2",
     "offset": "value",
     "records": "1",
@@ -53,6 +54,19 @@ TRAINING_COLUMNS = {
     "reason": "null",
     "read_us": "0",
 }
+
+
+def training_columns(aggregation: Aggregation) -> dict[str, str]:
+    """`TRAINING_COLUMNS` with the value every input row carries: the partial the aggregation
+    folds from its example record (a fork's new aggregation is trained on its own data)."""
+    key, value = aggregation.example_record()
+    partial = aggregation.fold(None, key, value)
+    if isinstance(partial, str):
+        raise ValueError(
+            f"{type(aggregation).__name__}.example_record() breaks its own input contract "
+            f"({partial}): return a record its fold accepts"
+        )
+    return {**TRAINING_COLUMNS, "value": f"unhex('{aggregation.encode_partial(partial).hex()}')"}
 
 
 def _train(out: Path, work_dir: Path) -> int:
@@ -74,16 +88,17 @@ def _train(out: Path, work_dir: Path) -> int:
         "spark.local.dir": str(work_dir / "spark"),
         "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={out}",
     }
-    spark = spark_session(
-        parse_settings(format_properties(training), overrides={"class.data.archive": ""})
-    )
+    settings = parse_settings(format_properties(training), overrides={"class.data.archive": ""})
+    aggregation = load_aggregation(settings.aggregation_class)
+    columns = training_columns(aggregation)
+    spark = spark_session(settings)
     events = (
         spark.readStream.format("rate")
         .option("rowsPerSecond", "200")
         .load()
         .select(
             *(
-                F.expr(TRAINING_COLUMNS[field.name]).cast(field.dataType).alias(field.name)
+                F.expr(columns[field.name]).cast(field.dataType).alias(field.name)
                 for field in SCHEMA.fields
             )
         )
@@ -95,7 +110,7 @@ def _train(out: Path, work_dir: Path) -> int:
         batches.append(batch_id)
 
     query = (
-        count_page_views(events)
+        aggregate(events, aggregation)
         .writeStream.outputMode("update")
         .foreachBatch(run_batch)
         .trigger(processingTime="500 milliseconds")

@@ -66,6 +66,7 @@ from pyspark.sql.types import (
 from app.clients import LOG_FORMAT
 from app.clients.kafka_retry import Retrying, is_transient
 from app.processor import assignment_file
+from app.processor.aggregation import Aggregation, load_aggregation
 from app.processor.combine import INPUT, RESTORE, RangeFold
 from app.processor.source_offsets import (
     FROM_BEGINNING,
@@ -145,6 +146,8 @@ class SourceOptions:
     consumer_config: Mapping[str, str]
     # `task.timeout.ms`: how long the planning and the reads ride out transient Kafka errors.
     task_timeout_ms: int
+    # `aggregation.class`: whose `fold` the readers run.
+    aggregation_class: str
 
     @property
     def retrying(self) -> Retrying:
@@ -409,8 +412,9 @@ class GroupAssignedReader(DataSourceStreamReader):
         _log_to_stderr()
         consumer = _reader_consumer(self.options.consumer_config)
         try:
+            aggregation = load_aggregation(self.options.aggregation_class)
             for one in partition.ranges:
-                yield from read_range(consumer, one, self.options.retrying)
+                yield from read_range(consumer, one, self.options.retrying, aggregation)
         except BaseException:
             # A failed or abandoned read leaves the client in an unknown state: never reuse it.
             _drop_reader_consumer(self.options.consumer_config)
@@ -463,11 +467,11 @@ def pack_tasks(ranges: Sequence[KafkaRange], tasks: int) -> list[KafkaRanges]:
 
 
 def read_range(
-    consumer: Consumer, work: KafkaRange, retrying: Retrying
+    consumer: Consumer, work: KafkaRange, retrying: Retrying, aggregation: Aggregation
 ) -> Iterator[pa.RecordBatch]:
-    """Read offsets [work.begin, work.end) of one partition with `assign()`, folded per page."""
+    """Read offsets [work.begin, work.end) of one partition with `assign()`, folded per key."""
     tp = TopicPartition(work.topic, work.partition)
-    fold = RangeFold(work.kind)
+    fold = RangeFold(work.kind, aggregation)
     started = time.perf_counter()
     try:
         begin = work.begin

@@ -1,4 +1,4 @@
-"""The Spark side: the session and the streaming query (source -> counting -> sink)."""
+"""The Spark side: the session and the streaming query (source -> keyed state -> sink)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from app.processor import class_archive
+from app.processor.aggregation import load_aggregation
 from app.processor.assignment_file import assignment_path
-from app.processor.counting import count_page_views
 from app.processor.kafka_source import SOURCE_NAME, KafkaGroupSource, SourceOptions
+from app.processor.keyed_state import aggregate
 from app.processor.settings import INSTANCE_ID_KEY, ProcessorSettings
 from app.processor.sink import TransactionalSink
 from app.processor.state_restore import copies_path
@@ -82,6 +83,7 @@ def source_options(settings: ProcessorSettings) -> SourceOptions:
         read_tasks=settings.executor_cores,
         consumer_config=config,
         task_timeout_ms=settings.task_timeout_ms,
+        aggregation_class=settings.aggregation_class,
     )
 
 
@@ -95,7 +97,7 @@ def start_query(
         .load()
     )
     return (
-        count_page_views(events)
+        aggregate(events, load_aggregation(settings.aggregation_class))
         .writeStream.queryName(settings.application_id.replace("-", "_"))
         .outputMode("update")
         .foreachBatch(sink.write_batch)

@@ -1,6 +1,6 @@
 """Spark's Python worker daemon, with the workers' imports done once, before it forks them.
 
-Every Python worker of this processor (the source's readers, the stateful counting) is a fork of
+Every Python worker of this processor (the source's readers, the keyed state) is a fork of
 Spark's daemon (`spark.python.daemon.module`). pyspark's own daemon imports the worker code after
 the fork, in each worker: about 3 s of pandas, pyarrow, pyspark.sql and this package on 2 cores,
 paid by every worker of an instance's first batch, two at a time. This daemon imports it once,
@@ -32,7 +32,8 @@ PRELOADED = (
     "pyspark.sql.pandas.serializers",
     "pyspark.sql.streaming.stateful_processor_api_client",
     "app.processor.kafka_source",
-    "app.processor.counting",
+    "app.processor.keyed_state",
+    "app.pipelines.page_view_count",
 )
 
 

@@ -28,6 +28,7 @@ import confluent_kafka
 from app.clients.client_properties import CLIENT_COMMON_KEYS, CLIENT_COMMON_PREFIXES
 from app.clients.java_properties import is_credential_key, parse_properties, resolve_env
 from app.processor import class_archive
+from app.processor.aggregation import AggregationClassError, load_aggregation
 from policies.contract import membership
 from policies.contract.processor_keys import (
     BOOL_KEYS,
@@ -91,6 +92,8 @@ class ProcessorSettings:
     class_data_archive: Path | None
     # Spark's Python processes fork from a preloaded server (`python.forkserver`)
     python_forkserver: bool
+    # the pipeline's `Aggregation`, module.Class (`aggregation.class`)
+    aggregation_class: str
     # consumer.group.instance.id resolved (the pod name) for a static member, else None.
     instance_id: str | None
     transactional_id: str
@@ -252,6 +255,11 @@ def _validate(values: dict[str, _Value]) -> list[str]:
         _problem(w.key, values[w.key], f"must be {w.required}: {w.why}; remove it")
         for w in tls_weakenings({key: item.value for key, item in values.items()})
     ]
+    item = values["aggregation.class"]
+    try:
+        load_aggregation(item.value)
+    except AggregationClassError as err:
+        problems.append(_problem("aggregation.class", item, err.why))
     if not problems:
         # librdkafka is the authority on the client settings: names, ranges, combinations.
         problems += _check_with_librdkafka(values)
@@ -433,6 +441,7 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         num_standby_replicas=int(get("num.standby.replicas")),
         class_data_archive=class_archive.resolve(get("class.data.archive")),
         python_forkserver=get("python.forkserver").lower() == "true",
+        aggregation_class=get("aggregation.class"),
         instance_id=instance.value if (stateful and instance is not None) else None,
         transactional_id=values[TRANSACTIONAL_ID_KEY].value,
         properties=MappingProxyType(dict(sorted(properties.items()))),

@@ -2,8 +2,8 @@
 
 Per batch, in one transaction (`transactional.id` from the pod name):
 
-- each updated count to the output topic and to the changelog topic, in the partition of the
-  input record (key: the page; value: the count as a UTF-8 decimal);
+- each key's new output value to the output topic and its changelog value to the changelog
+  topic, in the partition of the input record (`Aggregation.output_value`, `changelog_value`);
 - each record that broke the input contract to the dead-letter topic, unchanged, with the
   headers `dlq.reason`, `dlq.source.topic`, `dlq.source.partition`, `dlq.source.offset`;
 - the batch's input end offsets (from `<checkpoint>/offsets/<batchId>`) committed to the group
@@ -30,7 +30,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
-from app.processor.counting import COUNT, DLQ, RESTORED
+from app.processor.keyed_state import DLQ, RESTORED, RESULT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
 from app.processor.source_offsets import (
@@ -157,7 +157,7 @@ class TransactionalSink:
                 return {}
             written, changelog_ends = self._transaction_with_retries(batch_id, rows, offsets)
         records_in: Counter[tuple[str, int]] = Counter()
-        for kind in (COUNT, DLQ):
+        for kind in (RESULT, DLQ):
             for p, n in _records_by_partition(rows, kind).items():
                 if p in offsets:
                     records_in[(self.topics.input, p)] += n
@@ -258,13 +258,14 @@ class TransactionalSink:
                 partition = row["partition"]
                 if partition not in offsets:
                     continue
-                if row["kind"] == COUNT:
-                    key = row["page"].encode("utf-8")
-                    value = str(row["count"]).encode("ascii")
-                    producer.produce(self.topics.output, value=value, key=key, partition=partition)
+                if row["kind"] == RESULT:
+                    key = row["key"]
+                    producer.produce(
+                        self.topics.output, value=row["value"], key=key, partition=partition
+                    )
                     producer.produce(
                         self.topics.changelog,
-                        value=value,
+                        value=row["changelog"],
                         key=key,
                         partition=partition,
                         on_delivery=delivered,

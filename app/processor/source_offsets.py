@@ -22,8 +22,8 @@ batch runs; its last line is the source's offsets):
   the copy's epoch). It ends at the partition's changelog offset above. `state_restore.py`
   decides which partitions do.
 - `@input.from` (optional): per gained partition, where this batch's input read starts (the
-  group's committed offset); the same batch reads its changelog first: the counting sets each
-  restored page's count before it adds the input.
+  group's committed offset); the same batch reads its changelog first: the keyed state sets each
+  restored key's state before it adds the input.
 
 - `@warm-up` (optional): `{"token": N}`, the token of the last warm-up batch (a batch a restarted
   instance runs before it joins the group, so that its first real batch finds Python workers,

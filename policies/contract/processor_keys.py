@@ -118,6 +118,14 @@ KEYS: tuple[Key, ...] = (
         "the sink writes results, state changes and input offsets in one transaction",
         allowed=("exactly_once_v2",),
     ),
+    # Kafka's way of naming a pluggable class (`partition.assignment.strategy`, ...): the module
+    # and the class of the pipeline's `app.processor.aggregation.Aggregation`.
+    Key(
+        "aggregation.class",
+        KeyType.STRING,
+        "app.pipelines.page_view_count.PageViewCount",
+        "the pipeline's aggregation",
+    ),
     Key(
         "stateful",
         KeyType.BOOL,

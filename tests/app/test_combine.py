@@ -1,4 +1,5 @@
-"""The readers' per-range fold: one row per page, every rejected record on its own."""
+"""The readers' per-range fold: one row per key with its partial, every rejected record on its
+own; and the page-view count's input contract."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.processor.combine import INPUT, RESTORE, RangeFold, contract_violation
+from app.pipelines.page_view_count import PageViewCount, contract_violation
+from app.processor.combine import INPUT, RESTORE, RangeFold
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class Record:
 
 def fold(kind: str, records: list[tuple[bytes | None, bytes | None, int]]) -> RangeFold:
     """`records` folded as one range that ends after the last of them."""
-    folded = RangeFold(kind)
+    folded = RangeFold(kind, PageViewCount())
     end = max(offset for _, _, offset in records) + 1
     folded.add_messages([Record(*r) for r in records], end, check=pytest.fail)
     return folded
@@ -69,7 +71,7 @@ def test_input_range_folds_to_one_row_per_page_with_its_count_and_last_offset() 
     assert columns["records"] == [3, 2]
     assert columns["offset"] == [13, 14]
     assert columns["reason"] == [None, None]
-    assert columns["value"] == [None, None]  # a count needs no value
+    assert columns["value"] == [b"3", b"2"]  # the partials: how many views
 
 
 def test_rejected_records_pass_one_by_one_with_offset_value_and_reason() -> None:
@@ -97,7 +99,7 @@ def test_restore_range_keeps_the_newest_value_per_page() -> None:
 
 
 def test_records_at_or_past_the_range_end_are_not_folded() -> None:
-    folded = RangeFold(INPUT)
+    folded = RangeFold(INPUT, PageViewCount())
     view = b'{"page": "/a"}'
     folded.add_messages([Record(b"/a", view, 5), Record(b"/a", view, 6)], 6, check=pytest.fail)
     assert folded.columns()["records"] == [1]

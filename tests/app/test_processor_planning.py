@@ -35,6 +35,7 @@ from app.processor.source_offsets import (
     running_batch,
 )
 from app.processor.state_restore import StateCopy, copies_path, write_copies
+from policies.contract.processor_keys import DEFAULTS
 
 INPUT_TOPIC = "page-views"
 CHANGELOG = "page-view-counter-counts-changelog"
@@ -68,6 +69,7 @@ def reader(tmp_path: Path) -> GroupAssignedReader:
             read_tasks=2,
             consumer_config={"bootstrap.servers": "127.0.0.1:9", "group.id": "g"},
             task_timeout_ms=1000,
+            aggregation_class=DEFAULTS["aggregation.class"],
         )
     )
 

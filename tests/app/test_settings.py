@@ -73,6 +73,7 @@ CONTRACT_DEFAULTS = {
     "spark.python.daemon.module": "app.processor.python_daemon",
     "class.data.archive": "auto",
     "python.forkserver": "true",
+    "aggregation.class": "app.pipelines.page_view_count.PageViewCount",
 }
 CONTRACT_KEYS = {
     *CONTRACT_DEFAULTS,

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.devkit.waiting import wait_until
-from app.processor.counting import COUNT
+from app.processor.keyed_state import RESULT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
 from app.processor.sink import (
@@ -100,28 +100,53 @@ def sink(bootstrap: str, tmp_path: Path) -> Iterator[TransactionalSink]:
         yield joined
 
 
+def result(page: str | None, value: object, partition: int = 0) -> dict[str, object]:
+    """One result row: a page's new count as output and changelog value."""
+    encoded = str(value).encode() if isinstance(value, int) else value
+    return {
+        "partition": partition,
+        "kind": RESULT,
+        "key": None if page is None else page.encode(),
+        "value": encoded,
+        "changelog": encoded,
+    }
+
+
 def counts(pages: dict[str, int]) -> pa.Table:
     """A batch's result rows: one count per page, all in partition 0."""
-    return pa.Table.from_pylist(
-        [{"partition": 0, "kind": COUNT, "page": page, "count": n} for page, n in pages.items()]
-    )
+    return pa.Table.from_pylist([result(page, n) for page, n in pages.items()])
 
 
 def transactions(sink: TransactionalSink, result: str) -> float:
     return sink.metrics.transactions.labels(result=result)._value.get()
 
 
+class _FailingOn:
+    """The sink's producer, except that producing `key` raises: a bug while a batch is written,
+    not a Kafka error."""
+
+    def __init__(self, producer: object, key: bytes) -> None:
+        self._producer, self._key = producer, key
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._producer, name)
+
+    def produce(self, *args: object, **kwargs: object) -> None:
+        if kwargs.get("key") == self._key:
+            raise ValueError("a bug while writing the batch")
+        self._producer.produce(*args, **kwargs)  # type: ignore[attr-defined]
+
+
 def test_a_failure_inside_a_transaction_leaves_none_open(
     sink: TransactionalSink, bootstrap: str
 ) -> None:
-    broken = pa.Table.from_pylist(
-        [
-            {"partition": 0, "kind": COUNT, "page": "/a", "count": 1},
-            {"partition": 0, "kind": COUNT, "page": None, "count": 2},  # fails mid-transaction
-        ]
-    )
-    with pytest.raises(AttributeError):  # not a Kafka error: it propagates as it is
-        sink._transaction(1, broken, {0: 1})
+    producer = sink._producer
+    sink._producer = _FailingOn(producer, b"/b")  # type: ignore[assignment]
+    try:
+        with pytest.raises(ValueError):  # not a Kafka error: it propagates as it is
+            sink._transaction(1, counts({"/a": 1, "/b": 2}), {0: 1})
+    finally:
+        sink._producer = producer
     assert transactions(sink, "aborted") == 1
 
     written, _ = sink._transaction(2, counts({"/b": 5}), {0: 2})  # begins: nothing left open
@@ -139,8 +164,8 @@ def test_a_kafka_error_inside_a_transaction_aborts_it_and_the_batch_can_be_repla
     missing = PARTITIONS + 5
     mismatched = pa.Table.from_pylist(
         [
-            {"partition": 0, "kind": COUNT, "page": "/a", "count": 1},
-            {"partition": missing, "kind": COUNT, "page": "/z", "count": 1},
+            result("/a", 1),
+            result("/z", 1, partition=missing),
         ]
     )
     with pytest.raises(TransactionAbortedError):

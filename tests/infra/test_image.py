@@ -12,6 +12,7 @@ from pathlib import Path
 
 from infra.processor import PROCESSOR_UID
 from infra.render import RecordedStack
+from policies.contract.processor_keys import DEFAULTS
 from tests.infra.conftest import k8s_object
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +25,8 @@ ENTRY_MODULES = (
     "app.admin.topics",
     "app.admin.scram_retire",
     "app.admin.broker_readiness",
+    # Imported by name (`aggregation.class`), so no import statement leads to it.
+    DEFAULTS["aggregation.class"].rpartition(".")[0],
 )
 # Import name -> distribution, where they differ.
 DISTRIBUTIONS = {"confluent_kafka": "confluent-kafka", "prometheus_client": "prometheus-client"}
