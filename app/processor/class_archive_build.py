@@ -140,7 +140,7 @@ def build(out: Path) -> Path:
             [
                 sys.executable,
                 "-m",
-                "app.processor.class_archive",
+                "app.processor.class_archive_build",
                 "--train",
                 str(partial),
                 "--work-dir",
@@ -178,7 +178,7 @@ def _alive(pid: int) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Build the archive (or, with --train, run the training query); the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m app.processor.class_archive")
+    parser = argparse.ArgumentParser(prog="python -m app.processor.class_archive_build")
     parser.add_argument("--out", type=Path, default=default_path())
     parser.add_argument("--train", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--work-dir", type=Path, help=argparse.SUPPRESS)

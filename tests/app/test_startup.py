@@ -59,6 +59,17 @@ def test_pyarrow_starts_a_thread_at_import_unless_the_daemon_configures_it() -> 
     assert int(result.stdout) > 1
 
 
+def test_make_setup_built_this_environments_class_archive() -> None:
+    """`make setup` (which `make test` runs first) builds the archive, and a failed build only
+    logs so that a machine without it still runs: a change that breaks the training run would
+    otherwise cost every start its seconds without a word."""
+    path = class_archive.default_path()
+    assert path.exists(), (
+        f"no Spark class archive at {path}: the training run failed, see .venv/class-archive.log "
+        "(`python -m app.processor.class_archive_build` rebuilds it)"
+    )
+
+
 def test_the_class_archive_setting_names_none_this_environments_or_a_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
