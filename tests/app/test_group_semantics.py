@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import (
@@ -503,8 +504,30 @@ def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offset
     member.close()
 
 
+class _SettledAtEachRebalance(ProcessorMetrics):
+    """The member's metrics, which also note, at each of its assignment changes (on its own
+    thread, as the change happens), what it owns and whether that counts as settled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.member: GroupMember | None = None
+        self.changes: list[tuple[frozenset[int], frozenset[int] | None]] = []
+
+    def rebalance(self, assigned: Iterable[Any], revoked: Iterable[Any]) -> None:
+        super().rebalance(assigned, revoked)
+        if self.member is not None:
+            owned = frozenset(self.member.assignment())
+            self.changes.append((owned, self.member.settled_assignment()))
+
+
 def _handoff_member(
-    bootstrap: str, topic: str, group_id: str, name: str, channel: Path, standby_replicas: int = 1
+    bootstrap: str,
+    topic: str,
+    group_id: str,
+    name: str,
+    channel: Path,
+    standby_replicas: int = 1,
+    metrics: ProcessorMetrics | None = None,
 ) -> GroupMember:
     """The processor's member as a hand-off instance runs it: dynamic, named by client.id."""
     config = {
@@ -517,14 +540,17 @@ def _handoff_member(
         "isolation.level": "read_committed",
         "enable.auto.commit": "false",
     }
-    return GroupMember(
+    member = GroupMember(
         config,
         topic,
         channel,
-        ProcessorMetrics(),
+        metrics or ProcessorMetrics(),
         standby_replicas=standby_replicas,
         confirm_empty_assignment=True,
-    ).start()
+    )
+    if isinstance(metrics, _SettledAtEachRebalance):
+        metrics.member = member  # before the join: its first change must be noted too
+    return member.start()
 
 
 def test_a_joining_hand_off_member_is_settled_only_once_it_owns_partitions(
@@ -536,18 +562,22 @@ def test_a_joining_hand_off_member_is_settled_only_once_it_owns_partitions(
     group = ConsumerGroup(kafka_bootstrap, topic, session_timeout_s=DYNAMIC_SESSION_TIMEOUT_S)
     owner = group.join(None)
     poll_until([owner], lambda: len(owner.assigned) == PARTITIONS, 60, "the owner of all")
-    member = _handoff_member(kafka_bootstrap, topic, group.name, "processor-1", tmp_path / "a")
-    seen: list[tuple[bool, frozenset[int] | None]] = []
+    metrics = _SettledAtEachRebalance()
+    member = _handoff_member(
+        kafka_bootstrap, topic, group.name, "processor-1", tmp_path / "a", metrics=metrics
+    )
+    seen: list[frozenset[int] | None] = []
 
     def settled_with_partitions() -> bool:
-        seen.append((member.assigned, member.settled_assignment()))
-        return bool(seen[-1][1])
+        seen.append(member.settled_assignment())
+        return bool(seen[-1])
 
     try:
         poll_until([owner], settled_with_partitions, 60, "the member's settled assignment")
-        # It did go through the empty first step, and was not settled there.
-        assert any(assigned and settled is None for assigned, settled in seen)
-        assert frozenset() not in [settled for _, settled in seen]
+        # It went through the empty first step (noted as it happened, on the member's thread,
+        # not by sampling, which a quick second rebalance can slip past), unsettled there.
+        assert metrics.changes[0] == (frozenset(), None), metrics.changes
+        assert frozenset() not in seen, seen
         assert member.assignment() == set(range(PARTITIONS)) - owner.assigned
     finally:
         member.close()
