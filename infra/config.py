@@ -620,12 +620,13 @@ _NODE_OWNED_KEYS = frozenset(
 )
 
 
-# Contract keys that stack settings render; a breach of them names the setting, not the key.
-_STACK_SETTING_OF = {
-    "stateful": "processor.stateful",
-    "membership.mode": "processor.membershipMode",
-    "num.standby.replicas": "processor.numStandbyReplicas",
-    "replicas": "processor.replicas",
+# Contract keys that stack settings render (key -> ProcessorConfig field): a breach of them names
+# the setting and its value, not the key.
+_STACK_FIELD_OF = {
+    "stateful": "stateful",
+    "membership.mode": "membership_mode",
+    "num.standby.replicas": "num_standby_replicas",
+    "replicas": "replicas",
 }
 
 
@@ -677,18 +678,18 @@ def _validate_processor_properties(config: StackConfig) -> None:
             ),
         ]
         breaches += [b for b in optional if b is not None]
-    stack_values = {
-        "processor.stateful": processor.stateful,
-        "processor.membershipMode": processor.membership_mode,
-        "processor.numStandbyReplicas": processor.num_standby_replicas,
-        "processor.replicas": processor.replicas,
-    }
     for breach in breaches:
-        setting = _STACK_SETTING_OF.get(breach.key, f"processor.properties.{breach.key}")
-        value = stack_values.get(setting, processor.properties.get(breach.key, breach.found))
-        overridden = breach.key in processor.properties or setting in stack_values
+        field = _STACK_FIELD_OF.get(breach.key)
+        if field is not None:
+            alias = ProcessorConfig.model_fields[field].alias
+            raise setting_error(f"processor.{alias}", getattr(processor, field), breach.message())
+        overridden = breach.key in processor.properties
         fix = "" if overridden else " (computed from the StatefulSet's restart budget)"
-        raise setting_error(setting, value, f"{breach.message()}{fix}")
+        raise setting_error(
+            f"processor.properties.{breach.key}",
+            processor.properties.get(breach.key, breach.found),
+            f"{breach.message()}{fix}",
+        )
 
 
 def _validate_images(config: StackConfig) -> None:
