@@ -197,7 +197,9 @@ def restarted_run(scenario: Scenario, first_run: RunReport) -> Iterator[list[Run
             ),
             RUN_TIMEOUT_S,
             "a micro-batch to start",
-            interval_s=0.5,
+            # Often: a batch of these records can start and commit within half a second, and
+            # none follows it to be caught in flight (this waited out its deadline once in CI).
+            interval_s=0.02,
         )
         second.kill()
         left_by_kill = scenario.forkserver_files()
