@@ -1,19 +1,19 @@
-"""The load generator: page views at a steady rate, with a Zipf-like skew over the pages.
+"""The load generator: a pipeline's input at a steady rate, with a Zipf-like skew over the keys.
 
     python -m app.devkit.loadgen --bootstrap-servers HOST:PORT --topic page-views --rate 500 \\
         --keys 100 --skew 1.1 [--count N | --duration S] [--malformed-ratio 0.0] \\
-        [--one-record-per-batch] [--summary-json FILE] [--command-config FILE]
+        [--aggregation-class module.Class] [--summary-json FILE] [--command-config FILE]
 
-Records follow the input contract of `app/pipelines/page_view_count.py`: the key is the page, the
-value a JSON object `{"page": ..., "user": ..., "ts": ...}` whose `ts` is the creation time in epoch
-milliseconds, which is also the record's Kafka timestamp (event time). A `--malformed-ratio` share
-of the records breaks the contract on purpose (one of the dead-letter reasons, rotating), so the
-dead-letter path gets exercised.
+The pipeline's aggregation (`aggregation.class`, the processor's default unless named) makes the
+records: `key_name` the keys, `generate_value` the values. Each record's Kafka timestamp (event
+time) is its creation time. A `--malformed-ratio` share of the records breaks the input contract
+on purpose (the aggregation's `malformed_values`, rotating through the dead-letter reasons), so
+the dead-letter path gets exercised.
 
 The rate is a token bucket refilled continuously (capacity: 10 ms of tokens), so the load is
 steady rather than one burst per second. The producer is idempotent (`acks=all`), so each record
-is written exactly once and in order per partition: the final summary, the valid records the
-broker acknowledged per page, is the truth that exact-count checks compare the output with.
+is written exactly once and in order per partition: every acknowledged record goes to the run's
+`Truth` (`app/devkit/truth.py`), which works out the output the processor must publish.
 
 Importable: `LoadGenerator(settings, producer_config).run(stop)` returns a `ProducedSummary`.
 """
@@ -42,6 +42,9 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from app.admin.topics import librdkafka_logger
 from app.clients import client_properties
+from app.devkit.truth import Truth
+from app.processor.aggregation import Aggregation, load_aggregation
+from policies.contract.processor_keys import DEFAULTS
 from policies.contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.loadgen")
@@ -58,22 +61,14 @@ FLUSH_TIMEOUT_S = 60.0
 # the CPU that batched requests do, and the processor beside them then lacks it. A view's
 # creation time is taken before the wait, so the latencies measured include it.
 LINGER_MS = 50
-USERS = 10_000
-
-# The ways a malformed record breaks the contract, named as the processor's dead-letter reasons.
-MALFORMED_KINDS = ("invalid-value", "page-mismatch", "null-value")
+DEFAULT_AGGREGATION = DEFAULTS["aggregation.class"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 
 
-def page_name(index: int) -> str:
-    """The key of page number `index` (0 is the most viewed)."""
-    return f"/page/{index:04d}"
-
-
 def zipf_weights(keys: int, skew: float) -> list[float]:
-    """Weight of page i: 1 / (i + 1) ** skew (skew 0: uniform; about 1: web traffic)."""
+    """Weight of key i: 1 / (i + 1) ** skew (skew 0: uniform; about 1: web traffic)."""
     return [1.0 / (i + 1) ** skew for i in range(keys)]
 
 
@@ -89,7 +84,7 @@ class LoadSettings:
     duration_s: float | None = None
     malformed_ratio: float = 0.0
     seed: int | None = None
-    # Keep every acknowledged valid record's timestamp per page (for latency measurements).
+    # Hand every acknowledged valid record's creation time to the truth (latency measurements).
     record_timestamps: bool = False
 
     def __post_init__(self) -> None:
@@ -116,16 +111,15 @@ class LoadSettings:
 
 @dataclass
 class ProducedSummary:
-    """What the broker acknowledged: the truth for exact-count checks."""
+    """What the broker acknowledged; `truth` holds what the output must show."""
 
     topic: str
-    per_key: Counter[str] = field(default_factory=Counter)  # valid records per page
+    truth: Truth
+    per_key: Counter[str] = field(default_factory=Counter)  # valid records per key
     malformed: Counter[str] = field(default_factory=Counter)  # per dead-letter reason
     failed: int = 0
     first_error: str | None = None
     elapsed_s: float = 0.0  # producing, without the final wait for acknowledgements
-    # page -> Kafka timestamps (ms) of its valid records, in offset order (record_timestamps).
-    timestamps: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def valid(self) -> int:
@@ -138,7 +132,8 @@ class ProducedSummary:
         return self.valid + sum(self.malformed.values())
 
     def to_json(self) -> dict[str, Any]:
-        """The summary file's content (without the timestamps)."""
+        """The summary file's content."""
+        expected = self.truth.expected()
         return {
             "topic": self.topic,
             "produced": self.total,
@@ -149,6 +144,8 @@ class ProducedSummary:
             "elapsed_s": round(self.elapsed_s, 3),
             "rate": round(self.total / self.elapsed_s, 1) if self.elapsed_s else 0.0,
             "per_key": dict(sorted(self.per_key.items())),
+            # What the output must end with per key (after any earlier run's records).
+            "expected": {k: v.decode("utf-8", "replace") for k, v in sorted(expected.items())},
         }
 
 
@@ -177,16 +174,23 @@ class TokenBucket:
 
 
 class LoadGenerator:
-    """Produces page views per `LoadSettings` (see the module docstring)."""
+    """Produces a pipeline's input per `LoadSettings` (see the module docstring).
+
+    `truth`: the run's, shared with the output's reader and with other generators of the run
+    (a backlog, then a timed load); by default a new one for the default aggregation.
+    """
 
     def __init__(
         self,
         settings: LoadSettings,
         producer_config: Mapping[str, str],
         progress: Callable[[str], None] | None = None,
+        truth: Truth | None = None,
     ) -> None:
         self.settings = settings
-        self.summary = ProducedSummary(settings.topic)
+        truth = truth or Truth(load_aggregation(DEFAULT_AGGREGATION))
+        self.aggregation: Aggregation = truth.aggregation
+        self.summary = ProducedSummary(settings.topic, truth)
         self._producer = Producer(
             {
                 **producer_config,
@@ -197,9 +201,9 @@ class LoadGenerator:
             }
         )
         self._random = random.Random(settings.seed)
-        self._pages = [page_name(i) for i in range(settings.keys)]
+        self._keys = [self.aggregation.key_name(i) for i in range(settings.keys)]
         self._cumulative = list(itertools.accumulate(zipf_weights(settings.keys, settings.skew)))
-        self._malformed_kinds = itertools.cycle(MALFORMED_KINDS)
+        self._malformed_kinds = itertools.cycle(self._malformed_reasons())
         self._progress = progress
         self._sent = 0
         self._lock = threading.Lock()
@@ -250,22 +254,42 @@ class LoadGenerator:
         self._report(producing_s)
         return self.summary
 
+    def _malformed_reasons(self) -> list[str]:
+        """The reasons `malformed_values` names, each checked against the aggregation's fold."""
+        if not self.settings.malformed_ratio:
+            return []
+        key = self._keys[0]
+        examples = self.aggregation.malformed_values(key)
+        name = type(self.aggregation).__name__
+        if not examples:
+            raise ValueError(
+                f"malformed_ratio={self.settings.malformed_ratio}: {name}.malformed_values() "
+                "gives no records that break the input contract; write it, or use 0"
+            )
+        for reason, value in examples.items():
+            found = self.aggregation.fold(None, key.encode("utf-8"), value)
+            if found != reason:
+                raise ValueError(
+                    f"{name}.malformed_values()[{reason!r}] = {value!r}: its fold gives "
+                    f"{found!r}, not {reason!r}; return a value that breaks the contract that way"
+                )
+        return sorted(examples)
+
     def _produce_one(self) -> None:
-        (page,) = self._random.choices(self._pages, cum_weights=self._cumulative)
+        (key,) = self._random.choices(self._keys, cum_weights=self._cumulative)
         now_ms = int(time.time() * 1000)
-        user = f"u{self._random.randrange(USERS)}"
-        kind = None
         if self.settings.malformed_ratio and self._random.random() < self.settings.malformed_ratio:
-            kind = next(self._malformed_kinds)
-        value = _value(page, user, now_ms, kind)
+            value = self.aggregation.malformed_values(key)[next(self._malformed_kinds)]
+        else:
+            value = self.aggregation.generate_value(key, self._random, now_ms)
         while True:
             try:
                 self._producer.produce(
                     self.settings.topic,
-                    key=page.encode("utf-8"),
+                    key=key.encode("utf-8"),
                     value=value,
                     timestamp=now_ms,
-                    on_delivery=self._delivered(page, kind),
+                    on_delivery=self._delivered(key, value, now_ms),
                 )
                 break
             except BufferError:
@@ -273,19 +297,21 @@ class LoadGenerator:
         self._sent += 1
 
     def _delivered(
-        self, page: str, kind: str | None
+        self, key: str, value: bytes | None, created_ms: int
     ) -> Callable[[KafkaError | None, Message], None]:
-        def on_delivery(error: KafkaError | None, message: Message) -> None:
+        timed = created_ms if self.settings.record_timestamps else None
+
+        def on_delivery(error: KafkaError | None, _message: Message) -> None:
             with self._lock:
                 if error is not None:
                     self.summary.failed += 1
                     self.summary.first_error = self.summary.first_error or error.str()
-                elif kind is not None:
-                    self.summary.malformed[kind] += 1
+                    return
+                reason = self.summary.truth.add(key, value, timed)
+                if reason is not None:
+                    self.summary.malformed[reason] += 1
                 else:
-                    self.summary.per_key[page] += 1
-                    if self.settings.record_timestamps:
-                        self.summary.timestamps.setdefault(page, []).append(message.timestamp()[1])
+                    self.summary.per_key[key] += 1
 
         return on_delivery
 
@@ -308,15 +334,6 @@ class LoadGenerator:
         )
 
 
-def _value(page: str, user: str, ts_ms: int, kind: str | None) -> bytes | None:
-    if kind == "null-value":
-        return None
-    if kind == "invalid-value":
-        return f"not json: {page} {user}".encode()
-    shown = f"{page}/other" if kind == "page-mismatch" else page
-    return json.dumps({"page": shown, "user": user, "ts": ts_ms}).encode("utf-8")
-
-
 # --- command line ------------------------------------------------------------------------------
 
 
@@ -324,13 +341,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(
         prog="python -m app.devkit.loadgen",
-        description="Produce page views (key = page, Zipf-like skew) at a steady rate.",
+        description="Produce a pipeline's input (Zipf-like skew over the keys) at a steady rate.",
         epilog="exit codes: 0 every record acknowledged, 1 some failed, 2 usage",
     )
     parser.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]")
     parser.add_argument("--topic", default=PipelineNames().input_topic)
     parser.add_argument("--rate", type=float, default=500.0, help="records per second")
-    parser.add_argument("--keys", type=int, default=100, help="distinct pages")
+    parser.add_argument("--keys", type=int, default=100, help="distinct keys")
     parser.add_argument(
         "--skew", type=float, default=1.1, help="Zipf exponent: 0 uniform, about 1 web-like"
     )
@@ -344,6 +361,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="share of records that break the input contract (they go to the DLQ)",
     )
     parser.add_argument("--seed", type=int, help="random seed, for a repeatable key sequence")
+    parser.add_argument(
+        "--aggregation-class",
+        default=DEFAULT_AGGREGATION,
+        metavar="MODULE.CLASS",
+        help=f"the pipeline's aggregation, which makes the records (default {DEFAULT_AGGREGATION})",
+    )
     parser.add_argument(
         "--linger-ms",
         type=int,
@@ -455,15 +478,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         client_config = client_properties.ClientConfig.load(
             args.command_config, os.environ
         ).resolved
-    except ValueError as exc:  # ClientPropertiesError is one
-        print(f"python -m app.devkit.loadgen: {exc}", file=sys.stderr)
-        return 2
-    with StopSignals() as signals:
         generator = LoadGenerator(
             settings,
             producer_config(args.bootstrap_servers, args.linger_ms, client_config),
             progress=log.info,
+            truth=Truth(load_aggregation(args.aggregation_class)),
         )
+    except ValueError as exc:  # ClientPropertiesError and AggregationClassError are ones
+        print(f"python -m app.devkit.loadgen: {exc}", file=sys.stderr)
+        return 2
+    with StopSignals() as signals:
         summary = signals.run(generator.run)
     text = json.dumps(summary.to_json(), indent=2)
     if args.summary_json:

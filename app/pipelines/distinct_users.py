@@ -7,12 +7,15 @@ its size, a UTF-8 decimal.
 
 from __future__ import annotations
 
+import random
 from typing import ClassVar
 
 import orjson
 
 from app.pipelines.json_input import REASONS, json_object
 from app.processor.aggregation import Aggregation
+
+USERS = 1_000  # the load generator's distinct users
 
 
 class DistinctUsers(Aggregation[set[str], set[str]]):
@@ -62,6 +65,14 @@ class DistinctUsers(Aggregation[set[str], set[str]]):
         """How many users, a decimal."""
         return str(len(state)).encode("ascii")
 
-    def example_record(self) -> tuple[bytes, bytes]:
-        """One user's event on one product."""
-        return b"p-1", b'{"user": "u1"}'
+    def key_name(self, index: int) -> str:
+        """A product id."""
+        return f"p-{index}"
+
+    def generate_value(self, key: str, rng: random.Random, ts_ms: int) -> bytes:
+        """An event of one of `USERS` users."""
+        return orjson.dumps({"user": f"u{rng.randrange(USERS)}", "ts": ts_ms})
+
+    def malformed_values(self, key: str) -> dict[str, bytes | None]:
+        """An empty user, a JSON array, no value."""
+        return {"invalid-user": b'{"user": ""}', "invalid-value": b"[]", "null-value": None}

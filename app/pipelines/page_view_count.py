@@ -12,12 +12,15 @@ Output and changelog: the page's count as a UTF-8 decimal (``b"42"``).
 
 from __future__ import annotations
 
+import random
 from typing import ClassVar
 
 import orjson
 
 from app.pipelines.json_input import REASONS
 from app.processor.aggregation import Total
+
+USERS = 10_000  # the load generator's distinct users
 
 # An object or array in the `page` field is not a page name to compare with the key.
 _CONTAINERS = (dict, list)
@@ -63,9 +66,21 @@ class PageViewCount(Total):
             return "page-mismatch"
         return 1 if partial is None else partial + 1
 
-    def example_record(self) -> tuple[bytes, bytes]:
-        """A view of the home page."""
-        return b"/home", b'{"page": "/home", "user": "u1"}'
+    def key_name(self, index: int) -> str:
+        """A page path."""
+        return f"/page/{index:04d}"
+
+    def generate_value(self, key: str, rng: random.Random, ts_ms: int) -> bytes:
+        """A view of the page by one of `USERS` users."""
+        return orjson.dumps({"page": key, "user": f"u{rng.randrange(USERS)}", "ts": ts_ms})
+
+    def malformed_values(self, key: str) -> dict[str, bytes | None]:
+        """Not JSON, another page in the value, no value."""
+        return {
+            "invalid-value": f"not json: {key}".encode(),
+            "page-mismatch": orjson.dumps({"page": f"{key}/other"}),
+            "null-value": None,
+        }
 
 
 def contract_violation(key: bytes | None, value: bytes | None) -> str | None:

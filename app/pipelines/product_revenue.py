@@ -6,7 +6,10 @@ negative). Output and changelog: the product's total in cents, a UTF-8 decimal.
 
 from __future__ import annotations
 
+import random
 from typing import ClassVar
+
+import orjson
 
 from app.pipelines.json_input import REASONS, json_object
 from app.processor.aggregation import Total
@@ -30,6 +33,21 @@ class ProductRevenue(Total):
             return "invalid-amount"
         return amount if partial is None else partial + amount
 
-    def example_record(self) -> tuple[bytes, bytes]:
-        """An order of one product."""
-        return b"p-1", b'{"amount_cents": 1299}'
+    def key_name(self, index: int) -> str:
+        """A product id."""
+        return f"p-{index}"
+
+    def generate_value(self, key: str, rng: random.Random, ts_ms: int) -> bytes:
+        """An order of 1.00 to 99.99, one in twenty a refund (negative)."""
+        amount = rng.randrange(100, 10_000)
+        return orjson.dumps(
+            {"amount_cents": -amount if rng.random() < 0.05 else amount, "ts": ts_ms}
+        )
+
+    def malformed_values(self, key: str) -> dict[str, bytes | None]:
+        """A fractional amount, not JSON, no value."""
+        return {
+            "invalid-amount": b'{"amount_cents": 12.5}',
+            "invalid-value": f"not json: {key}".encode(),
+            "null-value": None,
+        }

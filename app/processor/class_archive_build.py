@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -58,13 +59,15 @@ TRAINING_COLUMNS = {
 
 def training_columns(aggregation: Aggregation) -> dict[str, str]:
     """`TRAINING_COLUMNS` with the value every input row carries: the partial the aggregation
-    folds from its example record (a fork's new aggregation is trained on its own data)."""
-    key, value = aggregation.example_record()
-    partial = aggregation.fold(None, key, value)
+    folds from a generated record (a fork's new aggregation is trained on its own data)."""
+    key = aggregation.key_name(0)
+    partial = aggregation.fold(
+        None, key.encode("utf-8"), aggregation.generate_value(key, random.Random(0), 0)
+    )
     if isinstance(partial, str):
         raise ValueError(
-            f"{type(aggregation).__name__}.example_record() breaks its own input contract "
-            f"({partial}): return a record its fold accepts"
+            f"{type(aggregation).__name__}.generate_value() breaks its own input contract "
+            f"({partial}): return a value its fold accepts"
         )
     return {**TRAINING_COLUMNS, "value": f"unhex('{aggregation.encode_partial(partial).hex()}')"}
 

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from app.devkit.bench.__main__ import parse_args
-from app.devkit.bench.measure import PeriodicSampler, output_latencies
+from app.devkit.bench.measure import PeriodicSampler
 from app.devkit.bench.plots import rate_labels, throughput_bars
 from app.devkit.bench.rolling_restart import CASES, BenchParams, run_matrix
 from app.devkit.kraft_cluster import KraftCluster
-from app.devkit.local.observe import CountRecord
 from app.devkit.waiting import wait_until
 
 SHORT = BenchParams(
@@ -43,7 +42,7 @@ def read_table(out: Path) -> dict[str, dict[str, str]]:
 
 
 def assert_exact(rows: dict[str, dict[str, str]], names: tuple[str, ...]) -> None:
-    """Every named case counted each page view once: produced = counted, no duplicates."""
+    """Every named case's output ended exactly as the aggregation says, no record repeated."""
     for name in names:
         assert rows[name]["match"] == "yes", rows[name]
         assert rows[name]["duplicates"] == "0", rows[name]
@@ -196,23 +195,6 @@ def test_bench_options_default_to_the_params_and_name_what_is_wrong(
         parse_args(["rolling-restart", "--cases", "static-kept,rolling"])
     assert exited.value.code == 2
     assert "unknown case(s) rolling; allowed: static-kept" in capsys.readouterr().err
-
-
-def test_every_page_view_gets_the_latency_of_the_first_count_that_covered_it() -> None:
-    views: dict[str, list[int | None]] = {"/a": [1_000, 2_000, 3_000, None], "/b": [500]}
-    records = [
-        CountRecord(0, 0, 2_500, "/a", 2),  # views 1 and 2
-        CountRecord(1, 0, 4_000, "/b", 1),
-        CountRecord(0, 1, 5_000, "/a", 1),  # a count that went back covers nothing new
-        CountRecord(0, 2, 9_000, "/a", 4),  # views 3 and 4 (4 was not timed)
-    ]
-    found = output_latencies(records, views)
-    assert [(lat.partition, lat.output_ms, lat.seconds) for lat in found] == [
-        (0, 2_500, 1.5),
-        (0, 2_500, 0.5),
-        (1, 4_000, 3.5),
-        (0, 9_000, 6.0),
-    ]
 
 
 def test_a_sampler_block_stops_sampling_before_an_error_leaves_it() -> None:

@@ -510,7 +510,7 @@ def test_the_local_run_and_the_bench_clients_take_command_config(
         wait_until(
             lambda: (
                 pipeline.output is not None
-                and pipeline.output.snapshot()[0] == dict(summary.per_key)
+                and pipeline.output.snapshot()[0] == summary.truth.expected()
             ),
             DEADLINE_S,
             "the instance to count the 1,000 views",
@@ -526,12 +526,16 @@ def test_the_local_run_and_the_bench_clients_take_command_config(
             not in pipeline.instances[0].properties_path.read_text()
         )
 
-    # The throughput bench's own clients: the backlog producer and the raw consume ceiling.
-    topic = names.input_topic
-    params = ThroughputParams(backlog=500, keys=20)
-    produced = produce_backlog(secured.cluster.bootstrap_servers, topic, params, client.resolved)
-    assert sum(produced.values()) == 500
-    assert raw_consume_rate(secured.cluster.bootstrap_servers, topic, 1500, client.resolved) > 0
+        # The throughput bench's own clients: the backlog producer and the raw consume ceiling.
+        produce_backlog(pipeline, ThroughputParams(backlog=500, keys=20))
+        assert pipeline.truth is not None
+        assert sum(pipeline.truth.records().values()) == 1500
+        assert (
+            raw_consume_rate(
+                secured.cluster.bootstrap_servers, names.input_topic, 1500, client.resolved
+            )
+            > 0
+        )
 
 
 # --- the brokers' readiness sidecar ----------------------------------------------------------

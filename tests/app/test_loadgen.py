@@ -1,5 +1,6 @@
-"""The load generator against a real broker: contract-conforming records, skew, malformed share,
-the summary as the truth of what was written; and the token bucket's steadiness on a fake clock."""
+"""The load generator against a real broker: records the pipeline's aggregation makes and accepts,
+skew, malformed share, the summary and its truth as what was written; and the token bucket's
+steadiness on a fake clock."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from app.devkit.loadgen import (
     producer_config,
     zipf_weights,
 )
+from app.devkit.truth import Truth
+from app.pipelines.page_view_count import PageViewCount
+from app.pipelines.product_revenue import ProductRevenue
 from tests.app.processor_harness import REPO
 
 PARTITIONS = 3
@@ -64,9 +68,13 @@ class Settings(TypedDict, total=False):
     record_timestamps: bool
 
 
-def generate(bootstrap: str, topic: str, **settings: Unpack[Settings]) -> loadgen.ProducedSummary:
+def generate(
+    bootstrap: str, topic: str, truth: Truth | None = None, **settings: Unpack[Settings]
+) -> loadgen.ProducedSummary:
     config = producer_config(bootstrap)
-    return LoadGenerator(LoadSettings(topic=topic, rate=2000, **settings), config).run()
+    return LoadGenerator(
+        LoadSettings(topic=topic, rate=2000, **settings), config, truth=truth
+    ).run()
 
 
 def test_records_follow_the_input_contract_and_the_summary_counts_them(
@@ -84,15 +92,30 @@ def test_records_follow_the_input_contract_and_the_summary_counts_them(
         assert value["ts"] == message.timestamp()[1]  # event time is the record's timestamp
         per_key[page] += 1
     assert per_key == summary.per_key
-    assert {p: len(ts) for p, ts in summary.timestamps.items()} == dict(summary.per_key)
+    # The default pipeline counts: the truth's output is each page's count.
+    assert summary.truth.expected() == {p: str(n).encode() for p, n in per_key.items()}
+
+
+def test_another_pipelines_aggregation_makes_the_records_and_the_truth(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    revenue = ProductRevenue()
+    summary = generate(kafka_bootstrap, topic, Truth(revenue), keys=5, count=200, seed=2)
+    totals: Counter[str] = Counter()
+    for message in read_all(kafka_bootstrap, topic, 200):
+        product = message.key().decode()
+        assert product in {revenue.key_name(i) for i in range(5)}
+        totals[product] += json.loads(message.value())["amount_cents"]
+    assert summary.truth.expected() == {p: str(t).encode() for p, t in totals.items()}
 
 
 def test_pages_are_skewed_like_zipf(kafka_bootstrap: str, topic: str) -> None:
     summary = generate(kafka_bootstrap, topic, keys=20, skew=1.1, count=1000, seed=3)
     weights = zipf_weights(20, 1.1)
     expected_top = weights[0] / sum(weights) * 1000
-    top = summary.per_key[loadgen.page_name(0)]
-    assert summary.per_key.most_common(1)[0][0] == loadgen.page_name(0)
+    first = PageViewCount().key_name(0)
+    top = summary.per_key[first]
+    assert summary.per_key.most_common(1)[0][0] == first
     assert abs(top - expected_top) < 0.2 * expected_top
     uniform = zipf_weights(5, 0.0)
     assert uniform == [1.0] * 5
@@ -104,7 +127,7 @@ def test_malformed_share_breaks_the_contract_in_each_named_way(
     summary = generate(kafka_bootstrap, topic, keys=5, count=400, malformed_ratio=0.25, seed=5)
     messages = read_all(kafka_bootstrap, topic, 400)
     assert len(messages) == summary.total == 400
-    assert set(summary.malformed) == set(loadgen.MALFORMED_KINDS)
+    assert set(summary.malformed) == set(PageViewCount().malformed_values("/p"))
     assert 60 <= sum(summary.malformed.values()) <= 140
     seen: Counter[str] = Counter()
     for message in messages:
@@ -135,6 +158,17 @@ def test_command_line_writes_the_summary_json(
     assert summary["produced"] == summary["valid"] == 120
     assert sum(summary["per_key"].values()) == 120
     assert len(summary["per_key"]) <= 7
+
+
+def test_an_aggregation_class_that_is_no_aggregation_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = loadgen.main(["--bootstrap-servers", "127.0.0.1:1", "--count", "1",
+                         "--aggregation-class", "app.pipelines.json_input.REASONS"])  # fmt: skip
+    assert code == 2
+    assert "aggregation.class='app.pipelines.json_input.REASONS': not an Aggregation" in (
+        capsys.readouterr().err
+    )
 
 
 def test_command_config_settings_reach_the_producer_under_its_own_settings(

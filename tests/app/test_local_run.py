@@ -1,6 +1,7 @@
 """The README's main command, `python -m app.devkit.local`, run as a newcomer runs it (its own
-3-node Apache Kafka, instances in hand-off mode rolled once mid-run), smaller: the roll completes,
-the final check passes and the report and logs exist.
+3-node Apache Kafka, instances in hand-off mode rolled once mid-run), smaller and with another
+pipeline's aggregation (distinct users per product: a set as the state, a size that repeats as
+the output): the roll completes, the final check passes and the report and logs exist.
 
 LONG: two real processor instances (Spark JVMs) start, are rolled one after the other, and stop;
 a few minutes on 2 cores. Timings are printed by the command, never asserted here.
@@ -22,7 +23,7 @@ from app.devkit.local.instances import REPO_ROOT
 RUN_TIMEOUT_S = 600
 
 
-def test_local_run_rolls_the_instances_and_counts_every_page_view_exactly_once(
+def test_local_run_rolls_the_instances_and_its_output_is_exact_for_the_chosen_pipeline(
     tmp_path: Path,
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
@@ -30,7 +31,8 @@ def test_local_run_rolls_the_instances_and_counts_every_page_view_exactly_once(
     run = subprocess.run(
         [sys.executable, "-m", "app.devkit.local", "--instances", "2", "--partitions", "2",
          "--rate", "50", "--keys", "20", "--roll-after", "2", "--min-ready-s", "2",
-         "--until-rolled", "--state-dir", str(state)],
+         "--until-rolled", "--state-dir", str(state),
+         "--aggregation-class", "app.pipelines.distinct_users.DistinctUsers"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
     print(run.stdout[-4000:])
@@ -40,7 +42,9 @@ def test_local_run_rolls_the_instances_and_counts_every_page_view_exactly_once(
     report = json.loads((state / "report.json").read_text())
     check = report["check"]
     assert check["ok"] and check["duplicates"] == 0
-    assert check["produced"] == check["counted"] == report["produced"]["valid"] > 0
+    assert check["produced"] == report["produced"]["valid"] > 0
+    assert check["keys"] == len(report["produced"]["expected"]) > 0
+    assert all(key.startswith("p-") for key in report["produced"]["expected"])  # product ids
     assert report["local_cluster"] is True
     roll = report["roll"]
     assert roll["completed"] and roll["error"] is None, roll

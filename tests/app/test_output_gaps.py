@@ -5,11 +5,12 @@ local run (`OutputGaps`, record by record) and after the fact in the benchmarks
 from __future__ import annotations
 
 from app.devkit.bench.measure import zero_output_gaps
-from app.devkit.local.observe import CountRecord, OutputGaps
+from app.devkit.local.observe import OutputGaps
+from app.devkit.truth import OutputRecord
 
 
-def _record(partition: int, at_ms: int) -> CountRecord:
-    return CountRecord(partition, 0, at_ms, "/p", 1)
+def _record(partition: int, at_ms: int) -> OutputRecord:
+    return OutputRecord(partition, 0, at_ms, "/p", b"1")
 
 
 def test_a_gap_runs_from_the_last_output_before_the_window_to_the_next_one() -> None:

@@ -1,9 +1,8 @@
 """Measurements over a run: a timeline of samples, and what the output topic shows afterwards.
 
 - `Timeline` samples the group's lag per partition and every instance's endpoints on a thread.
-- `output_latencies` turns count records into one event-time-to-output latency per page view: a
-  page's count going from n to m covers its valid views n+1..m, whose creation times the load
-  generator kept, and each view's latency is that record's time minus its creation time.
+- The latencies (event time to output, per input record) are the run's `Truth`'s
+  (`app.devkit.truth`), which matches each output record to the input records it covers.
 - `zero_output_gaps` is the longest stretch without any output record per partition.
 """
 
@@ -16,8 +15,9 @@ from dataclasses import dataclass
 from typing import Self
 
 from app.devkit.local.instances import InstanceStatus
-from app.devkit.local.observe import CountRecord, OutputGaps, PartitionLag
+from app.devkit.local.observe import OutputGaps, PartitionLag
 from app.devkit.local.pipeline import LocalPipeline
+from app.devkit.truth import OutputRecord
 
 SAMPLE_INTERVAL_S = 0.5
 
@@ -92,44 +92,8 @@ class Timeline(PeriodicSampler):
         return sample
 
 
-@dataclass(frozen=True)
-class Latency:
-    """The latency of one page view: from its creation to the first count that covered it."""
-
-    partition: int
-    output_ms: int
-    seconds: float
-
-
-def output_latencies(
-    records: Sequence[CountRecord], view_times_ms: Mapping[str, Sequence[int | None]]
-) -> list[Latency]:
-    """Per page view that a count record covered, output timestamp minus its creation time.
-
-    `view_times_ms[page][i]` is the creation time of the page's view number i+1 (None: not
-    timed). Records whose count goes back (a lost state counting again) cover no new view.
-    """
-    last: dict[str, int] = {}
-    found = []
-    for record in records:
-        before = last.get(record.page, 0)
-        last[record.page] = max(before, record.count)
-        times = view_times_ms.get(record.page, ())
-        # views number before+1 .. count (1-based) are the ones this record covers first
-        for created in times[before : record.count]:
-            if created is not None:
-                found.append(
-                    Latency(
-                        record.partition,
-                        record.timestamp_ms,
-                        (record.timestamp_ms - created) / 1000,
-                    )
-                )
-    return found
-
-
 def zero_output_gaps(
-    records: Sequence[CountRecord], partitions: Sequence[int], since_ms: int, until_ms: int
+    records: Sequence[OutputRecord], partitions: Sequence[int], since_ms: int, until_ms: int
 ) -> dict[int, float]:
     """Per partition, the longest time in [since, until] with no output record (seconds): the
     local run's live `OutputGaps`, fed after the fact."""

@@ -1,14 +1,16 @@
 """The throughput benchmark: what one instance sustains, beside the raw consume rate.
 
-1. A backlog of `--backlog` page views is produced once into a shared input topic.
-2. The ceiling: a plain confluent-kafka consumer reads the whole backlog (`assign()`, no group,
-   read_committed); its records per second is what Kafka and the client can deliver here.
-3. Per configuration (`max.records.per.batch`, `trigger.interval.ms`) one fresh instance (its
-   own application id, output and changelog topics) works the backlog off: events/s is the slope
-   of the group's committed offset from its first commit to the end of the backlog. Then the load
-   generator adds views at `--latency-rate` for `--latency-s` seconds, and the event time to
-   output record time latency of those views gives p50 and p99. The instance's memory (its
-   process tree's PSS, `memory.py`) is sampled every second from its start to its stop.
+1. Per configuration (`max.records.per.batch`, `trigger.interval.ms`), a backlog of `--backlog`
+   page views (the same seed each time, so the same records) goes into the configuration's own
+   input topic.
+2. The ceiling, once: a plain confluent-kafka consumer reads the first backlog (`assign()`, no
+   group, read_committed); its records per second is what Kafka and the client can deliver here.
+3. One fresh instance (its own application id and topics) works the backlog off: events/s is
+   the slope of the group's committed offset from its first commit to the end of the backlog.
+   Then the load generator adds views at `--latency-rate` for `--latency-s` seconds, and the
+   event time to output record time latency of those views gives p50 and p99; the output must
+   then be exact (`app.devkit.truth`). The instance's memory (its process tree's PSS,
+   `memory.py`) is sampled every second from its start to its stop.
 4. Restore: the instance starts again on an empty state directory (a pod on a new volume), so it
    restores every partition from the whole changelog. Restore records/s is the changelog records
    read over the time the source's readers spent reading them, by their own timer
@@ -20,7 +22,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +31,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from app.admin.topics import librdkafka_logger
 from app.clients.client_properties import ClientConfig
 from app.devkit.bench import plots
-from app.devkit.bench.measure import Timeline, output_latencies, percentile
+from app.devkit.bench.measure import Timeline, percentile
 from app.devkit.bench.memory import MemorySampler
 from app.devkit.bench.table import write_table
-from app.devkit.loadgen import LoadGenerator, LoadSettings, producer_config
+from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import InstanceOptions
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
+from app.devkit.truth import check_output
 from app.devkit.waiting import poll_until
 from policies.contract.topic_specs import PipelineNames
 
@@ -58,6 +60,7 @@ COLUMNS = (
     "p50 latency s",
     "p99 latency s",
     "latency samples",
+    "exact",
     "memory MiB (median)",
     "memory MiB (peak)",
     "restore records",
@@ -93,12 +96,11 @@ def run_throughput(
     every row); the rows."""
     client = client or ClientConfig()
     run_id = uuid.uuid4().hex[:6]
-    input_topic = f"tp-{run_id}-page-views"
     rows: list[dict[str, float | str | None]] = []
     raw: float | None = None
-    produced: Counter[str] = Counter()  # views per page in the shared input topic so far
     for max_records, trigger_ms in configs:
         prefix = f"tp-{run_id}-{max_records}-{trigger_ms}"
+        input_topic = f"{prefix}-page-views"
         setup = PipelineSetup(
             base_dir=out_dir / "state" / prefix,
             instances=1,
@@ -113,24 +115,24 @@ def run_throughput(
             ),
         )
         with LocalPipeline(setup) as pipeline:
+            produce_backlog(pipeline, params)
             if raw is None:
-                produced.update(
-                    produce_backlog(bootstrap_servers, input_topic, params, client.resolved)
-                )
                 raw = raw_consume_rate(
                     bootstrap_servers, input_topic, params.backlog, client.resolved
                 )
                 log.info("raw consume rate: %.0f records/s", raw)
-            row, latency_views = measure_instance(pipeline, params, produced)
-            produced.update(latency_views)
+            row = measure_instance(pipeline, params)
             row.update(measure_restore(pipeline, params))
+        events = row["events/s"]
         rows.append(
             {
                 "max.records.per.batch": max_records,
                 "trigger.interval.ms": trigger_ms,
                 **row,
                 "raw consume/s": round(raw),
-                "ratio": f"{row['events/s'] / raw:.3f}" if row["events/s"] else None,
+                "ratio": f"{events / raw:.3f}"
+                if isinstance(events, int | float) and events
+                else None,
                 "broker": broker,
             }
         )
@@ -146,24 +148,15 @@ def run_throughput(
     return rows
 
 
-def produce_backlog(
-    bootstrap_servers: str,
-    topic: str,
-    params: ThroughputParams,
-    client_config: Mapping[str, str] | None = None,
-) -> Mapping[str, int]:
-    """`params.backlog` page views, as fast as the producer goes; views per page."""
-    generator = LoadGenerator(
-        LoadSettings(
-            topic=topic, rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed
-        ),
-        producer_config(bootstrap_servers, client_config=client_config),
-    )
-    summary = generator.run()
+def produce_backlog(pipeline: LocalPipeline, params: ThroughputParams) -> None:
+    """`params.backlog` records into the pipeline's input, as fast as the producer goes, folded
+    into the pipeline's truth untimed (no latency for them)."""
+    summary = pipeline.load(
+        LoadSettings(rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed)
+    ).join()
     if summary.failed:
         raise RuntimeError(f"producing the backlog failed: {summary.first_error}")
     log.info("backlog: %d records in %.1f s", summary.total, summary.elapsed_s)
-    return summary.per_key
 
 
 def raw_consume_rate(
@@ -198,11 +191,12 @@ def raw_consume_rate(
 
 
 def measure_instance(
-    pipeline: LocalPipeline, params: ThroughputParams, backlog: Mapping[str, int]
-) -> tuple[dict[str, float | None], Mapping[str, int]]:
-    """Events/s over the backlog (every view already in the input topic, `backlog` per page),
-    then latency percentiles under a steady load; the row and the views that load added."""
+    pipeline: LocalPipeline, params: ThroughputParams
+) -> dict[str, float | str | None]:
+    """Events/s over the backlog (already in the input topic), then latency percentiles under a
+    steady load, then whether the output is exact; the row."""
     assert pipeline.output is not None and pipeline.lag is not None
+    assert pipeline.truth is not None
     target = sum(p.end for p in pipeline.lag.read().values())
     pipeline.start_instances()
     pid = pipeline.instances[0].pid
@@ -232,26 +226,26 @@ def measure_instance(
                 record_timestamps=True,
             )
         )
-        summary = loader.join()
+        loader.join()
         lag = pipeline.lag
         poll_until(lambda: lag.total() == 0, 120, interval_s=0.5)  # measured also if not
     pipeline.stop_instances()
     pipeline.output.wait_until_caught_up(60.0)
-    # The backlog's views come first per page and were not timed: no latency for them.
-    times = {
-        page: [None] * backlog.get(page, 0) + list(timed)
-        for page, timed in summary.timestamps.items()
-    }
-    latencies = [lat.seconds for lat in output_latencies(pipeline.output.records, times)]
-    row = {
+    check = check_output(pipeline.truth, pipeline.output.snapshot()[0])
+    if not check.ok:
+        log.error("%s: %s", pipeline.names.application_id, check.describe())
+    # Only the timed load's records have latencies: the backlog's waited for the instance.
+    latencies = [lat.seconds for lat in pipeline.truth.latencies]
+    row: dict[str, float | str | None] = {
         "events/s": rate,
         "p50 latency s": percentile(latencies, 0.5),
         "p99 latency s": percentile(latencies, 0.99),
         "latency samples": len(latencies),
+        "exact": "yes" if check.ok else "NO",
         "memory MiB (median)": memory.median_mib(),
         "memory MiB (peak)": memory.peak_mib(),
     }
-    return row, summary.per_key
+    return row
 
 
 def measure_restore(pipeline: LocalPipeline, params: ThroughputParams) -> dict[str, float | None]:

@@ -3,7 +3,7 @@
     python -m app.devkit.local [--instances 3] [--rate 1000] [--keys 10000] [--partitions 6]
         [--membership-mode handoff] [--standby-replicas 1] [--roll-after 30 | --no-roll]
         [--bootstrap-servers HOST:PORT [--command-config client.properties]]
-        [--duration S | --until-rolled]
+        [--duration S | --until-rolled] [--aggregation-class MODULE.CLASS]
         [--state-dir build/local]
 
 Starts a local Apache Kafka of 3 KRaft nodes (`app.devkit.kraft_cluster`; or uses
@@ -14,9 +14,9 @@ instance is ready and caught up, and `--roll-after` seconds later, it rolls them
 controller rolls pods (`app.devkit.local.roll`: highest ordinal first, each once the previous one
 has been ready for `--min-ready-s`) and shows, per partition, the longest time without output during
 the roll. On Ctrl-C or after --duration it stops in order: load generator, wait for the lag to reach
-0, SIGTERM to the instances, the brokers last. The final check compares the counts in the
-read_committed output with what was produced; `<state-dir>/report.json` holds it and the roll's
-gaps. Exit code 0 when the counts match.
+0, SIGTERM to the instances, the brokers last. The final check compares the read_committed output
+with what the aggregation makes of the records produced (`app.devkit.truth`);
+`<state-dir>/report.json` holds it and the roll's gaps. Exit code 0 when the output is exact.
 
 On a secured cluster, `--command-config` names the client properties (`security.protocol`,
 `sasl.*`, `ssl.*`) every client of the run uses: the reconciler, the load generator, the
@@ -40,11 +40,11 @@ from app.clients import client_properties
 from app.clients.client_properties import ClientConfig
 from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS, InstanceOptions
-from app.devkit.local.observe import check_counts
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
 from app.devkit.local.progress import Sample, format_progress, now
 from app.devkit.local.roll import LocalController
-from policies.contract.processor_keys import MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
+from app.devkit.truth import check_output
+from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
 
 log = logging.getLogger("app.devkit.local")
 
@@ -64,13 +64,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(
         prog="python -m app.devkit.local",
-        description="Run the page-view pipeline locally: broker, topics, load, N processors.",
-        epilog="exit codes: 0 counts match, 1 mismatch or an instance failed, 2 usage",
+        description="Run the pipeline locally: broker, topics, load, N processors.",
+        epilog="exit codes: 0 the output is exact, 1 mismatch or an instance failed, 2 usage",
     )
     parser.add_argument("--instances", type=int, default=3, help="processor instances (pods)")
-    parser.add_argument("--rate", type=float, default=1000.0, help="page views per second")
-    parser.add_argument("--keys", type=int, default=10_000, help="distinct pages")
-    parser.add_argument("--skew", type=float, default=1.1, help="Zipf exponent of the pages")
+    parser.add_argument("--rate", type=float, default=1000.0, help="input records per second")
+    parser.add_argument("--keys", type=int, default=10_000, help="distinct keys (pages)")
+    parser.add_argument("--skew", type=float, default=1.1, help="Zipf exponent of the keys")
+    parser.add_argument(
+        "--aggregation-class",
+        default=DEFAULTS["aggregation.class"],
+        metavar="MODULE.CLASS",
+        help="the pipeline's aggregation: the processors' aggregation.class, and what makes the "
+        "load and the check's truth (default: the processor's)",
+    )
     parser.add_argument(
         "--partitions",
         type=int,
@@ -176,7 +183,7 @@ def sample(pipeline: LocalPipeline) -> Sample:
         at=now(),
         lag=pipeline.lag.read(),
         instances=tuple(i.status() for i in pipeline.instances),
-        latest_counts=latest,
+        latest=latest,
         output_records=records,
         duplicates=duplicates,
     )
@@ -190,6 +197,7 @@ def run(args: argparse.Namespace, began: float) -> int:
         partitions=args.partitions,
         bootstrap_servers=args.bootstrap_servers or None,
         client=ClientConfig.load(args.command_config, os.environ),
+        aggregation_class=args.aggregation_class,
         options=InstanceOptions(
             membership_mode=args.membership_mode,
             num_standby_replicas=args.standby_replicas,
@@ -204,11 +212,11 @@ def run(args: argparse.Namespace, began: float) -> int:
     signal.signal(signal.SIGTERM, request)
     with LocalPipeline(setup) as pipeline:
         assert pipeline.output is not None and pipeline.lag is not None
-        # Counts already in the output (a reused cluster): the check adds this run's views. A
-        # cluster this run started has none.
+        # State already in the changelog (a reused cluster): the truth starts from it, and the
+        # output's earlier records are not judged. A cluster this run started has none.
         if pipeline.cluster is None:
             pipeline.output.wait_until_caught_up(30.0, quiet_s=1.0)
-        baseline, _, _ = pipeline.output.snapshot()
+            pipeline.start_truth(pipeline.changelog_values())
         if request.stop.is_set():
             print(
                 "stopped before the load started: nothing produced, nothing to check",
@@ -232,7 +240,8 @@ def run(args: argparse.Namespace, began: float) -> int:
         print(
             f"broker {pipeline.bootstrap_servers} ({broker}); {args.instances} instances "
             f"(membership.mode={args.membership_mode}, {args.standby_replicas} standby), "
-            f"{args.rate:g} page views/s over {args.keys} pages. "
+            f"{args.rate:g} records/s over {args.keys} keys "
+            f"({args.aggregation_class.rpartition('.')[2]}). "
             "Logs: " + ", ".join(str(i.log_path) for i in pipeline.instances),
             flush=True,
         )
@@ -241,12 +250,13 @@ def run(args: argparse.Namespace, began: float) -> int:
             "Spark, the group, a first batch. Ctrl-C stops.",
             flush=True,
         )
+        busiest = [pipeline.aggregation.key_name(i) for i in range(min(3, args.keys))]
         started = now()
         first_counts: float | None = None
         previous: Sample | None = None
         while not request.stop.wait(PROGRESS_INTERVAL_S):
             current = sample(pipeline)
-            print(format_progress(previous, current, started), flush=True)
+            print(format_progress(previous, current, started, busiest), flush=True)
             if first_counts is None and pipeline.output.first_read_at is not None:
                 first_counts = pipeline.output.first_read_at - began
                 print(f"          first counts {first_counts:.0f} s after the command", flush=True)
@@ -266,13 +276,12 @@ def run(args: argparse.Namespace, began: float) -> int:
         controller.stop()
         print(controller.describe(), flush=True)
         summary = loader.stop()
-        print(f"load generator stopped: {summary.total} page views produced", flush=True)
+        print(f"load generator stopped: {summary.total} records produced", flush=True)
         drained = wait_for_lag(pipeline, request)
         pipeline.stop_instances()
         caught_up = pipeline.output.wait_until_caught_up(60.0)
-        latest, records, duplicates = pipeline.output.snapshot()
-        expected = {page: baseline.get(page, 0) + n for page, n in summary.per_key.items()}
-        check = check_counts({**baseline, **expected}, latest, duplicates)
+        latest, records, _ = pipeline.output.snapshot()
+        check = check_output(summary.truth, latest)
         codes = {i.name: i.returncode for i in pipeline.instances}
         report = {
             "bootstrap_servers": pipeline.bootstrap_servers,
@@ -283,14 +292,7 @@ def run(args: argparse.Namespace, began: float) -> int:
             "output_caught_up": caught_up,
             "produced": summary.to_json(),
             "output_records": records,
-            "check": {
-                "ok": check.ok,
-                "produced": check.produced,
-                "counted": check.counted,
-                "duplicates": check.duplicates,
-                "missing_pages": list(check.missing_pages),
-                "wrong_pages": [list(w) for w in check.wrong_pages],
-            },
+            "check": check.to_json(),
             "instances": {
                 i.name: {"exit_code": i.returncode, "log": str(i.log_path)}
                 for i in pipeline.instances
@@ -326,7 +328,7 @@ def wait_for_lag(pipeline: LocalPipeline, request: StopRequest) -> bool:
     while now() < deadline and not request.hurry.is_set():
         lag = pipeline.lag.total()
         if lag == 0:
-            print("lag 0: every page view is processed", flush=True)
+            print("lag 0: every input record is processed", flush=True)
             return True
         if not any(i.running for i in pipeline.instances):
             break

@@ -4,8 +4,8 @@
   graphs of the articles). Read with a consumer that never joins the group, so it does not
   disturb the membership it observes, and keeps answering while an instance is down.
 - `OutputTail`: the output topic read with `isolation.level=read_committed` from the beginning,
-  on a background thread: every count record with its partition and timestamp, the newest count
-  per page, and the records that repeat or go back (duplicates: exactly-once forbids them).
+  on a background thread: every record with its partition and timestamp and the newest value
+  per key, each judged by the run's `Truth` once one is attached (duplicates, latencies).
 - `OutputGaps`: per partition, the longest time without an output record in a window (a roll),
   kept up to date as records arrive, so a live display can show it while the window is open.
 """
@@ -23,6 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from app.admin.topics import librdkafka_logger
 from app.clients.kafka_retry import Retrying
+from app.devkit.truth import OutputRecord, Truth
 from app.devkit.waiting import poll_until, wait_until
 
 CLIENT_TIMEOUT_S = 10.0
@@ -127,17 +128,6 @@ class GroupLag:
         self._consumer.close()
 
 
-@dataclass(frozen=True)
-class CountRecord:
-    """One record of the output topic: a page's new count."""
-
-    partition: int
-    offset: int
-    timestamp_ms: int
-    page: str
-    count: int
-
-
 @dataclass
 class OutputGaps:
     """Per partition, the longest time without output between `open()` and `close()`: what a
@@ -189,8 +179,8 @@ class OutputGaps:
 class OutputTail:
     """Reads the output topic on a background thread (see the module docstring).
 
-    `keep_records=False` keeps the newest counts, the duplicates and `gaps` but not every
-    record: a run that lasts hours (the local run) does not grow without bound."""
+    `keep_records=False` keeps the newest values and `gaps` but not every record: a run that
+    lasts hours (the local run) does not grow without bound."""
 
     def __init__(
         self,
@@ -212,12 +202,12 @@ class OutputTail:
             [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
         )
         self.keep_records = keep_records
-        self.records: list[CountRecord] = []
+        self.records: list[OutputRecord] = []
         self.read = 0
-        self.first_read_at: float | None = None  # time.monotonic() of the first count read
+        self.first_read_at: float | None = None  # time.monotonic() of the first record read
         self.gaps = OutputGaps(range(self.partitions))
-        self.latest: dict[str, int] = {}
-        self.duplicates: list[CountRecord] = []
+        self.latest: dict[str, bytes] = {}
+        self.truth: Truth | None = None
         self._at_end: dict[int, bool] = dict.fromkeys(range(self.partitions), False)
         self._changed_at = time.monotonic()
         self._lock = threading.Lock()
@@ -256,13 +246,12 @@ class OutputTail:
                     return
                 raise KafkaException(error)
             self._at_end[partition] = False
-            page = message.key().decode("utf-8")  # type: ignore[attr-defined]
-            record = CountRecord(
+            record = OutputRecord(
                 partition=partition,
                 offset=message.offset(),  # type: ignore[attr-defined]
                 timestamp_ms=message.timestamp()[1],  # type: ignore[attr-defined]
-                page=page,
-                count=int(message.value()),  # type: ignore[attr-defined]
+                key=message.key().decode("utf-8"),  # type: ignore[attr-defined]
+                value=message.value() or b"",  # type: ignore[attr-defined]
             )
             self.read += 1
             if self.first_read_at is None:
@@ -270,15 +259,22 @@ class OutputTail:
             if self.keep_records:
                 self.records.append(record)
             self.gaps.record(partition, record.timestamp_ms)
-            if record.count <= self.latest.get(page, 0):
-                self.duplicates.append(record)
-            self.latest[page] = max(record.count, self.latest.get(page, 0))
+            self.latest[record.key] = record.value
+            if self.truth is not None:
+                self.truth.observe(record)
 
-    def snapshot(self) -> tuple[dict[str, int], int, int]:
-        """(newest count per page, records read, duplicates found) now."""
+    def attach(self, truth: Truth) -> None:
+        """Judge every record read from now on by `truth` (the records before it: another
+        run's, on a reused cluster)."""
+        with self._lock:
+            self.truth = truth
+
+    def snapshot(self) -> tuple[dict[str, bytes], int, int]:
+        """(newest value per key, records read, duplicates found) now."""
         self._raise_if_failed()
         with self._lock:
-            return dict(self.latest), self.read, len(self.duplicates)
+            repeated = self.truth.repeated() if self.truth is not None else 0
+            return dict(self.latest), self.read, repeated
 
     def wait_until_caught_up(self, timeout_s: float, quiet_s: float = 2.0) -> bool:
         """Wait until every partition is read to its end and nothing arrived for `quiet_s`;
@@ -317,54 +313,3 @@ class OutputTail:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=CLIENT_TIMEOUT_S)
-
-
-@dataclass(frozen=True)
-class CountCheck:
-    """The output's final counts against what was produced."""
-
-    produced: int
-    counted: int
-    missing_pages: tuple[str, ...]  # produced, never counted
-    wrong_pages: tuple[tuple[str, int, int], ...]  # (page, expected, counted)
-    duplicates: int
-
-    @property
-    def ok(self) -> bool:
-        """Every page counted exactly, no duplicate in the output."""
-        return not self.missing_pages and not self.wrong_pages and self.duplicates == 0
-
-    def describe(self) -> str:
-        """One line for people."""
-        verdict = "OK" if self.ok else "MISMATCH"
-        line = (
-            f"{verdict}: produced {self.produced} valid page views, counted {self.counted}, "
-            f"duplicates {self.duplicates}"
-        )
-        if self.missing_pages:
-            line += f", {len(self.missing_pages)} pages never counted"
-        if self.wrong_pages:
-            shown = ", ".join(f"{p}: {e} expected, {c} counted" for p, e, c in self.wrong_pages[:3])
-            line += f", {len(self.wrong_pages)} pages wrong ({shown})"
-        return line
-
-
-def check_counts(
-    expected: Mapping[str, int], counted: Mapping[str, int], duplicates: int
-) -> CountCheck:
-    """Compare the expected count per page with the newest count in the output."""
-    missing = tuple(sorted(p for p in expected if expected[p] and p not in counted))
-    wrong = tuple(
-        sorted(
-            (p, expected.get(p, 0), c)
-            for p, c in counted.items()
-            if p not in missing and c != expected.get(p, 0)
-        )
-    )
-    return CountCheck(
-        produced=sum(expected.values()),
-        counted=sum(counted.values()),
-        missing_pages=missing,
-        wrong_pages=wrong,
-        duplicates=duplicates,
-    )

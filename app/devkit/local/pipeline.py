@@ -27,6 +27,9 @@ from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
 from app.devkit.local.instances import InstanceOptions, ProcessorProcess
 from app.devkit.local.observe import GroupLag, OutputTail
+from app.devkit.truth import Truth
+from app.processor.aggregation import Aggregation, load_aggregation
+from policies.contract.processor_keys import DEFAULTS
 from policies.contract.topic_specs import PipelineNames, dumps, pipeline_topics
 
 
@@ -56,6 +59,8 @@ class PipelineSetup:
     # A secured cluster's client settings (`--command-config`), for every client of the run.
     client: ClientConfig = field(default_factory=ClientConfig)
     names: PipelineNames = field(default_factory=PipelineNames)
+    # The instances' `aggregation.class`: it also makes the load and the truth.
+    aggregation_class: str = DEFAULTS["aggregation.class"]
     options: InstanceOptions = field(default_factory=InstanceOptions)
     # Every output record kept (the benchmarks' measures), or only counts and gaps (a run of
     # hours must not grow without bound).
@@ -107,11 +112,16 @@ class LoadThread:
 
 
 class LocalPipeline:
-    """Broker + topics + instances; use as a context manager (everything stops on exit)."""
+    """Broker + topics + instances; use as a context manager (everything stops on exit).
+
+    `truth` judges the output from the first `load()` on (or from `start_truth()`).
+    """
 
     def __init__(self, setup: PipelineSetup) -> None:
         self.setup = setup
         self.names = setup.names
+        self.aggregation: Aggregation = load_aggregation(setup.aggregation_class)
+        self.truth: Truth | None = None
         self._stack = ExitStack()
         self.cluster: KraftCluster | None = None  # the local cluster this pipeline started
         self.bootstrap_servers = setup.bootstrap_servers or ""
@@ -138,7 +148,14 @@ class LocalPipeline:
             self._stack.push(self.cluster)  # exited last: the brokers stop after everything else
             self.bootstrap_servers = self.cluster.bootstrap_servers
         # The instances' files get the settings as written: references stay references.
-        options = replace(setup.options, extra={**setup.client.security(), **setup.options.extra})
+        options = replace(
+            setup.options,
+            extra={
+                **setup.client.security(),
+                "aggregation.class": setup.aggregation_class,
+                **setup.options.extra,
+            },
+        )
         self.instances = [
             ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, options)
             for i in range(setup.instances)
@@ -220,11 +237,37 @@ class LocalPipeline:
             code = instance.wait()
             log.info("%s stopped (exit code %s)", instance.name, code)
 
+    def start_truth(self, initial: Mapping[str, bytes] | None = None) -> Truth:
+        """The run's truth, judging every output record read from now on; `initial`: the
+        changelog's values before the run (`changelog_values`, a reused cluster)."""
+        assert self.output is not None
+        self.truth = Truth(self.aggregation, initial)
+        self.output.attach(self.truth)
+        return self.truth
+
+    def changelog_values(self, timeout_s: float = 60.0) -> dict[str, bytes]:
+        """The changelog's newest value per key (read_committed, to its end)."""
+        tail = OutputTail(
+            self.bootstrap_servers,
+            self.names.changelog_topic,
+            self.setup.client.resolved,
+            keep_records=False,
+        ).start()
+        try:
+            if not tail.wait_until_caught_up(timeout_s, quiet_s=1.0):
+                raise RuntimeError(
+                    f"reading {self.names.changelog_topic} to its end took over {timeout_s:g} s"
+                )
+            return tail.snapshot()[0]
+        finally:
+            tail.stop()
+
     def load(self, settings: LoadSettings) -> LoadThread:
-        """Start the load generator on a thread."""
+        """Start the load generator on a thread, its records folded into the run's truth."""
         settings = replace(settings, topic=self.names.input_topic)
         generator = LoadGenerator(
             settings,
             producer_config(self.bootstrap_servers, client_config=self.setup.client.resolved),
+            truth=self.truth or self.start_truth(),
         )
         return LoadThread(generator).start()

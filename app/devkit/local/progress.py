@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.devkit.local.instances import InstanceStatus
@@ -16,7 +17,7 @@ class Sample:
     at: float  # time.monotonic()
     lag: dict[int, PartitionLag]
     instances: tuple[InstanceStatus, ...]
-    latest_counts: dict[str, int]
+    latest: dict[str, bytes]  # the output's newest value per key
     output_records: int
     duplicates: int
 
@@ -46,8 +47,11 @@ def describe_instance(status: InstanceStatus) -> str:
     return f"{status.name} {state} {list(status.partitions)}"
 
 
-def format_progress(previous: Sample | None, current: Sample, started: float) -> str:
-    """Rates since the previous sample, lag, counts and every instance."""
+def format_progress(
+    previous: Sample | None, current: Sample, started: float, busiest: Sequence[str] = ()
+) -> str:
+    """Rates since the previous sample, lag, the output (the `busiest` keys' values) and every
+    instance."""
     elapsed = current.at - started
     if previous is None:
         rate_in = rate_out = 0.0
@@ -55,15 +59,18 @@ def format_progress(previous: Sample | None, current: Sample, started: float) ->
         span = max(current.at - previous.at, 1e-9)
         rate_in = (current.end_total - previous.end_total) / span
         rate_out = (current.committed_total - previous.committed_total) / span
-    top = sorted(current.latest_counts.items(), key=lambda item: (-item[1], item[0]))[:3]
-    counts = " ".join(f"{page}={count}" for page, count in top) or "none yet"
+    shown = " ".join(
+        f"{key}={current.latest[key].decode('utf-8', 'replace')}"
+        for key in busiest
+        if key in current.latest
+    )
     instances = " | ".join(describe_instance(s) for s in current.instances)
     return (
         f"[{elapsed:5.0f} s] in {rate_in:6.0f}/s  processed {rate_out:6.0f}/s  "
-        f"lag {current.lag_total:6d}  counted {sum(current.latest_counts.values())} in "
-        f"{len(current.latest_counts)} pages  duplicates {current.duplicates}\n"
+        f"lag {current.lag_total:6d}  output: {len(current.latest)} keys, "
+        f"duplicates {current.duplicates}\n"
         f"          {instances}\n"
-        f"          top counts: {counts}"
+        f"          busiest keys: {shown or 'none in the output yet'}"
     )
 
 
