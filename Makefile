@@ -68,11 +68,11 @@ render: $(VENV)/infra/.synced
 check: $(VENV)/infra/.synced
 	$(INFRA_PY) -m infra.policy_check --stack $(STACK)
 
-## Both benchmarks with their defaults (tables and graphs in build/bench/); for options:
-## .venv/app/bin/python -m app.devkit.bench rolling-restart --help
+## The commands behind every table of docs/benchmarks.md, one after another, alone on the machine
+## (about an hour on 2 cores; tables and graphs in build/bench/<table>/). One table:
+## make bench ARGS="--only crashes"; the list: app/devkit/bench/tables.py.
 bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
-	$(APP_PY) -m app.devkit.bench rolling-restart
-	$(APP_PY) -m app.devkit.bench throughput
+	$(APP_PY) -m app.devkit.bench tables $(ARGS)
 
 ## The checks CI runs besides the tests: ruff (lint, format) and mypy, once per environment
 ## (pulumi-policy and pyspark cannot share one; the configuration is in pyproject.toml).

@@ -1,11 +1,15 @@
-"""`python -m app.devkit.bench rolling-restart|throughput`: the benchmarks (tables and graphs).
+"""`python -m app.devkit.bench rolling-restart|throughput|tables`: the benchmarks (tables, graphs).
 
+    python -m app.devkit.bench tables [--only crashes,throughput] [--out build/bench]
     python -m app.devkit.bench rolling-restart
         [--bootstrap-servers HOST:PORT [--command-config FILE]]
         [--cases a,b] [--session-timeout-ms 20000] [--rate 100] [--out build/bench]
     python -m app.devkit.bench throughput [--bootstrap-servers HOST:PORT]
         [--configs 5000:1000,20000:250] [--backlog 100000] [--partitions 6] [--keys 10000]
         [--out build/bench]
+
+`tables` runs the commands behind the tables of docs/benchmarks.md (`app.devkit.bench.tables`;
+`make bench` runs them all), each into `<out>/<table>/`.
 
 Without --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) the bench starts 3 local KRaft nodes of
 the project's Apache Kafka release (`app.devkit.kafka_release`; $KAFKA_HOME names another
@@ -29,6 +33,7 @@ from pathlib import Path
 from app.clients import client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
 from app.devkit.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
+from app.devkit.bench.tables import TABLE_NAMES, TABLES
 from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
 from app.devkit.kraft_cluster import KraftCluster
 from policies.contract.processor_keys import DEFAULTS
@@ -43,6 +48,16 @@ def _cases(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(
             f"unknown case(s) {', '.join(unknown)}; allowed: {', '.join(CASE_NAMES)}"
+        )
+    return names
+
+
+def _tables(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TABLE_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown table(s) {', '.join(unknown)}; allowed: {', '.join(TABLE_NAMES)}"
         )
     return names
 
@@ -133,7 +148,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--latency-s": "seconds of the latency phase",
         },
     )
+    tables = sub.add_parser(
+        "tables", help="the commands behind the tables of docs/benchmarks.md, one after another"
+    )
+    tables.add_argument(
+        "--only",
+        type=_tables,
+        default=list(TABLE_NAMES),
+        help=f"of {', '.join(TABLE_NAMES)} (default: all, in this order)",
+    )
+    tables.add_argument(
+        "--out",
+        type=Path,
+        default=Path("build/bench"),
+        help="each table goes to OUT/<table>/ (default build/bench)",
+    )
     return parser.parse_args(argv)
+
+
+def run_tables(names: Sequence[str], out: Path) -> int:
+    """Run the named tables' commands one after another; 0 when every one's rows were exact."""
+    failed = []
+    chosen = [t for t in TABLES if t.name in names]
+    for number, table in enumerate(chosen, 1):
+        print(
+            f"=== table {number} of {len(chosen)}: {table.name} ({table.heading}): "
+            f"{table.command} --out {out / table.name}",
+            flush=True,
+        )
+        if main([*table.argv, "--out", str(out / table.name)]) != 0:
+            failed.append(table.name)
+    if failed:
+        print(f"tables with rows that were not exact: {', '.join(failed)}", flush=True)
+    return 1 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parse_args(argv)
     out = args.out.resolve()
+    if args.bench == "tables":
+        return run_tables(args.only, out)
     try:
         client = ClientConfig.load(args.command_config, os.environ)
     except ClientPropertiesError as exc:

@@ -1,0 +1,71 @@
+"""The commands behind the tables of `docs/benchmarks.md`, one place: `make bench` runs them all,
+`make bench ARGS="--only crashes,throughput"` some, each into `build/bench/<name>/`.
+
+A table in the docs names its entry here ("Command: `make bench ARGS="--only NAME"`") and the
+full command it stands for; `tests/app/test_bench_tables.py` checks the two agree, so a table's
+workload cannot drift from the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DocTable:
+    """One table of `docs/benchmarks.md` and the bench command that produces it."""
+
+    name: str
+    heading: str  # the table's `###` heading in docs/benchmarks.md
+    arguments: str  # after `python -m app.devkit.bench`
+
+    @property
+    def argv(self) -> list[str]:
+        """The arguments, split."""
+        return shlex.split(self.arguments)
+
+    @property
+    def command(self) -> str:
+        """The full command, as the docs quote it."""
+        return f"python -m app.devkit.bench {self.arguments}"
+
+
+TABLES: tuple[DocTable, ...] = (
+    DocTable(
+        "static-restart",
+        "Restarts with the state kept",
+        "rolling-restart --cases static-kept --instances 1 --partitions 4 --rate 20",
+    ),
+    DocTable(
+        "crashes",
+        "Crashes in hand-off mode",
+        "rolling-restart --cases rollout-handoff,handoff-crash-restart,handoff-crash-gone "
+        "--instances 3 --partitions 6 --rate 1000 --keys 10000 --session-timeout-ms 10000",
+    ),
+    DocTable(
+        "rollouts",
+        "Rollouts and failover",
+        "rolling-restart --cases rollout-handoff,rollout-static,handoff,standby-failover "
+        "--instances 3 --partitions 6 --rate 100 --keys 100",
+    ),
+    DocTable(
+        "failover-2",
+        "Rollouts and failover",
+        "rolling-restart --cases static-failover,standby-failover "
+        "--instances 2 --partitions 4 --rate 100 --keys 40",
+    ),
+    DocTable(
+        "throughput",
+        "Throughput",
+        "throughput --backlog 2000000 --partitions 6 --keys 10000 "
+        "--configs 1000000:1000,500000:1000 --latency-rate 1000 --latency-s 30",
+    ),
+    DocTable(
+        "broker-restarts",
+        "Broker restarts",
+        "rolling-restart --cases broker-roll,broker-kill "
+        "--instances 2 --partitions 6 --rate 500 --keys 10000",
+    ),
+)
+TABLE_NAMES = tuple(t.name for t in TABLES)
