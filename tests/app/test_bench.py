@@ -8,12 +8,16 @@ with state kept, then one with the state wiped), as the benchmark itself does.
 from __future__ import annotations
 
 import csv
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.devkit.bench.__main__ import parse_args
+from app.devkit.bench.ceiling import measure_ceiling, parse_perf_test
 from app.devkit.bench.measure import PeriodicSampler
 from app.devkit.bench.plots import rate_labels, throughput_bars
 from app.devkit.bench.rolling_restart import CASES, BenchParams, run_matrix
@@ -223,3 +227,33 @@ def test_throughput_bars_carry_rate_and_ratio_and_are_drawn_without_a_ceiling(
     for name, rates, ceiling in (("rates", [121_453.0], 174_523.0), ("none", [0.0], 0.0)):
         throughput_bars(tmp_path / f"{name}.png", ["500000/1000ms"], rates, ceiling)
         assert (tmp_path / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_throughput_ceiling_is_the_best_of_three_consumers_of_the_same_backlog(
+    kafka_bootstrap: str,
+) -> None:
+    topic = f"ceiling-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 3, 1)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": "20"})
+    for i in range(40_000):  # more than one consume() of 10,000 takes
+        producer.produce(topic, key=str(i % 50).encode(), value=b"x" * 40)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    ceiling = measure_ceiling(kafka_bootstrap, topic, 40_000, {})
+    assert set(ceiling.rates) == {"bench consumer", "plain consumer", "kafka-consumer-perf-test"}
+    assert all(rate and rate > 0 for rate in ceiling.rates.values()), ceiling.rates
+    name, best = ceiling.best
+    assert best == max(r for r in ceiling.rates.values() if r) and ceiling.rates[name] == best
+
+
+def test_a_perf_test_that_fails_gives_no_rate_and_its_csv_gives_the_fetch_rate() -> None:
+    assert parse_perf_test("", 1, "Exception in thread main") is None
+    csv_out = (
+        "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
+        "2026-11-25 23:00:00:000, 2026-11-25 23:00:05:000, 95.3, 19.1, 2000000, 400000.0, "
+        "3000, 2000, 47.7, 1000000.0\n"
+    )
+    assert parse_perf_test(csv_out, 0) == 1_000_000.0

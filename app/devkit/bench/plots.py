@@ -62,10 +62,10 @@ def throughput_bars(
     path: Path, labels: Sequence[str], rates: Sequence[float], ceiling: float
 ) -> None:
     """Events per second per configuration, each bar labelled with its rate and its ratio to
-    the raw consume rate, which is drawn as a line."""
+    the ceiling (the best plain consume of the run), which is drawn as a line."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
     bars = ax.bar(labels, rates, color="tab:blue")
-    ceiling_label = f"raw consume {ceiling:,.0f}/s" if ceiling else "raw consume not measured"
+    ceiling_label = f"ceiling {ceiling:,.0f}/s" if ceiling else "ceiling not measured"
     ax.bar_label(bars, labels=rate_labels(rates, ceiling), padding=3)
     ax.axhline(ceiling, color="tab:red", linestyle="--", label=ceiling_label)
     ax.set_ylabel("events per second (one instance)")
@@ -80,5 +80,5 @@ def throughput_bars(
 
 
 def rate_labels(rates: Sequence[float], ceiling: float) -> list[str]:
-    """A bar's label: its rate, and its ratio to the raw consume rate when that was measured."""
+    """A bar's label: its rate, and its ratio to the ceiling when that was measured."""
     return [f"{r:,.0f}/s" + (f" ({r / ceiling:.2f})" if ceiling else "") for r in rates]

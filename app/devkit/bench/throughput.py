@@ -1,10 +1,11 @@
-"""The throughput benchmark: what one instance sustains, beside the raw consume rate.
+"""The throughput benchmark: what one instance sustains, beside the best plain consume of the run.
 
 1. Per configuration (`max.records.per.batch`, `trigger.interval.ms`), a backlog of `--backlog`
    page views (the same seed each time, so the same records) goes into the configuration's own
    input topic.
-2. The ceiling, once: a plain confluent-kafka consumer reads the first backlog (`assign()`, no
-   group, read_committed); its records per second is what Kafka and the client can deliver here.
+2. The ceiling, once: three consumers read the first backlog one after another (`ceiling.py`:
+   the bench's own, a lean plain confluent-kafka consumer, Kafka's kafka-consumer-perf-test);
+   the best records per second is what Kafka and a single process can deliver here.
 3. One fresh instance (its own application id and topics) works the backlog off: events/s is
    the slope of the group's committed offset from its first commit to the end of the backlog.
    Then the load generator adds views at `--latency-rate` for `--latency-s` seconds, and the
@@ -22,15 +23,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-from app.admin.topics import librdkafka_logger
 from app.clients.client_properties import ClientConfig
 from app.devkit.bench import plots
+from app.devkit.bench.ceiling import Ceiling, measure_ceiling
 from app.devkit.bench.measure import Timeline, percentile
 from app.devkit.bench.memory import MemorySampler
 from app.devkit.bench.table import write_table
@@ -55,7 +54,8 @@ COLUMNS = (
     "max.records.per.batch",
     "trigger.interval.ms",
     "events/s",
-    "raw consume/s",
+    "ceiling/s",
+    "ceiling by",
     "ratio",
     "p50 latency s",
     "p99 latency s",
@@ -97,7 +97,7 @@ def run_throughput(
     client = client or ClientConfig()
     run_id = uuid.uuid4().hex[:6]
     rows: list[dict[str, float | str | None]] = []
-    raw: float | None = None
+    ceiling: Ceiling | None = None
     for max_records, trigger_ms in configs:
         prefix = f"tp-{run_id}-{max_records}-{trigger_ms}"
         input_topic = f"{prefix}-page-views"
@@ -116,23 +116,23 @@ def run_throughput(
         )
         with LocalPipeline(setup) as pipeline:
             produce_backlog(pipeline, params)
-            if raw is None:
-                raw = raw_consume_rate(
+            if ceiling is None:
+                ceiling = measure_ceiling(
                     bootstrap_servers, input_topic, params.backlog, client.resolved
                 )
-                log.info("raw consume rate: %.0f records/s", raw)
+                write_ceiling(out_dir, ceiling, params, broker)
             row = measure_instance(pipeline, params)
             row.update(measure_restore(pipeline, params))
         events = row["events/s"]
+        by, best = ceiling.best
         rows.append(
             {
                 "max.records.per.batch": max_records,
                 "trigger.interval.ms": trigger_ms,
                 **row,
-                "raw consume/s": round(raw),
-                "ratio": f"{events / raw:.3f}"
-                if isinstance(events, int | float) and events
-                else None,
+                "ceiling/s": round(best),
+                "ceiling by": by,
+                "ratio": f"{events / best:.3f}" if isinstance(events, int | float) else None,
                 "broker": broker,
             }
         )
@@ -142,7 +142,7 @@ def run_throughput(
         out_dir / "throughput.png",
         [f"{r['max.records.per.batch']}/{r['trigger.interval.ms']}ms" for r in rows],
         [float(r["events/s"] or 0) for r in rows],
-        raw or 0.0,
+        ceiling.best[1] if ceiling is not None else 0.0,
     )
     print(f"table: {out_dir / 'throughput.md'} and .csv; graph: {out_dir / 'throughput.png'}")
     return rows
@@ -159,35 +159,25 @@ def produce_backlog(pipeline: LocalPipeline, params: ThroughputParams) -> None:
     log.info("backlog: %d records in %.1f s", summary.total, summary.elapsed_s)
 
 
-def raw_consume_rate(
-    bootstrap_servers: str,
-    topic: str,
-    expected: int,
-    client_config: Mapping[str, str] | None = None,
-) -> float:
-    """Records per second of a plain consumer reading the topic from the beginning."""
-    consumer = Consumer(
+def write_ceiling(out_dir: Path, ceiling: Ceiling, params: ThroughputParams, broker: str) -> None:
+    """The ceiling's own table: every consumer's rate over the same backlog."""
+    rows = [
         {
-            **(client_config or {}),
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": "false",
-            "isolation.level": "read_committed",
-            "logger": librdkafka_logger(),
+            "consumer": name,
+            "records/s": round(rate) if rate else "did not run",
+            "records": params.backlog,
+            "partitions": params.partitions,
+            "broker": broker,
         }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=10)
-        partitions = len(metadata.topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        read = 0
-        started = time.monotonic()
-        deadline = started + 300
-        while read < expected and time.monotonic() < deadline:
-            read += sum(1 for m in consumer.consume(10_000, timeout=1.0) if m.error() is None)
-        return read / (time.monotonic() - started)
-    finally:
-        consumer.close()
+        for name, rate in ceiling.rates.items()
+    ]
+    print(
+        write_table(
+            out_dir, "throughput-ceiling", ("consumer", "records/s", "records", "partitions",
+                                            "broker"), rows
+        ),
+        flush=True,
+    )  # fmt: skip
 
 
 def measure_instance(
