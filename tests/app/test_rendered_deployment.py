@@ -24,6 +24,7 @@ import pytest
 
 from app.clients.java_properties import load_properties
 from app.devkit.kafka_release import KAFKA_HOME_ENV
+from policies.contract.topic_specs import PipelineNames
 from tests.app.pod_runtime import Node, PodSpec, RunningPod, missing_requirements
 from tests.app.rendered_deployment import (
     KAFKA_DOCKER_DIR_ENV,
@@ -127,7 +128,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     render(STACK, folder / "manifests")
     manifests = Manifests.load(folder / "manifests")
     kafka_sts = manifests.get("StatefulSet", "kafka")
-    processor_sts = manifests.get("StatefulSet", "page-view-counter")
+    processor_sts = manifests.get("StatefulSet", PipelineNames().application_id)
     kafka_image_name = kafka_sts["spec"]["template"]["spec"]["containers"][0]["image"]
     processor_image_name = processor_sts["spec"]["template"]["spec"]["containers"][0]["image"]
     images = {

@@ -13,6 +13,7 @@ from pathlib import Path
 from infra.processor import PROCESSOR_UID
 from infra.render import RecordedStack
 from policies.contract.processor_keys import DEFAULTS
+from policies.contract.topic_specs import PipelineNames
 from tests.infra.conftest import k8s_object
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +93,8 @@ def third_party_imports(modules: tuple[str, ...]) -> set[str]:
 
 def test_pods_args_are_the_images_default_command_behind_tini(dev: RecordedStack) -> None:
     assert exec_form("ENTRYPOINT") == ["/usr/bin/tini", "--"]
-    container = k8s_object(dev, "StatefulSet", "page-view-counter")["spec"]["template"]["spec"]
+    processor = k8s_object(dev, "StatefulSet", PipelineNames().application_id)
+    container = processor["spec"]["template"]["spec"]
     assert exec_form("CMD") == container["containers"][0]["args"]
 
 

@@ -7,6 +7,7 @@ import pytest
 from infra.config import KAFKA_IMAGE
 from infra.kafka_cluster import broker_env_name, heap_megabytes
 from infra.render import RecordedStack, record_stack
+from policies.contract.topic_specs import PipelineNames
 from tests.infra.conftest import container_env, k8s_object
 
 
@@ -119,12 +120,8 @@ def test_a_broker_is_ready_when_in_sync_as_its_sidecar_judges_no_jvm_per_probe(
     assert "tcpSocket" in kafka["livenessProbe"]
 
     assert sidecar["name"] == "broker-readiness"
-    assert (
-        sidecar["image"]
-        == k8s_object(stack, "StatefulSet", "page-view-counter")["spec"]["template"]["spec"][
-            "containers"
-        ][0]["image"]
-    )
+    processor = k8s_object(stack, "StatefulSet", PipelineNames().application_id)
+    assert sidecar["image"] == processor["spec"]["template"]["spec"]["containers"][0]["image"]
     assert "command" not in sidecar  # the image's tini stays PID 1
     assert sidecar["args"][:3] == ["python", "-m", "app.admin.broker_readiness"]
     assert sidecar["args"][3:5] == ["--node-id", "$(KAFKA_NODE_ID)"]
@@ -196,9 +193,9 @@ def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> 
         ],
         "ports": [{"port": 8090, "protocol": "TCP"}],
     }
-    for client in ("page-view-counter",):
-        labels = k8s_object(stack, "StatefulSet", client)["spec"]["template"]["metadata"]["labels"]
-        assert labels["stateful-streaming.io/kafka-client"] == "true"
+    processor = k8s_object(stack, "StatefulSet", PipelineNames().application_id)
+    labels = processor["spec"]["template"]["metadata"]["labels"]
+    assert labels["stateful-streaming.io/kafka-client"] == "true"
     job = next(o for o in stack.kubernetes_objects() if o["kind"] == "Job")
     assert job["spec"]["template"]["metadata"]["labels"]["stateful-streaming.io/kafka-client"] == (
         "true"

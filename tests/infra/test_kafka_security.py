@@ -14,10 +14,11 @@ from infra.kafka_cluster import FORMAT_SCRIPT, broker_env_name
 from infra.render import RecordedStack, record_stack
 from policies.contract import acl_specs
 from policies.contract.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
+from policies.contract.topic_specs import PipelineNames
 from tests.infra.conftest import container_env, k8s_object
 
-APP = "page-view-counter"
-USERS = ("page-view-counter", "topic-reconciler", "observer", "broker-readiness")
+APP = PipelineNames().application_id
+USERS = (APP, "topic-reconciler", "observer", "broker-readiness")
 
 
 def _config_map(stack: RecordedStack, prefix: str) -> dict[str, Any]:

@@ -10,9 +10,10 @@ import pytest
 
 from infra.config import StackConfigError, build_stack_config
 from infra.render import RecordedStack, record_stack
+from policies.contract.topic_specs import PipelineNames
 from tests.infra.conftest import k8s_object
 
-APP = "page-view-counter"
+APP = PipelineNames().application_id
 BROKERS = {"app.kubernetes.io/instance": "kafka", "app.kubernetes.io/name": "kafka"}
 DNS = {
     "to": [

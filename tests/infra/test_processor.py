@@ -8,9 +8,10 @@ import pytest
 
 from app.clients.java_properties import parse_properties
 from infra.render import RecordedStack, record_stack
+from policies.contract.topic_specs import PipelineNames
 from tests.infra.conftest import container_env, k8s_object
 
-APP = "page-view-counter"
+APP = PipelineNames().application_id
 
 
 def properties(stack: RecordedStack) -> dict[str, str]:

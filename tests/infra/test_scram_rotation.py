@@ -15,9 +15,10 @@ from app.clients.java_properties import load_properties
 from infra.config import StackConfigError, build_stack_config
 from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
+from policies.contract.topic_specs import PipelineNames
 from tests.infra.conftest import container_env, k8s_object
 
-APP = "page-view-counter"
+APP = PipelineNames().application_id
 RECONCILER = "topic-reconciler"
 RETIREMENT = "stateful-streaming:topics:ScramRetirement"
 

@@ -9,6 +9,7 @@ import pytest
 from infra.config import StackConfigError, build_stack_config
 from infra.render import main as render_main
 from infra.render import record_stack
+from policies.contract.topic_specs import PipelineNames
 
 
 @pytest.mark.parametrize(
@@ -39,7 +40,10 @@ from infra.render import record_stack
         (
             "prod",
             {"topics": {"configs": {"output": {"unclean.leader.election.enable": "true"}}}},
-            ["topic page-view-counts: unclean.leader.election.enable=true", "must be false"],
+            [
+                f"topic {PipelineNames().output_topic}: unclean.leader.election.enable=true",
+                "must be false",
+            ],
         ),
         (
             "prod",

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from infra.render import RecordedStack
+from policies.contract.topic_specs import PipelineNames
 
+NAMES = PipelineNames()
+APP = NAMES.application_id
 COMMON = {
     ("Namespace", "streaming"),
     ("Service", "kafka-headless"),
@@ -13,11 +16,11 @@ COMMON = {
     ("NetworkPolicy", "kafka"),
     ("StatefulSet", "kafka"),
     ("NetworkPolicy", "topics"),
-    ("Service", "page-view-counter"),
-    ("PodDisruptionBudget", "page-view-counter"),
-    ("ServiceAccount", "page-view-counter"),
-    ("NetworkPolicy", "page-view-counter"),
-    ("StatefulSet", "page-view-counter"),
+    ("Service", APP),
+    ("PodDisruptionBudget", APP),
+    ("ServiceAccount", APP),
+    ("NetworkPolicy", APP),
+    ("StatefulSet", APP),
 }
 
 
@@ -39,7 +42,7 @@ def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: Rec
     # starts from (format settings, the reconciler's ACLs).
     secured = {
         ("Secret", "kafka-tls"),
-        ("Secret", "kafka-user-page-view-counter"),
+        ("Secret", f"kafka-user-{APP}"),
         ("Secret", "kafka-user-topic-reconciler"),
         ("Secret", "kafka-user-observer"),
         ("ConfigMap", "kafka-bootstrap"),
@@ -62,12 +65,12 @@ def test_namespace_enforces_the_restricted_pod_security_standard(stack: Recorded
 def test_stack_exports_bootstrap_servers_topics_and_processor_name(stack: RecordedStack) -> None:
     assert stack.outputs["bootstrapServers"] == "kafka.streaming.svc.cluster.local:9092"
     assert stack.outputs["topics"] == {
-        "input": "page-views",
-        "output": "page-view-counts",
-        "changelog": "page-view-counter-counts-changelog",
-        "dlq": "page-view-counter-dlq",
+        "input": NAMES.input_topic,
+        "output": NAMES.output_topic,
+        "changelog": NAMES.changelog_topic,
+        "dlq": NAMES.dlq_topic,
     }
-    assert stack.outputs["processorName"] == "page-view-counter"
+    assert stack.outputs["processorName"] == APP
     assert stack.outputs["namespace"] == "streaming"
 
 

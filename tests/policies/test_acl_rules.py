@@ -19,7 +19,7 @@ import pytest
 from pulumi_policy import EnforcementLevel, Policy
 
 from policies.contract import acl_specs, kafka_security
-from policies.contract.topic_specs import TopicSpec
+from policies.contract.topic_specs import PipelineNames, TopicSpec
 from policies.evaluate import PolicyConfigError, Violation
 from policies.rules import acls, broker_security
 from tests.policies.conftest import Evaluate, levels_of, stack_config
@@ -641,6 +641,9 @@ def test_the_user_is_the_sasl_username_when_it_differs_from_the_application_id(r
 
 # --- the rendered prod stack -----------------------------------------------------------------
 
+# The rendered stacks' names (the handmade stack's are its own).
+RENDERED = PipelineNames()
+
 
 @pytest.mark.parametrize(
     ("name", "file", "acl", "found"),
@@ -651,12 +654,18 @@ def test_the_user_is_the_sasl_username_when_it_differs_from_the_application_id(r
             ("User:*", "CLUSTER", "kafka-cluster", "ALTER"),
             "for a wildcard principal",
         ),
-        ("topics-specs", ACLS, ("User:*", "TOPIC", "page-views", "READ"), "for a wildcard"),
         (
             "topics-specs",
             ACLS,
-            (OBSERVER, "TOPIC", "page-views", "WRITE"),
-            "WRITE on topic page-views, where it needs only DESCRIBE/DESCRIBE_CONFIGS/READ",
+            ("User:*", "TOPIC", RENDERED.input_topic, "READ"),
+            "for a wildcard",
+        ),
+        (
+            "topics-specs",
+            ACLS,
+            (OBSERVER, "TOPIC", RENDERED.input_topic, "WRITE"),
+            f"WRITE on topic {RENDERED.input_topic}, where it needs only "
+            "DESCRIBE/DESCRIBE_CONFIGS/READ",
         ),
         (
             "topics-specs",
@@ -667,14 +676,14 @@ def test_the_user_is_the_sasl_username_when_it_differs_from_the_application_id(r
         (
             "topics-specs",
             ACLS,
-            ("User:payments", "TOPIC", "page-views", "READ"),
+            ("User:payments", "TOPIC", RENDERED.input_topic, "READ"),
             "for User:payments, a principal the pack cannot attribute",
         ),
         (
             "kafka-bootstrap",
             BOOTSTRAP_ACLS,
-            (RECONCILER, "TOPIC", "page-views", "DELETE"),
-            "DELETE on topic page-views, where it needs only",
+            (RECONCILER, "TOPIC", RENDERED.input_topic, "DELETE"),
+            f"DELETE on topic {RENDERED.input_topic}, where it needs only",
         ),
     ],
     ids=[
@@ -744,12 +753,15 @@ def _readiness_acl(resource_type: str, name: str, operation: str) -> PropsEdit:
 @pytest.mark.parametrize(
     ("acl", "found"),
     [
-        (("TOPIC", "page-views", "READ"), "READ on topic page-views, where it needs only DESCRIBE"),
+        (
+            ("TOPIC", RENDERED.input_topic, "READ"),
+            f"READ on topic {RENDERED.input_topic}, where it needs only DESCRIBE",
+        ),
         (
             ("CLUSTER", "kafka-cluster", "ALTER"),
             "ALTER on the cluster, where it needs only DESCRIBE",
         ),
-        (("GROUP", "page-view-counter", "DESCRIBE"), "a GROUP resource"),
+        (("GROUP", RENDERED.application_id, "DESCRIBE"), "a GROUP resource"),
         (("TOPIC", "payments", "DESCRIBE"), "a topic other than its own"),
     ],
     ids=["reads-the-input", "administers-acls", "describes-the-group", "another-topic"],

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from policies.contract.topic_specs import PipelineNames
 from policies.evaluate import Violation
 from tests.policies.conftest import Evaluate, stack_config
 from tests.policies.handmade_stack import DNS_EGRESS, Resource, changed, handmade_stack, tcp
@@ -233,17 +234,16 @@ def test_every_rendered_workload_has_both_directions(recorded_stacks) -> None:
 
 
 def test_the_metrics_port_open_to_every_namespace_is_caught_in_prod(run, recorded_stacks) -> None:
-    """The review's finding: page-view-counter's 8080 with `namespaceSelector: {}`."""
+    """The review's finding: the processor's 8080 with `namespaceSelector: {}`."""
+    processor = PipelineNames().application_id
 
     def open_metrics(props: dict[str, Any]) -> None:
         props["spec"]["ingress"][0]["from"] = [{"namespaceSelector": {}}]
 
-    (violation,) = _prod(
-        run, recorded_stacks, (":NetworkPolicy", "page-view-counter"), open_metrics
-    )
+    (violation,) = _prod(run, recorded_stacks, (":NetworkPolicy", processor), open_metrics)
     assert violation.policy == OPEN_RULES and violation.mandatory
     assert violation.message.startswith(
-        "NetworkPolicy streaming/page-view-counter: spec.ingress[0].from[0] is namespaceSelector "
+        f"NetworkPolicy streaming/{processor}: spec.ingress[0].from[0] is namespaceSelector "
         "{} without a podSelector (every pod of every namespace), on port 8080/TCP"
     )
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from policies.contract.topic_specs import PipelineNames
 from tests.policies.conftest import stack_config
 
 STACKS = ("dev", "prod")
@@ -229,7 +230,12 @@ MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | N
         _set("spec", "replicas", value=100),
         "processor-replicas-within-partitions",
     ),
-    ("missing-pdb", (":PodDisruptionBudget", "page-view-counter"), None, "statefulset-pdb"),
+    (
+        "missing-pdb",
+        (":PodDisruptionBudget", PipelineNames().application_id),
+        None,
+        "statefulset-pdb",
+    ),
     (
         "max-unavailable-2",
         (":StatefulSet", "processor"),

@@ -1,0 +1,29 @@
+"""The repository's files as a clone of the working tree would have them, for tests that start
+a project from this one (`pulumi new`, a fork's edits)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def copy_source_tree(destination: Path) -> Path:
+    """Copy the tracked and the new files (not the ignored ones), as the working tree has them
+    (uncommitted edits included), to `destination`; a tracked file deleted in the working tree
+    is left out."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (item.decode() for item in listed)):
+        source = REPO / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return destination

@@ -1,0 +1,378 @@
+"""The README's "Fork it" table, performed: a copy of the repository gets the edits the table
+names for a fork (the project's name, the application id and the topics, the aggregation) and
+its infra, policy and fast application tests pass there, under the new names.
+
+Each edit is a text substitution that must find its old text exactly once, in a file the
+README's row still names: when the README and the files drift apart, this test says where.
+The copy is a git repository (as a clone is) with the checkout's environments linked in (as
+`make setup` leaves them), so every test of the suites runs there; the test runs the suites in
+parallel, to keep it short in CI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.config import PROJECT
+from policies.contract.topic_specs import PipelineNames
+from tests.infra.source_tree import copy_source_tree
+
+REPO = Path(__file__).resolve().parents[2]
+THIS = Path(__file__).relative_to(REPO).as_posix()
+VENVS = REPO / ".venv"
+INFRA_PYTHON = VENVS / "infra" / "bin" / "python"
+APP_PYTHON = VENVS / "app" / "bin" / "python"
+
+# The fork: a shop's revenue per product, summed by the repository's second example pipeline.
+PROJECT_NAME = "shop-revenue"
+FORK_NAMES = PipelineNames("product-revenue", "orders", "revenue-per-product")
+AGGREGATION = "app.pipelines.product_revenue.ProductRevenue"
+# The stack file's `processor.properties` naming it, under a `stateful-streaming:processor:` key.
+STACK_AGGREGATION = f"    properties:\n      aggregation.class: {AGGREGATION}\n"
+
+# The application's tests that need neither a broker nor a Spark session and read the names,
+# the contract, the aggregations or the rendered stacks (the rest start Apache Kafka or Spark).
+APP_TESTS = (
+    "tests/app/test_acl_reconciler.py",
+    "tests/app/test_combine.py",
+    "tests/app/test_contract_rows.py",
+    "tests/app/test_dashboard.py",
+    "tests/app/test_pipelines.py",
+    "tests/app/test_processor_planning.py",
+    "tests/app/test_rendered_stacks_start_check.py",
+    "tests/app/test_settings.py",
+)
+# The infra and policy tests run as this many pytest processes of about equal size, beside the
+# application's: on 2 cores the whole test takes about as long as its slowest part.
+PARTS = 2
+# A hung run fails the test long before CI's own limit.
+RUN_TIMEOUT_S = 600.0
+
+# What the fork's program reports, run by the infra environment in the copy: where its modules
+# come from, the names, and what each stack renders (the processor's properties, the components).
+PROBE = """
+import dataclasses, json, sys
+import app, infra, policies
+from app.clients.java_properties import parse_properties
+from infra.config import PROJECT
+from infra.render import record_stack
+from policies.contract.topic_specs import PipelineNames
+
+stacks = {}
+for stack in ("dev", "prod"):
+    recorded = record_stack(stack)
+    [text] = [
+        o["data"]["processor.properties"]
+        for o in recorded.kubernetes_objects()
+        if o["kind"] == "ConfigMap" and "processor.properties" in o.get("data", {})
+    ]
+    stacks[stack] = {
+        "properties": {e.key: e.value for e in parse_properties(text)},
+        "types": sorted({r.type for r in recorded.resources if r.type.startswith(PROJECT + ":")}),
+    }
+json.dump(
+    {
+        "modules": [m.__file__ for m in (app, infra, policies)],
+        "names": dataclasses.asdict(PipelineNames()),
+        "stacks": stacks,
+    },
+    sys.stdout,
+)
+"""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One edit a fork makes: `old` replaced by `new` in `path`, where the README's row `row`
+    says to make it (its "where" cell must contain `named`)."""
+
+    row: str
+    named: str
+    path: str
+    old: str
+    new: str
+
+
+def fork_table() -> dict[str, str]:
+    """The README's "Fork it" table: each row's "what" -> its "where"."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "\n## Fork it\n" in readme, "README.md has no section ## Fork it"
+    section = readme.split("\n## Fork it\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith(("| what |", "| --- |")):
+            cells = line.strip().removeprefix("| ").removesuffix(" |").split(" | ")
+            assert len(cells) == 3, f"README, Fork it: not a row of what | where | notes: {line}"
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def fork_edits() -> list[Edit]:
+    """The edits, as the README's table names them."""
+    project = yaml.safe_load((REPO / "Pulumi.yaml").read_text(encoding="utf-8"))["name"]
+    original = PipelineNames()
+    aggregation = "`aggregation.class` (stack: `processor.properties`)"
+    return [
+        Edit(
+            "the project name",
+            "`Pulumi.yaml`",
+            "Pulumi.yaml",
+            f"name: {project}\ndescription:",
+            f"name: {PROJECT_NAME}\ndescription:",
+        ),
+        Edit(
+            "the project name",
+            "`pyproject.toml`'s name",
+            "pyproject.toml",
+            f'[project]\nname = "{project}"\n',
+            f'[project]\nname = "{PROJECT_NAME}"\n',
+        ),
+        *(
+            Edit(
+                "application id and topic names",
+                "`PipelineNames` in `policies/contract/topic_specs.py`",
+                "policies/contract/topic_specs.py",
+                f'    {field.name}: str = "{getattr(original, field.name)}"\n',
+                f'    {field.name}: str = "{getattr(FORK_NAMES, field.name)}"\n',
+            )
+            for field in dataclasses.fields(PipelineNames)
+        ),
+        # The same names as the defaults of `pulumi new`'s prompts: a fork made by cloning keeps
+        # the `template:` section (`pulumi new` drops it, see tests/infra/test_template.py).
+        *(
+            Edit(
+                "application id and topic names",
+                "`template:` in `Pulumi.yaml`",
+                "Pulumi.yaml",
+                f"      default: {getattr(original, field.name)}\n",
+                f"      default: {getattr(FORK_NAMES, field.name)}\n",
+            )
+            for field in dataclasses.fields(PipelineNames)
+        ),
+        # dev sets no processor section: the fork adds one after the stack's last setting.
+        Edit(
+            "the aggregation",
+            aggregation,
+            "Pulumi.dev.yaml",
+            f"  {PROJECT}:namespace: streaming\n",
+            f"  {PROJECT}:namespace: streaming\n  {PROJECT}:processor:\n{STACK_AGGREGATION}",
+        ),
+        Edit(
+            "the aggregation",
+            aggregation,
+            "Pulumi.prod.yaml",
+            f"  {PROJECT}:processor:\n",
+            f"  {PROJECT}:processor:\n{STACK_AGGREGATION}",
+        ),
+    ]
+
+
+def apply(edit: Edit, table: dict[str, str], fork: Path) -> None:
+    """Make the edit in the fork, failing loudly where the README or the file has moved on."""
+    assert edit.row in table, f"README, Fork it: no row {edit.row!r}; rows: {sorted(table)}"
+    assert edit.named in table[edit.row], (
+        f"README, Fork it, row {edit.row!r} no longer names {edit.named}: {table[edit.row]}"
+    )
+    path = fork / edit.path
+    text = path.read_text(encoding="utf-8")
+    found = text.count(edit.old)
+    assert found == 1, f"{edit.path}: {edit.old!r} found {found} times, expected once"
+    path.write_text(text.replace(edit.old, edit.new), encoding="utf-8")
+
+
+def type_token_files(table: dict[str, str]) -> dict[str, set[str]]:
+    """The files the README's type-token row names -> the type tokens each defines."""
+    files = re.findall(r"`(infra/\w+\.py)`", table["the components' type tokens"])
+    assert files, table["the components' type tokens"]
+    token = re.compile(rf'"({re.escape(PROJECT)}:\w+:\w+)"')
+    return {name: set(token.findall((REPO / name).read_text(encoding="utf-8"))) for name in files}
+
+
+@dataclass
+class Run:
+    """A subprocess in the fork, its output in a file (no pipe to fill up and block it)."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    output: Path
+    started: float
+
+    def wait(self) -> tuple[int, str]:
+        """The exit code and the output, once it ends (killed after RUN_TIMEOUT_S)."""
+        try:
+            code = self.process.wait(timeout=max(0.0, self.started + RUN_TIMEOUT_S - time.time()))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            code = -9
+        return code, self.output.read_text(encoding="utf-8", errors="replace")
+
+
+def start(name: str, fork: Path, command: Sequence[str]) -> Run:
+    """Start `command` in the fork with the fork first on the import path."""
+    env = {**os.environ, "PYTHONPATH": str(fork)}
+    # The outer run's options (a junit file, say) are not the inner runs' to follow.
+    env.pop("PYTEST_ADDOPTS", None)
+    output = fork.parent / f"{name}.log"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            command, cwd=fork, env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
+    return Run(name, process, output, time.time())
+
+
+def pytest_run(name: str, fork: Path, python: Path, paths: Sequence[str]) -> Run:
+    """The fork's own tests at `paths`, in the environment of `python`."""
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    return start(name, fork, [*command, *paths])
+
+
+def infra_and_policy_parts(fork: Path) -> list[list[str]]:
+    """The fork's infra and policy test files but this one, in PARTS groups of about equal size
+    (in bytes: a rough measure of their run time, enough to keep any part from dominating)."""
+    files = [
+        path
+        for folder in ("tests/infra", "tests/policies")
+        for path in sorted((fork / folder).glob("test_*.py"))
+        if path.relative_to(fork).as_posix() != THIS
+    ]
+    parts: list[list[str]] = [[] for _ in range(PARTS)]
+    sizes = [0] * PARTS
+    for path in sorted(files, key=lambda p: p.stat().st_size, reverse=True):
+        smallest = sizes.index(min(sizes))
+        parts[smallest].append(path.relative_to(fork).as_posix())
+        sizes[smallest] += path.stat().st_size
+    return parts
+
+
+def tail(output: str, lines: int = 60) -> str:
+    """The end of a run's output: its failures' short summary and the last tracebacks."""
+    return "\n".join(output.splitlines()[-lines:])
+
+
+@pytest.fixture(scope="module")
+def fork(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the working tree with the fork's edits, a git repository with the checkout's
+    environments linked in."""
+    if not INFRA_PYTHON.exists():
+        pytest.skip(f"no infra environment at {INFRA_PYTHON} (make setup)")
+    fork = copy_source_tree(tmp_path_factory.mktemp("fork") / PROJECT_NAME)
+    table = fork_table()
+    for edit in fork_edits():
+        apply(edit, table, fork)
+    # `git ls-files` lists a clone's files for the tests that copy it (tests/infra/source_tree).
+    subprocess.run(["git", "init", "-q"], cwd=fork, check=True)
+    # Each environment linked, not the folder: .gitignore's `.venv/` ignores a folder only.
+    (fork / ".venv").mkdir()
+    for environment in VENVS.iterdir():
+        (fork / ".venv" / environment.name).symlink_to(environment)
+    return fork
+
+
+@pytest.fixture(scope="module")
+def runs(fork: Path) -> Iterator[dict[str, Run]]:
+    """The fork's probe and test suites, started at once (they run side by side)."""
+    started = {"probe": start("probe", fork, [str(INFRA_PYTHON), "-c", PROBE])}
+    for index, paths in enumerate(infra_and_policy_parts(fork)):
+        name = part_name(index)
+        started[name] = pytest_run(name, fork, INFRA_PYTHON, paths)
+    if APP_PYTHON.exists():
+        probe = "import json, app, policies; print(json.dumps([app.__file__, policies.__file__]))"
+        started["app probe"] = start("app-probe", fork, [str(APP_PYTHON), "-c", probe])
+        started["app"] = pytest_run("app", fork, APP_PYTHON, APP_TESTS)
+    yield started
+    for run in started.values():
+        if run.process.poll() is None:
+            run.process.kill()
+            run.process.wait()
+
+
+def part_name(index: int) -> str:
+    """The name of a part of the infra and policy tests (its run, its log, its test id)."""
+    return f"infra-and-policies-{index + 1}-of-{PARTS}"
+
+
+def passed(runs: dict[str, Run], name: str) -> str:
+    """The run's output, asserting it exited 0 (its tail in the message if not)."""
+    run = runs[name]
+    code, output = run.wait()
+    since = time.time() - run.started
+    assert code == 0, (
+        f"the fork's {name} run (started {since:.0f} s ago) exited {code}:\n{tail(output)}"
+    )
+    return output
+
+
+def under(fork: Path, files: list[str]) -> list[str]:
+    """The files not inside the fork (imported from elsewhere, such as the checkout)."""
+    return [name for name in files if not Path(name).resolve().is_relative_to(fork.resolve())]
+
+
+def test_the_forks_program_renders_its_new_names_and_aggregation(
+    fork: Path, runs: dict[str, Run]
+) -> None:
+    report: dict[str, Any] = json.loads(passed(runs, "probe"))
+    assert under(fork, report["modules"]) == [], "the probe imported the checkout, not the fork"
+    assert report["names"] == dataclasses.asdict(FORK_NAMES)
+    for stack, rendered in report["stacks"].items():
+        properties = rendered["properties"]
+        assert properties["aggregation.class"] == AGGREGATION, stack
+        assert (
+            properties["application.id"],
+            properties["input.topic"],
+            properties["output.topic"],
+            properties["changelog.topic"],
+        ) == (
+            FORK_NAMES.application_id,
+            FORK_NAMES.input_topic,
+            FORK_NAMES.output_topic,
+            FORK_NAMES.changelog_topic,
+        ), stack
+
+
+def test_the_fork_keeps_the_components_type_tokens(fork: Path, runs: dict[str, Run]) -> None:
+    tokens = type_token_files(fork_table())
+    for name in tokens:
+        assert (fork / name).read_bytes() == (REPO / name).read_bytes(), f"the fork edited {name}"
+    defined = set().union(*tokens.values())
+    assert f"{PROJECT}:kafka:KafkaCluster" in defined
+    report: dict[str, Any] = json.loads(passed(runs, "probe"))
+    for stack, rendered in report["stacks"].items():
+        registered = set(rendered["types"])
+        assert registered and registered <= defined, (stack, registered - defined)
+
+
+@pytest.mark.parametrize("part", [part_name(index) for index in range(PARTS)])
+def test_the_forks_infra_and_policy_tests_pass(runs: dict[str, Run], part: str) -> None:
+    passed(runs, part)
+
+
+def test_the_forks_application_unit_tests_pass(fork: Path, runs: dict[str, Run]) -> None:
+    if "app" not in runs:
+        pytest.skip(f"no application environment at {APP_PYTHON} (make setup)")
+    modules = json.loads(passed(runs, "app probe"))
+    assert under(fork, modules) == [], "the application's tests imported the checkout"
+    passed(runs, "app")
+
+
+def test_an_edit_whose_text_has_moved_fails_naming_the_file(tmp_path: Path) -> None:
+    table = fork_table()
+    (edit,) = [e for e in fork_edits() if e.path == "pyproject.toml"]
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "renamed-already"\n')
+    with pytest.raises(AssertionError, match=r"pyproject\.toml: .* found 0 times, expected once"):
+        apply(edit, table, tmp_path)
+    moved = dataclasses.replace(edit, named="`a file the README does not name`")
+    with pytest.raises(AssertionError, match="no longer names `a file the README does not"):
+        apply(moved, table, tmp_path)
