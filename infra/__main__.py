@@ -108,6 +108,7 @@ topics = TopicReconciliation(
         kafka_egress=kafka.client_egress,
         users=config.kafka_users,
         credentials=credentials,
+        groups=config.group_config_specs,
     ),
     # The Job runs once the brokers are ready (Pulumi waits for the StatefulSet roll).
     opts=pulumi.ResourceOptions(depends_on=[kafka.stateful_set]),

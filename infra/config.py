@@ -20,7 +20,7 @@ from pulumi.runtime.config import CONFIG, get_config_env
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
-from infra.processor_properties import processor_properties
+from infra.processor_properties import HEARTBEAT_INTERVAL_MS, processor_properties
 from policies.contract import membership
 from policies.contract.acl_specs import KafkaUser, pipeline_users
 from policies.contract.broker_keys import durable_broker_configs
@@ -34,7 +34,13 @@ from policies.contract.processor_keys import (
 from policies.contract.quantity import parse_quantity
 from policies.contract.restart_budget import RestartBudget, probe_budget_seconds, session_timeout_ms
 from policies.contract.tls_settings import tls_weakenings
-from policies.contract.topic_specs import PipelineNames, TopicSpec, TopicSpecError, pipeline_topics
+from policies.contract.topic_specs import (
+    GroupConfigSpec,
+    PipelineNames,
+    TopicSpec,
+    TopicSpecError,
+    pipeline_topics,
+)
 from policies.rules.credential_values import find_credentials
 from policies.rules.images import is_digest_pinned
 
@@ -111,10 +117,16 @@ class KafkaConfig(_Section):
     # Broker settings in Kafka's own names; merged over the safe defaults in `broker_configs`.
     configs: dict[str, str]
 
-    def broker_configs(self, replication_factor: int, min_insync_replicas: int) -> dict[str, str]:
-        """The broker settings the cluster runs with: durable defaults, then the stack's own."""
+    def broker_configs(
+        self,
+        replication_factor: int,
+        min_insync_replicas: int,
+        derived: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """The broker settings the cluster runs with: durable defaults, what the stack's other
+        sections need (`derived`), then the stack's own."""
         durable = durable_broker_configs(replication_factor, min_insync_replicas)
-        return dict(sorted({**durable, **self.configs}.items()))
+        return dict(sorted({**durable, **(derived or {}), **self.configs}.items()))
 
 
 class TopicsConfig(_Section):
@@ -143,6 +155,10 @@ class ProcessorConfig(_Section):
     # The processor's `membership.mode`: static (a restart keeps its partitions, they wait for
     # it) or handoff (a stopping pod leaves the group, its partitions move at once).
     membership_mode: Literal["static", "handoff"]
+    # The consumer group protocol: classic (client-side assignor, session and heartbeat) or
+    # consumer (KIP-848: the broker assigns, and the group's session and heartbeat are group
+    # configs the reconciler Job sets).
+    group_protocol: Literal["classic", "consumer"]
     # The processor's `num.standby.replicas`: warm copies of each partition's state on other
     # instances, so a partition that moves (a hand-off, a failover) restores only the changelog
     # tail instead of the whole changelog. 0..replicas-1; handoff needs at least 1.
@@ -200,6 +216,20 @@ class ProcessorConfig(_Section):
         )
 
     @property
+    def heartbeat_interval_ms(self) -> int:
+        """The heartbeat: the processor's default, at most a third of the session."""
+        return min(HEARTBEAT_INTERVAL_MS, self.computed_session_timeout_ms // 3)
+
+    @property
+    def group_configs(self) -> dict[str, str]:
+        """The group's own configs under KIP-848 (none under the classic protocol)."""
+        if self.group_protocol != PROTOCOL_CONSUMER:
+            return {}
+        return membership.kip848_group_configs(
+            session_ms=self.computed_session_timeout_ms, heartbeat_ms=self.heartbeat_interval_ms
+        )
+
+    @property
     def cores(self) -> int:
         """Whole cores for `spark.master=local[N]`: the CPU limit, at least one."""
         return max(1, math.floor(cpu_cores(self.cpu)))
@@ -253,7 +283,17 @@ class StackConfig(_Section):
         """The SCRAM users and their ACLs (none on a PLAINTEXT cluster: nothing checks them)."""
         if not self.security.secured:
             return []
-        return pipeline_users(application_id=self.processor.application_id, topics=self.topic_specs)
+        return pipeline_users(
+            application_id=self.processor.application_id,
+            topics=self.topic_specs,
+            configured_groups=[g.group for g in self.group_config_specs],
+        )
+
+    @property
+    def group_config_specs(self) -> list[GroupConfigSpec]:
+        """The processor group's own configs for the reconciler (KIP-848 only)."""
+        configs = self.processor.group_configs
+        return [GroupConfigSpec(self.processor.application_id, configs)] if configs else []
 
     @property
     def topic_specs(self) -> list[TopicSpec]:
@@ -276,9 +316,15 @@ class StackConfig(_Section):
 
     @property
     def broker_configs(self) -> dict[str, str]:
-        """The Kafka brokers' settings for this stack."""
+        """The Kafka brokers' settings for this stack: under KIP-848 with group.consumer.*
+        bounds that admit the processor group's own configs (the stack's `kafka.configs` win)."""
+        admitting = (
+            membership.kip848_bounds_admitting(self.processor.group_configs)
+            if (self.processor.group_configs)
+            else {}
+        )
         return self.kafka.broker_configs(
-            self.topics.replication_factor, self.topics.min_insync_replicas
+            self.topics.replication_factor, self.topics.min_insync_replicas, admitting
         )
 
 
@@ -320,6 +366,7 @@ _BASE: dict[str, Any] = {
         "replicas": 2,
         "stateful": True,
         "membershipMode": "static",
+        "groupProtocol": "classic",
         "numStandbyReplicas": 0,
         "cpu": "1",
         "memory": "2Gi",
@@ -639,9 +686,17 @@ def _validate_processor_properties(config: StackConfig) -> None:
     processor = config.processor
     for key, problem in key_problems(processor.properties):
         raise setting_error(f"processor.properties.{key}", processor.properties[key], problem)
+    protocol = processor.properties.get("consumer.group.protocol", processor.group_protocol)
+    if protocol != processor.group_protocol:
+        raise setting_error(
+            "processor.properties.consumer.group.protocol",
+            protocol,
+            f"set processor.groupProtocol instead (now {processor.group_protocol}; allowed: "
+            "classic, consumer): the program then renders the client settings the protocol "
+            "allows and, under consumer, the group's own session and heartbeat",
+        )
     rendered = processor_properties(config, bootstrap_servers="", client_security={})
     stateful, mode = processor.stateful, processor.membership_mode
-    session = int(rendered["consumer.session.timeout.ms"])
     breaches = [
         *membership.instance_id_breaches(
             stateful=stateful, mode=mode, instance_id=rendered.get(INSTANCE_ID_KEY)
@@ -652,32 +707,43 @@ def _validate_processor_properties(config: StackConfig) -> None:
             standby_replicas=processor.num_standby_replicas,
             replicas=processor.replicas,
         ),
-        *membership.classic_only_breaches(
-            rendered["consumer.group.protocol"],
-            processor.properties,
+        *membership.classic_only_breaches(protocol, processor.properties),
+    ]
+    brokers = config.broker_configs
+    if protocol == PROTOCOL_CONSUMER:
+        group = processor.group_configs
+        for breach in membership.kip848_bound_breaches(group, brokers):
+            raise setting_error(f"kafka.configs.{breach.key}", breach.found, breach.message())
+        session = int(group[membership.GROUP_SESSION_TIMEOUT_KEY])
+        heartbeat = int(group[membership.GROUP_HEARTBEAT_INTERVAL_KEY])
+        (low_key, low), (high_key, high) = membership.KIP848_BOUNDS[
+            membership.GROUP_SESSION_TIMEOUT_KEY
+        ]
+        low, high = int(brokers.get(low_key, low)), int(brokers.get(high_key, high))
+    else:
+        session = int(rendered["consumer.session.timeout.ms"])
+        heartbeat = int(rendered["consumer.heartbeat.interval.ms"])
+        low = int(
+            brokers.get("group.min.session.timeout.ms", membership.BROKER_MIN_SESSION_TIMEOUT_MS)
+        )
+        high = int(
+            brokers.get("group.max.session.timeout.ms", membership.BROKER_MAX_SESSION_TIMEOUT_MS)
+        )
+    breaches += membership.session_breaches(
+        stateful=stateful,
+        mode=mode,
+        session_ms=session,
+        budget=processor.restart_budget,
+        broker_min_ms=low,
+        broker_max_ms=high,
+    )
+    optional = [
+        membership.heartbeat_breach(session_ms=session, heartbeat_ms=heartbeat),
+        membership.poll_interval_breach(
+            session_ms=session, max_poll_ms=int(rendered["consumer.max.poll.interval.ms"])
         ),
     ]
-    if rendered["consumer.group.protocol"] != PROTOCOL_CONSUMER:
-        brokers = config.broker_configs
-        low = brokers.get("group.min.session.timeout.ms", membership.BROKER_MIN_SESSION_TIMEOUT_MS)
-        high = brokers.get("group.max.session.timeout.ms", membership.BROKER_MAX_SESSION_TIMEOUT_MS)
-        breaches += membership.session_breaches(
-            stateful=stateful,
-            mode=mode,
-            session_ms=session,
-            budget=processor.restart_budget,
-            broker_min_ms=int(low),
-            broker_max_ms=int(high),
-        )
-        optional = [
-            membership.heartbeat_breach(
-                session_ms=session, heartbeat_ms=int(rendered["consumer.heartbeat.interval.ms"])
-            ),
-            membership.poll_interval_breach(
-                session_ms=session, max_poll_ms=int(rendered["consumer.max.poll.interval.ms"])
-            ),
-        ]
-        breaches += [b for b in optional if b is not None]
+    breaches += [b for b in optional if b is not None]
     for breach in breaches:
         field = _STACK_FIELD_OF.get(breach.key)
         if field is not None:

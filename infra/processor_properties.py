@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from policies.contract.processor_keys import (
+    CLASSIC_PROTOCOL_ONLY,
     CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
     DEFAULTS,
     INSTANCE_ID_KEY,
+    PROTOCOL_CONSUMER,
     TRANSACTIONAL_ID_KEY,
 )
 from policies.contract.topic_specs import TopicRole
@@ -63,9 +65,11 @@ def processor_properties(
         "shutdown.timeout.ms": str(
             max(0, processor.termination_grace_period_seconds - SPARK_STOP_SECONDS) * 1000
         ),
-        # Computed from this StatefulSet: a static member that restarts is never dropped.
+        "consumer.group.protocol": processor.group_protocol,
+        # Computed from this StatefulSet: a static member that restarts is never dropped. (Under
+        # KIP-848 the two are the group's own configs instead, `ProcessorConfig.group_configs`.)
         "consumer.session.timeout.ms": str(session_timeout_ms),
-        "consumer.heartbeat.interval.ms": str(min(HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3)),
+        "consumer.heartbeat.interval.ms": str(processor.heartbeat_interval_ms),
         # librdkafka refuses a max.poll.interval.ms below the session timeout, and so does the
         # processor at start: a long restart budget raises it too (above the 300 s default).
         "consumer.max.poll.interval.ms": str(
@@ -82,6 +86,12 @@ def processor_properties(
     if processor.stateful and processor.membership_mode == "static":
         # Static membership: a pod that restarts within the session timeout keeps its partitions.
         stack[INSTANCE_ID_KEY] = "${env:POD_NAME}"
-    effective = {**DEFAULTS, **stack, **processor.properties}
+    defaults = dict(DEFAULTS)
+    if processor.group_protocol == PROTOCOL_CONSUMER:
+        # The broker owns them (librdkafka refuses them with this protocol).
+        for key in CLASSIC_PROTOCOL_ONLY:
+            stack.pop(key, None)
+            defaults.pop(key, None)
+    effective = {**defaults, **stack, **processor.properties}
     # What this stack decides first, then the processor's defaults, as a reviewer reads it.
     return {**{key: effective[key] for key in stack}, **effective}

@@ -16,7 +16,7 @@ from infra.kafka_credentials import USERS_DIR, KafkaCredentials
 from policies.contract import acl_specs
 from policies.contract.acl_specs import KafkaUser
 from policies.contract.java_properties import format_properties
-from policies.contract.topic_specs import TopicSpec, dumps
+from policies.contract.topic_specs import GroupConfigSpec, TopicSpec, dumps
 
 SPECS_DIR = "/etc/topics"
 SPECS_FILE = "topics.json"
@@ -45,6 +45,8 @@ class TopicReconciliationArgs:
     # The users and ACLs to reconcile, and their Secrets; none on a PLAINTEXT cluster.
     users: Sequence[KafkaUser] = ()
     credentials: KafkaCredentials | None = None
+    # Groups whose own configs the Job sets too (KIP-848: the session and heartbeat).
+    groups: Sequence[GroupConfigSpec] = ()
 
 
 class TopicReconciliation(pulumi.ComponentResource):
@@ -66,7 +68,7 @@ class TopicReconciliation(pulumi.ComponentResource):
         super().__init__("stateful-streaming:topics:TopicReconciliation", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         ns = args.namespace
-        specs_json = dumps(list(args.specs))
+        specs_json = dumps(list(args.specs), list(args.groups))
         data = {SPECS_FILE: specs_json}
         component_labels = workload.labels(name, "topic-reconciler")
         # The container's `args` (the image's ENTRYPOINT, tini, stays PID 1).

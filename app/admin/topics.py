@@ -35,13 +35,19 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from app.admin import acl_reconciler, scram_credentials
+from app.admin import acl_reconciler, group_configs, scram_credentials
 from app.admin.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
 from app.clients import LOG_FORMAT, client_properties
 from policies.contract.acl_specs import AclSpecError, KafkaUser
 from policies.contract.acl_specs import loads as load_users
 from policies.contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512
-from policies.contract.topic_specs import TopicSpec, TopicSpecError, loads
+from policies.contract.topic_specs import (
+    GroupConfigSpec,
+    TopicSpec,
+    TopicSpecError,
+    loads,
+    loads_groups,
+)
 
 log = logging.getLogger("app.admin.topics")
 
@@ -232,10 +238,11 @@ def choose_login(
         time.sleep(min(2.0, left))
 
 
-def load_specs(path: Path) -> list[TopicSpec]:
-    """The specs in `path`, or a `UsageError` naming the file and the problem."""
+def load_specs(path: Path) -> tuple[list[TopicSpec], list[GroupConfigSpec]]:
+    """The topic and group specs in `path`, or a `UsageError` naming the file and the problem."""
     try:
-        return loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        return loads(text), loads_groups(text)
     except OSError as exc:
         raise UsageError(f"cannot read --specs {path}: {exc.strerror or exc}") from exc
     except (TopicSpecError, ValueError) as exc:
@@ -293,7 +300,7 @@ def wait_for_cluster(admin: AdminClient, servers: str, timeout_s: float) -> Clus
 
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Plan, print, and (unless refused or dry) apply; the exit code."""
-    specs = load_specs(args.specs)
+    specs, groups = load_specs(args.specs)
     users, passwords = load_acl_inputs(args.acls, args.scram_passwords_dir)
     logins = client_logins(
         args.bootstrap_servers, args.command_config, args.fallback_command_config, env
@@ -307,6 +314,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
         metadata = wait_for_cluster(admin, args.bootstrap_servers, args.wait_timeout)
         cluster = read_cluster(admin, [s.name for s in specs], metadata)
+        group_steps = group_configs.plan(groups, group_configs.read(admin, groups))
         acl_plan = None
         if users is not None:
             state = acl_reconciler.read_state(
@@ -328,6 +336,8 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     print(format_table(the_plan), flush=True)
     if acl_plan is not None:
         print("\n" + acl_reconciler.format_table(acl_plan), flush=True)
+    if groups:
+        print("\n" + group_configs.format_table(groups, group_steps), flush=True)
     if the_plan.refusals:
         for step in the_plan.refusals:
             log.error("refused: topic %s: %s", step.topic, step.detail)
@@ -344,7 +354,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         f"; refused: {len(acl_refusals)} ACL(s) left in place (see above)" if acl_refusals else ""
     )
     acl_changes = acl_plan.changes if acl_plan else []
-    changes = len(the_plan.changes) + len(acl_changes)
+    changes = len(the_plan.changes) + len(acl_changes) + len(group_steps)
     if changes == 0:
         print(f"0 changes: {_up_to_date(specs, acl_plan)}{left}", flush=True)
         return exit_code
@@ -357,7 +367,13 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             applied += acl_reconciler.apply(
                 admin, client_config, acl_plan, passwords, len(metadata.brokers)
             )
-    except (ReconcileError, acl_reconciler.AclReconcileError) as exc:
+        if group_steps:
+            applied += group_configs.apply(admin, group_steps)
+    except (
+        ReconcileError,
+        acl_reconciler.AclReconcileError,
+        group_configs.GroupConfigError,
+    ) as exc:
         for failure in exc.failures:
             log.error("%s", failure)
         print(f"failed: {len(exc.failures)} of {changes} change(s) did not apply", flush=True)

@@ -179,8 +179,12 @@ def pipeline_users(
     reconciler: str = "topic-reconciler",
     observer: str = "observer",
     readiness: str = BROKER_READINESS_USER,
+    configured_groups: Sequence[str] = (),
 ) -> list[KafkaUser]:
     """The pipeline's users with least privilege; a fork that adds a workload adds it here.
+
+    `configured_groups`: the groups whose own configs the reconciler sets (KIP-848's session
+    and heartbeat, `topic_specs.GroupConfigSpec`).
 
     READ, WRITE and ALTER imply DESCRIBE in Kafka's authorizer, so DESCRIBE is granted only
     where nothing else is.
@@ -230,6 +234,13 @@ def pipeline_users(
         ),
         # FindCoordinator of the ledger reader's group id (it never joins: no READ).
         *_grants(reconciler, ResourceType.GROUP, [ACL_LEDGER_READER_GROUP], [Operation.DESCRIBE]),
+        # IncrementalAlterConfigs on a KIP-848 group, and the DescribeConfigs that plans it.
+        *_grants(
+            reconciler,
+            ResourceType.GROUP,
+            configured_groups,
+            [Operation.ALTER_CONFIGS, Operation.DESCRIBE_CONFIGS],
+        ),
         # CreateAcls, DeleteAcls and AlterUserScramCredentials need ALTER on the cluster,
         # DescribeAcls DESCRIBE: that is Kafka's model of an ACL administrator.
         *_grants(

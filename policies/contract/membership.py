@@ -221,3 +221,61 @@ def classic_only_breaches(protocol: str, properties: Mapping[str, str]) -> list[
         for key in CLASSIC_PROTOCOL_ONLY
         if key in properties
     ]
+
+
+# KIP-848: a group's own session and heartbeat, set on the GROUP resource (IncrementalAlterConfigs;
+# the reconciler Job does it), each within the brokers' `group.consumer.min/max.*` bounds.
+GROUP_SESSION_TIMEOUT_KEY = "consumer.session.timeout.ms"
+GROUP_HEARTBEAT_INTERVAL_KEY = "consumer.heartbeat.interval.ms"
+# Kafka's defaults for those bounds: (broker key, default).
+KIP848_BOUNDS = {
+    GROUP_SESSION_TIMEOUT_KEY: (
+        ("group.consumer.min.session.timeout.ms", 45_000),
+        ("group.consumer.max.session.timeout.ms", 60_000),
+    ),
+    GROUP_HEARTBEAT_INTERVAL_KEY: (
+        ("group.consumer.min.heartbeat.interval.ms", 5_000),
+        ("group.consumer.max.heartbeat.interval.ms", 15_000),
+    ),
+}
+
+
+def kip848_group_configs(*, session_ms: int, heartbeat_ms: int) -> dict[str, str]:
+    """A KIP-848 group's own configs: the session the restart budget needs, its heartbeat."""
+    return {
+        GROUP_SESSION_TIMEOUT_KEY: str(session_ms),
+        GROUP_HEARTBEAT_INTERVAL_KEY: str(heartbeat_ms),
+    }
+
+
+def kip848_bounds_admitting(group_configs: Mapping[str, str]) -> dict[str, str]:
+    """The brokers' bounds widened just enough to admit the group's configs (Kafka's defaults
+    where they already do): what a cluster hosting the group renders."""
+    bounds = {}
+    for key, ((low_key, low), (high_key, high)) in KIP848_BOUNDS.items():
+        value = int(group_configs[key])
+        bounds[low_key] = str(min(low, value))
+        bounds[high_key] = str(max(high, value))
+    return bounds
+
+
+def kip848_bound_breaches(
+    group_configs: Mapping[str, str], broker_configs: Mapping[str, str]
+) -> list[Breach]:
+    """A group config outside the brokers' bounds: the broker refuses to set it."""
+    found = []
+    for key, ((low_key, low), (high_key, high)) in KIP848_BOUNDS.items():
+        value = int(group_configs[key])
+        lowest = int(broker_configs.get(low_key, low))
+        highest = int(broker_configs.get(high_key, high))
+        if not lowest <= value <= highest:
+            found.append(
+                Breach(
+                    low_key if value < lowest else high_key,
+                    str(lowest if value < lowest else highest),
+                    f"a bound admitting the group's {key}={value}",
+                    "the broker refuses a group config outside its group.consumer.* bounds, so "
+                    "the reconciler Job would fail; widen the bound or leave it to the program",
+                )
+            )
+    return found

@@ -115,9 +115,46 @@ def check_co_partitioned(specs: Iterable[TopicSpec]) -> None:
         )
 
 
-def dumps(specs: Sequence[TopicSpec]) -> str:
-    """Serialize specs for the reconciler (stable order and formatting, so diffs stay small)."""
-    return json.dumps({"topics": [s.to_dict() for s in specs]}, indent=2, sort_keys=True) + "\n"
+@dataclass(frozen=True)
+class GroupConfigSpec:
+    """A consumer group's broker-side configs (KIP-848: its session and heartbeat), which the
+    reconciler sets on the GROUP resource."""
+
+    group: str
+    configs: Mapping[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the reconciler reads."""
+        return {"group": self.group, "configs": dict(sorted(self.configs.items()))}
+
+
+def dumps(specs: Sequence[TopicSpec], groups: Sequence[GroupConfigSpec] = ()) -> str:
+    """Serialize specs for the reconciler (stable order and formatting, so diffs stay small; no
+    `groups` key without groups, so a classic stack's file is as it was)."""
+    data: dict[str, Any] = {"topics": [s.to_dict() for s in specs]}
+    if groups:
+        data["groups"] = [g.to_dict() for g in groups]
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def loads_groups(text: str) -> list[GroupConfigSpec]:
+    """The group configs of the reconciler's input (none when it has no `groups` key)."""
+    data = json.loads(text)
+    groups = data.get("groups", []) if isinstance(data, dict) else None
+    if not isinstance(groups, list):
+        raise TopicSpecError('group configs must be a JSON list {"groups": [...]}')
+    found = []
+    for item in groups:
+        if not isinstance(item, dict) or not isinstance(item.get("configs"), dict):
+            raise TopicSpecError(
+                f'a group config is {{"group": ..., "configs": {{...}}}}: {item!r}'
+            )
+        found.append(
+            GroupConfigSpec(
+                str(item["group"]), {str(k): str(v) for k, v in item["configs"].items()}
+            )
+        )
+    return found
 
 
 def loads(text: str) -> list[TopicSpec]:

@@ -42,7 +42,7 @@ from .config import MANDATORY, Threshold, stack_rule
 from .manifests import CONFIG_MAP, get, label
 from .messages import violation
 from .stack_view import ProcessorDeployment, StackView
-from .topics import topics_of
+from .topics import group_configs_of, topics_of
 
 ACLS_KEY = "acls.json"
 BOOTSTRAP_ACLS_KEY = "bootstrap-acls.json"
@@ -67,6 +67,8 @@ _PROCESSOR_CLUSTER = frozenset({"IDEMPOTENT_WRITE"})
 _RECONCILER_TOPIC = frozenset({"CREATE", "ALTER", "ALTER_CONFIGS", "DESCRIBE_CONFIGS", "DESCRIBE"})
 _RECONCILER_LEDGER = _RECONCILER_TOPIC | {"READ", "WRITE"}
 _RECONCILER_GROUP = frozenset({"DESCRIBE"})
+# A KIP-848 group whose own session and heartbeat the reconciler sets (its topics.json `groups`).
+_RECONCILER_CONFIGURED_GROUP = frozenset({"ALTER_CONFIGS", "DESCRIBE_CONFIGS", "DESCRIBE"})
 _RECONCILER_CLUSTER = frozenset({"ALTER", "DESCRIBE"})
 # Read-only: never WRITE, CREATE, DELETE, ALTER(_CONFIGS), ALL, nor READ on a group (joining
 # or committing offsets into the processor's group would move its consumers).
@@ -279,6 +281,10 @@ def reconciler_rights(resource: PolicyResource) -> UserRights | None:
         Grant("TOPIC", ACL_LEDGER_TOPIC, _RECONCILER_LEDGER),
         # FindCoordinator of the ledger reader's group id (it never joins: no READ).
         Grant("GROUP", ACL_LEDGER_READER_GROUP, _RECONCILER_GROUP),
+        *(
+            Grant("GROUP", group, _RECONCILER_CONFIGURED_GROUP)
+            for group in group_configs_of(resource.resource_type, resource.props)
+        ),
         # CreateAcls, DeleteAcls, AlterUserScramCredentials (ALTER); DescribeAcls (DESCRIBE).
         Grant("CLUSTER", CLUSTER_RESOURCE, _RECONCILER_CLUSTER),
     )

@@ -11,17 +11,26 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pulumi_policy import StackValidationArgs
+from pulumi_policy import PolicyResource, StackValidationArgs
 
 from ..contract import membership
 from ..contract.java_properties import env_reference
 from ..contract.processor_keys import DEFAULTS, INSTANCE_ID_KEY, PROTOCOL_CONSUMER
 from .config import MANDATORY, Threshold, stack_rule
 from .kafka_cluster import KAFKA_DEFAULTS, broker_configs, env_name
-from .manifests import env_field_ref, fmt, label, number, pod_spec, processor_container
+from .manifests import (
+    CONFIG_MAP,
+    env_field_ref,
+    fmt,
+    label,
+    number,
+    pod_spec,
+    processor_container,
+)
 from .messages import violation
 from .restart_budget import restart_budget
 from .stack_view import PROPERTIES_KEY, STANDBY_KEY, ProcessorDeployment, StackView
+from .topics import TOPICS_KEY, group_configs_of
 
 Finding = tuple[str, str | None]
 
@@ -134,17 +143,33 @@ def check_session_timeout(args: StackValidationArgs, cfg: Mapping[str, Any]) -> 
         if _uses_kip_848(processor):
             for breach in membership.classic_only_breaches(PROTOCOL_CONSUMER, processor.properties):
                 yield violation(subject, breach.key, breach.found, breach.required, breach.why), urn
-            key = "group.consumer.session.timeout.ms"
             min_key = "group.consumer.min.session.timeout.ms"
             max_key = "group.consumer.max.session.timeout.ms"
-            if kafka:
-                subject, urn = f"{label(kafka.resource_type, kafka.props)} broker config", kafka.urn
+            own = _declared_group_configs(view, processor)
+            if own is not None and membership.GROUP_SESSION_TIMEOUT_KEY in own[1]:
+                # The group's own session, which the reconciler Job sets on the GROUP resource.
+                spec, configs = own
+                key = membership.GROUP_SESSION_TIMEOUT_KEY
+                group = processor.properties.get("application.id", "")
+                subject = (
+                    f"{label(spec.resource_type, spec.props)} data[{TOPICS_KEY}] group {group}"
+                )
+                urn = spec.urn
+                field, session = key, number(configs[key])
+                where = "set it in the group's configs (infra computes it per membership.mode)"
             else:
-                subject = "broker default"
-            field, session = f"{key} (env {env_name(key)})", number(broker[key])
-            where = (
-                f"set {env_name(key)} on the brokers (and {env_name(min_key)}/{env_name(max_key)})"
-            )
+                key = "group.consumer.session.timeout.ms"
+                if kafka:
+                    subject = f"{label(kafka.resource_type, kafka.props)} broker config"
+                    urn = kafka.urn
+                else:
+                    subject = "broker default"
+                field, session = f"{key} (env {env_name(key)})", number(broker[key])
+                where = (
+                    f"set the group's own {membership.GROUP_SESSION_TIMEOUT_KEY} (the reconciler "
+                    f"Job's groups), or {env_name(key)} on the brokers (and "
+                    f"{env_name(min_key)}/{env_name(max_key)})"
+                )
         else:
             key = "consumer.session.timeout.ms"
             min_key, max_key = "group.min.session.timeout.ms", "group.max.session.timeout.ms"
@@ -171,6 +196,18 @@ def check_session_timeout(args: StackValidationArgs, cfg: Mapping[str, Any]) -> 
                 violation(subject, field, fmt(session), breach.required, f"{where}; {breach.why}"),
                 urn,
             )
+
+
+def _declared_group_configs(
+    view: StackView, processor: ProcessorDeployment
+) -> tuple[PolicyResource, dict[str, str]] | None:
+    """The ConfigMap declaring the processor group's own configs (KIP-848), and those configs."""
+    group = processor.properties.get("application.id", "").strip()
+    for config_map in view.of_type(CONFIG_MAP):
+        configs = group_configs_of(config_map.resource_type, config_map.props).get(group)
+        if configs is not None:
+            return config_map, configs
+    return None
 
 
 def _optional_int(value: Any) -> int | None:
@@ -294,7 +331,9 @@ POLICIES = [
             "pod replacement stops its partitions for 45 s and then rebalances; a hand-off "
             "member's is at most maxHandoffSessionMs, or a crash stops its partitions until the "
             "session expires. Both within the broker's group.min/max.session.timeout.ms. Under "
-            "KIP-848 the broker's group.consumer.session.timeout.ms is checked instead."
+            "KIP-848 the group's own consumer.session.timeout.ms (the reconciler Job's groups) "
+            "is checked instead, or else the brokers' group.consumer.session.timeout.ms, within "
+            "their group.consumer.min/max.session.timeout.ms."
         ),
         level=MANDATORY,
         check=check_session_timeout,

@@ -63,6 +63,19 @@ def topics_of(resource_type: str, props: Mapping[str, Any]) -> list[Topic] | str
         return f"{type(error).__name__}: {error}"
 
 
+def group_configs_of(resource_type: str, props: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The groups' own configs a topic-spec ConfigMap declares (its `groups`, KIP-848), by
+    group id; none for other resources or an unreadable file (the topic rules report that)."""
+    if resource_type != CONFIG_MAP:
+        return {}
+    text = get(props, "data", TOPICS_KEY)
+    try:
+        groups = json.loads(text).get("groups", []) if isinstance(text, str) else []
+        return {str(g["group"]): {str(k): str(v) for k, v in g["configs"].items()} for g in groups}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 def _topic_subject(args: ResourceValidationArgs, topic: Topic) -> str:
     return f"{label(args.resource_type, args.props)} data[{TOPICS_KEY}] topic {topic.name}"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from app.admin import group_configs
 from app.admin.topic_reconciler import (
     Action,
     Plan,
@@ -31,7 +32,14 @@ from app.admin.topic_reconciler import (
 )
 from app.devkit.kraft_cluster import free_port
 from app.devkit.waiting import wait_until
-from policies.contract.topic_specs import TopicRole, TopicSpec, dumps, pipeline_topics
+from policies.contract.membership import kip848_group_configs
+from policies.contract.topic_specs import (
+    GroupConfigSpec,
+    TopicRole,
+    TopicSpec,
+    dumps,
+    pipeline_topics,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
@@ -213,9 +221,11 @@ def test_partition_increase_is_applied_with_the_flag(
 def cli(
     kafka_bootstrap: str, tmp_path: Path
 ) -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
-    def run(specs: list[TopicSpec], *flags: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        specs: list[TopicSpec], *flags: str, groups: Sequence[GroupConfigSpec] = ()
+    ) -> subprocess.CompletedProcess[str]:
         path = tmp_path / "topics.json"
-        path.write_text(dumps(specs))
+        path.write_text(dumps(specs, groups))
         command = [sys.executable, "-m", "app.admin.topics", "--bootstrap-servers", kafka_bootstrap]
         return subprocess.run(
             [*command, "--specs", str(path), *flags],
@@ -242,6 +252,34 @@ def test_cli_dry_run_prints_the_plan_and_changes_nothing(
     assert f"retention.ms={HOUR_MS}" in row
     assert "dry run: 1 change(s) planned, nothing applied" in result.stdout
     assert state_of(admin, [specs[0].name]) == {}
+
+
+def test_a_kip848_groups_own_session_and_heartbeat_are_set_then_left_alone(
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+    admin: AdminClient,
+    name: Callable[[str], str],
+) -> None:
+    specs = [topic(name("kip848-in"))]
+    wanted = GroupConfigSpec(
+        name("kip848-group"), kip848_group_configs(session_ms=10_000, heartbeat_ms=1_000)
+    )
+    first = cli(specs, groups=[wanted])
+    assert first.returncode == 0, first.stderr
+    assert "consumer.session.timeout.ms: the brokers' default -> 10000" in first.stdout
+    assert group_configs.read(admin, [wanted])[wanted.group] == dict(wanted.configs)
+
+    again = cli(specs, groups=[wanted])
+    assert again.returncode == 0, again.stderr
+    assert "0 changes" in again.stdout and "up to date" in again.stdout
+
+    # Above the brokers' group.consumer.max.session.timeout.ms (60 s): the broker refuses it.
+    too_long = GroupConfigSpec(
+        wanted.group, {**wanted.configs, "consumer.session.timeout.ms": "120000"}
+    )
+    refused = cli(specs, groups=[too_long])
+    assert refused.returncode == 1
+    assert f"group {wanted.group}: setting consumer.session.timeout.ms failed" in refused.stderr
+    assert group_configs.read(admin, [wanted])[wanted.group] == dict(wanted.configs)
 
 
 def test_cli_end_to_end_exit_codes_and_messages(

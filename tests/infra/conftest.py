@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from app.clients.java_properties import parse_properties
 from infra.render import RecordedStack, record_stack, write_manifests
+from policies.contract.topic_specs import PipelineNames
 
 
 def k8s_object(stack: RecordedStack, kind: str, name: str) -> dict[str, Any]:
@@ -18,6 +20,18 @@ def k8s_object(stack: RecordedStack, kind: str, name: str) -> dict[str, Any]:
             return obj
     known = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in stack.kubernetes_objects())
     raise KeyError(f"no {kind}/{name}; recorded: {known}")
+
+
+def processor_properties(stack: RecordedStack) -> dict[str, str]:
+    """The processor's properties file as the stack renders it."""
+    app = PipelineNames().application_id
+    config_map = next(
+        o
+        for o in stack.kubernetes_objects()
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(f"{app}-config-")
+    )
+    # The processor's own parser (java.util.Properties' format), so the test reads what it reads.
+    return {e.key: e.value for e in parse_properties(config_map["data"]["processor.properties"])}
 
 
 def container_env(obj: dict[str, Any], container: int = 0) -> dict[str, Any]:

@@ -6,22 +6,12 @@ from typing import Any
 
 import pytest
 
-from app.clients.java_properties import parse_properties
 from infra.render import RecordedStack, record_stack
 from policies.contract.topic_specs import PipelineNames
 from tests.infra.conftest import container_env, k8s_object
+from tests.infra.conftest import processor_properties as properties
 
 APP = PipelineNames().application_id
-
-
-def properties(stack: RecordedStack) -> dict[str, str]:
-    config_map = next(
-        o
-        for o in stack.kubernetes_objects()
-        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(f"{APP}-config-")
-    )
-    # The processor's own parser (java.util.Properties' format), so the test reads what it reads.
-    return {e.key: e.value for e in parse_properties(config_map["data"]["processor.properties"])}
 
 
 def pod_spec(stack: RecordedStack) -> dict[str, Any]:

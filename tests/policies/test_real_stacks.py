@@ -303,3 +303,35 @@ def test_mutation_of_the_real_stack_is_caught_by_its_rule(
     assert all("Fix: " in v.message for v in caught)
     # The copy was mutated, not the recording the other tests share.
     assert recording == untouched
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_pack_passes_each_stack_under_the_consumer_group_protocol(run, stack: str) -> None:
+    """KIP-848: no client-side session, the group's own configs for the reconciler, the
+    reconciler's right to set them, brokers whose bounds admit them: nothing more found."""
+    from infra.render import record_stack
+
+    recorded = record_stack(stack, {"processor.groupProtocol": "consumer"})
+    violations = run(recorded.resources, stack_config(stack))
+    assert sorted((v.policy, v.level) for v in violations) == EXPECTED_FINDINGS[stack]
+
+
+def test_a_kip848_groups_own_session_too_long_for_a_hand_off_is_blocked(run) -> None:
+    from infra.render import record_stack
+
+    resources = record_stack("prod", {"processor.groupProtocol": "consumer"}).resources
+    specs = next(r for r in resources if "topics.json" in r.props.get("data", {}))
+
+    def longer(props: dict[str, Any]) -> None:
+        data = json.loads(props["data"]["topics.json"])
+        data["groups"][0]["configs"]["consumer.session.timeout.ms"] = "45000"
+        props["data"]["topics.json"] = json.dumps(data)
+
+    longer(specs.props)
+    caught = [
+        v for v in run(resources, stack_config("prod")) if v.policy == "group-session-timeout"
+    ]
+    assert caught and all(v.mandatory for v in caught)
+    group = PipelineNames().application_id
+    assert f"data[topics.json] group {group}" in caught[0].message
+    assert "consumer.session.timeout.ms is 45000" in caught[0].message
