@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import subprocess
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,13 +24,23 @@ import yaml
 
 from infra.config import PROJECT
 from policies.contract.topic_specs import PipelineNames
+from tests.infra.project_runs import (
+    APP,
+    APP_PYTHON,
+    INFRA_PYTHON,
+    PARTS,
+    REPO,
+    Run,
+    part_name,
+    passed,
+    set_up_like_a_clone,
+    start,
+    start_suites,
+    stop,
+)
 from tests.infra.source_tree import copy_source_tree
 
-REPO = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).relative_to(REPO).as_posix()
-VENVS = REPO / ".venv"
-INFRA_PYTHON = VENVS / "infra" / "bin" / "python"
-APP_PYTHON = VENVS / "app" / "bin" / "python"
 
 # The fork: a shop's revenue per product, summed by the repository's second example pipeline.
 PROJECT_NAME = "shop-revenue"
@@ -41,24 +48,6 @@ FORK_NAMES = PipelineNames("product-revenue", "orders", "revenue-per-product")
 AGGREGATION = "app.pipelines.product_revenue.ProductRevenue"
 # The stack file's `processor.properties` naming it, under a `stateful-streaming:processor:` key.
 STACK_AGGREGATION = f"    properties:\n      aggregation.class: {AGGREGATION}\n"
-
-# The application's tests that need neither a broker nor a Spark session and read the names,
-# the contract, the aggregations or the rendered stacks (the rest start Apache Kafka or Spark).
-APP_TESTS = (
-    "tests/app/test_acl_reconciler.py",
-    "tests/app/test_combine.py",
-    "tests/app/test_contract_rows.py",
-    "tests/app/test_dashboard.py",
-    "tests/app/test_pipelines.py",
-    "tests/app/test_processor_planning.py",
-    "tests/app/test_rendered_stacks_start_check.py",
-    "tests/app/test_settings.py",
-)
-# The infra and policy tests run as this many pytest processes of about equal size, beside the
-# application's: on 2 cores the whole test takes about as long as its slowest part.
-PARTS = 2
-# A hung run fails the test long before CI's own limit.
-RUN_TIMEOUT_S = 600.0
 
 # What the fork's program reports, run by the infra environment in the copy: where its modules
 # come from, the names, and what each stack renders (the processor's properties, the components).
@@ -200,68 +189,6 @@ def type_token_files(table: dict[str, str]) -> dict[str, set[str]]:
     return {name: set(token.findall((REPO / name).read_text(encoding="utf-8"))) for name in files}
 
 
-@dataclass
-class Run:
-    """A subprocess in the fork, its output in a file (no pipe to fill up and block it)."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    output: Path
-    started: float
-
-    def wait(self) -> tuple[int, str]:
-        """The exit code and the output, once it ends (killed after RUN_TIMEOUT_S)."""
-        try:
-            code = self.process.wait(timeout=max(0.0, self.started + RUN_TIMEOUT_S - time.time()))
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            code = -9
-        return code, self.output.read_text(encoding="utf-8", errors="replace")
-
-
-def start(name: str, fork: Path, command: Sequence[str]) -> Run:
-    """Start `command` in the fork with the fork first on the import path."""
-    env = {**os.environ, "PYTHONPATH": str(fork)}
-    # The outer run's options (a junit file, say) are not the inner runs' to follow.
-    env.pop("PYTEST_ADDOPTS", None)
-    output = fork.parent / f"{name}.log"
-    with output.open("wb") as sink:
-        process = subprocess.Popen(
-            command, cwd=fork, env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
-    return Run(name, process, output, time.time())
-
-
-def pytest_run(name: str, fork: Path, python: Path, paths: Sequence[str]) -> Run:
-    """The fork's own tests at `paths`, in the environment of `python`."""
-    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    return start(name, fork, [*command, *paths])
-
-
-def infra_and_policy_parts(fork: Path) -> list[list[str]]:
-    """The fork's infra and policy test files but this one, in PARTS groups of about equal size
-    (in bytes: a rough measure of their run time, enough to keep any part from dominating)."""
-    files = [
-        path
-        for folder in ("tests/infra", "tests/policies")
-        for path in sorted((fork / folder).glob("test_*.py"))
-        if path.relative_to(fork).as_posix() != THIS
-    ]
-    parts: list[list[str]] = [[] for _ in range(PARTS)]
-    sizes = [0] * PARTS
-    for path in sorted(files, key=lambda p: p.stat().st_size, reverse=True):
-        smallest = sizes.index(min(sizes))
-        parts[smallest].append(path.relative_to(fork).as_posix())
-        sizes[smallest] += path.stat().st_size
-    return parts
-
-
-def tail(output: str, lines: int = 60) -> str:
-    """The end of a run's output: its failures' short summary and the last tracebacks."""
-    return "\n".join(output.splitlines()[-lines:])
-
-
 @pytest.fixture(scope="module")
 def fork(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the working tree with the fork's edits, a git repository with the checkout's
@@ -272,47 +199,21 @@ def fork(tmp_path_factory: pytest.TempPathFactory) -> Path:
     table = fork_table()
     for edit in fork_edits():
         apply(edit, table, fork)
-    # `git ls-files` lists a clone's files for the tests that copy it (tests/infra/source_tree).
-    subprocess.run(["git", "init", "-q"], cwd=fork, check=True)
-    # Each environment linked, not the folder: .gitignore's `.venv/` ignores a folder only.
-    (fork / ".venv").mkdir()
-    for environment in VENVS.iterdir():
-        (fork / ".venv" / environment.name).symlink_to(environment)
+    set_up_like_a_clone(fork)
     return fork
 
 
 @pytest.fixture(scope="module")
 def runs(fork: Path) -> Iterator[dict[str, Run]]:
     """The fork's probe and test suites, started at once (they run side by side)."""
-    started = {"probe": start("probe", fork, [str(INFRA_PYTHON), "-c", PROBE])}
-    for index, paths in enumerate(infra_and_policy_parts(fork)):
-        name = part_name(index)
-        started[name] = pytest_run(name, fork, INFRA_PYTHON, paths)
-    if APP_PYTHON.exists():
+    # The suites first: where they skip, no probe is left running.
+    started = start_suites(fork, excluded={THIS})
+    started["probe"] = start("probe", fork, [str(INFRA_PYTHON), "-c", PROBE])
+    if APP in started:
         probe = "import json, app, policies; print(json.dumps([app.__file__, policies.__file__]))"
         started["app probe"] = start("app-probe", fork, [str(APP_PYTHON), "-c", probe])
-        started["app"] = pytest_run("app", fork, APP_PYTHON, APP_TESTS)
     yield started
-    for run in started.values():
-        if run.process.poll() is None:
-            run.process.kill()
-            run.process.wait()
-
-
-def part_name(index: int) -> str:
-    """The name of a part of the infra and policy tests (its run, its log, its test id)."""
-    return f"infra-and-policies-{index + 1}-of-{PARTS}"
-
-
-def passed(runs: dict[str, Run], name: str) -> str:
-    """The run's output, asserting it exited 0 (its tail in the message if not)."""
-    run = runs[name]
-    code, output = run.wait()
-    since = time.time() - run.started
-    assert code == 0, (
-        f"the fork's {name} run (started {since:.0f} s ago) exited {code}:\n{tail(output)}"
-    )
-    return output
+    stop(started)
 
 
 def under(fork: Path, files: list[str]) -> list[str]:
@@ -360,11 +261,11 @@ def test_the_forks_infra_and_policy_tests_pass(runs: dict[str, Run], part: str) 
 
 
 def test_the_forks_application_unit_tests_pass(fork: Path, runs: dict[str, Run]) -> None:
-    if "app" not in runs:
+    if APP not in runs:
         pytest.skip(f"no application environment at {APP_PYTHON} (make setup)")
     modules = json.loads(passed(runs, "app probe"))
     assert under(fork, modules) == [], "the application's tests imported the checkout"
-    passed(runs, "app")
+    passed(runs, APP)
 
 
 def test_an_edit_whose_text_has_moved_fails_naming_the_file(tmp_path: Path) -> None:
