@@ -139,13 +139,18 @@ def _from_a_copy(line: str) -> bool:
     return "the tail after this instance's copy" in line or "copy is at the changelog's end" in line
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_handoff_moves_the_partitions_and_keeps_counts_exact(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, protocol: str
 ) -> None:
-    run_matrix([BY_NAME["handoff"]], SHORT, tmp_path, kafka_bootstrap, BROKER)
+    """Under either group protocol (KIP-848's consumer: the broker assigns, the group's own
+    session and heartbeat set by the reconciler)."""
+    params = replace(SHORT, group_protocols=(protocol,))
+    run_matrix([BY_NAME["handoff"]], params, tmp_path, kafka_bootstrap, BROKER)
     rows = read_table(tmp_path)
     assert_exact(rows, ("handoff",))
     row = rows["handoff"]
+    assert row["group protocol"] == protocol, row
     assert row["standby replicas"] == "1", row
     # The other instance took the stopped one's partitions at once and gave them back after.
     assert int(row["assigned (others)"]) > 0, row

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,42 +24,67 @@ from app.devkit.local.instances import REPO_ROOT
 RUN_TIMEOUT_S = 600
 
 
-def test_local_run_rolls_the_instances_and_its_output_is_exact_for_the_chosen_pipeline(
-    tmp_path: Path,
-) -> None:
+def _rolled_run(state: Path, *options: str) -> tuple[str, dict[str, Any]]:
+    """The README's command, small, rolled once: its output and its report, both checked to
+    say the run was exact and the roll complete."""
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
-    state = tmp_path / "local"
     run = subprocess.run(
         [sys.executable, "-m", "app.devkit.local", "--instances", "2", "--partitions", "2",
          "--rate", "50", "--keys", "20", "--roll-after", "2", "--min-ready-s", "2",
-         "--until-rolled", "--state-dir", str(state),
-         "--aggregation-class", "app.pipelines.distinct_users.DistinctUsers"],
+         "--until-rolled", "--state-dir", str(state), *options],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
     print(run.stdout[-4000:])
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "final check: OK" in run.stdout
-    assert "page-view-counter-0" in run.stdout and "page-view-counter-1" in run.stdout
     report = json.loads((state / "report.json").read_text())
     check = report["check"]
     assert check["ok"] and check["duplicates"] == 0
     assert check["produced"] == report["produced"]["valid"] > 0
     assert check["keys"] == len(report["produced"]["expected"]) > 0
-    assert all(key.startswith("p-") for key in report["produced"]["expected"])  # product ids
-    assert report["local_cluster"] is True
     roll = report["roll"]
     assert roll["completed"] and roll["error"] is None, roll
     assert set(roll["longest_gap_s"]) == {"0", "1"}, roll
     assert roll["max_gap_s"] == max(roll["longest_gap_s"].values()) > 0, roll
-    assert "roll done in" in run.stdout
     for instance in report["instances"].values():
         assert instance["exit_code"] == 0
         assert Path(instance["log"]).stat().st_size > 0
+    return run.stdout, report
+
+
+def test_local_run_rolls_the_instances_and_its_output_is_exact_for_the_chosen_pipeline(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "local"
+    stdout, report = _rolled_run(
+        state, "--aggregation-class", "app.pipelines.distinct_users.DistinctUsers"
+    )
+    assert "page-view-counter-0" in stdout and "page-view-counter-1" in stdout
+    assert all(key.startswith("p-") for key in report["produced"]["expected"])  # product ids
+    assert report["local_cluster"] is True
+    assert "roll done in" in stdout
     for i in (0, 1):
         properties = (state / "config" / f"page-view-counter-{i}.properties").read_text()
         assert "membership.mode=handoff" in properties
         assert "num.standby.replicas=1" in properties
         assert f"state.dir={state / f'page-view-counter-{i}'}" in properties
+
+
+def test_a_kip848_group_rolls_exactly_with_its_own_session_set_on_the_broker(
+    tmp_path: Path,
+) -> None:
+    """Kafka 4's consumer group protocol: the broker assigns, the reconciler sets the group's
+    own session and heartbeat, and the instances have none of the classic client settings."""
+    state = tmp_path / "local"
+    stdout, _ = _rolled_run(state, "--group-protocol", "consumer")
+    assert "page-view-counter  set     consumer.session.timeout.ms: the brokers' default ->" in (
+        stdout
+    )
+    for i in (0, 1):
+        properties = (state / "config" / f"page-view-counter-{i}.properties").read_text()
+        assert "consumer.group.protocol=consumer" in properties
+        assert "consumer.session.timeout.ms" not in properties
+        assert "consumer.heartbeat.interval.ms" not in properties
 
 
 def test_more_instances_than_partitions_is_refused_with_the_reason(

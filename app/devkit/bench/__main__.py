@@ -36,7 +36,7 @@ from app.devkit.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run
 from app.devkit.bench.tables import TABLE_NAMES, TABLES
 from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
 from app.devkit.kraft_cluster import KraftCluster
-from policies.contract.processor_keys import DEFAULTS
+from policies.contract.processor_keys import DEFAULTS, PROTOCOL_CLASSIC, PROTOCOL_CONSUMER
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 EXIT_USAGE = 2
@@ -60,6 +60,16 @@ def _tables(text: str) -> list[str]:
             f"unknown table(s) {', '.join(unknown)}; allowed: {', '.join(TABLE_NAMES)}"
         )
     return names
+
+
+def _protocols(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    allowed = (PROTOCOL_CLASSIC, PROTOCOL_CONSUMER)
+    if not names or any(n not in allowed for n in names):
+        raise argparse.ArgumentTypeError(
+            f"--group-protocols {text!r}: allowed: {', '.join(allowed)}, comma-separated"
+        )
+    return list(dict.fromkeys(names))
 
 
 def _configs(text: str) -> list[tuple[int, int]]:
@@ -109,6 +119,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     restart = sub.add_parser("rolling-restart", parents=[common], help="the restart matrix")
     restart.add_argument(
         "--cases", type=_cases, default=list(CASE_NAMES), help=f"of {', '.join(CASE_NAMES)}"
+    )
+    restart.add_argument(
+        "--group-protocols",
+        type=_protocols,
+        default=[PROTOCOL_CLASSIC],
+        help="run every case under each, side by side in the table: classic, consumer "
+        "(KIP-848), or classic,consumer (default classic)",
     )
     _add_numbers(
         restart,
@@ -230,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 min_ready_s=args.min_ready_s,
                 ready_timeout_s=args.ready_timeout_s,
                 broker_down_s=args.broker_down_s,
+                group_protocols=tuple(args.group_protocols),
             )
             chosen = [c for c in CASES if c.name in args.cases]
             results = run_matrix(chosen, params, out, bootstrap, broker, brokers, client)

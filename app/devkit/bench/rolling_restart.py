@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -184,6 +184,10 @@ class BenchParams:
     skew: float = 1.1
     session_timeout_ms: int = LOCAL_SESSION_TIMEOUT_MS
     heartbeat_interval_ms: int = int(DEFAULTS["consumer.heartbeat.interval.ms"])
+    # The consumer group protocols to run every case under, one after another (KIP-848's
+    # `consumer`: the session and heartbeat are the group's own configs).
+    group_protocols: tuple[str, ...] = (DEFAULTS["consumer.group.protocol"],)
+    group_protocol: str = DEFAULTS["consumer.group.protocol"]  # the one a pipeline runs
     # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
     standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart
@@ -215,6 +219,7 @@ LATE_S = 10.0
 
 COLUMNS = (
     "case",
+    "group protocol",
     "broker",
     "standby replicas",
     "produced",
@@ -251,27 +256,43 @@ def run_matrix(
     it; write the table (Markdown, CSV) and a graph per case; the results. `broker` names the
     cluster in every row; `brokers`: the local cluster behind `bootstrap_servers`, which the
     broker-roll case restarts."""
-    results: dict[str, CaseResult] = {}
-    runnable = []
-    for case in cases:
-        if case.broker_roll and brokers is None:
-            row = {"case": case.name, "broker": broker, "note": f"not run: {NEEDS_BROKERS}"}
-            results[case.name] = CaseResult(case, row)
-        else:
-            runnable.append(case)
+    results: dict[tuple[str, str], CaseResult] = {}
 
     def kind(case: Case) -> tuple[bool, str, int]:
         return case.stateful, case.membership_mode, case.standby_replicas(params)
 
-    for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
-        group = [c for c in runnable if kind(c) == pipeline_kind]
-        for result in run_group(group, params, out_dir, bootstrap_servers, broker, brokers, client):
-            results[result.case.name] = result
-    ordered = [results[c.name] for c in cases]
+    for protocol in params.group_protocols:
+        run = replace(params, group_protocol=protocol)
+        runnable = []
+        for case in cases:
+            if case.broker_roll and brokers is None:
+                row = {
+                    "case": case.name,
+                    "group protocol": protocol,
+                    "broker": broker,
+                    "note": f"not run: {NEEDS_BROKERS}",
+                }
+                results[case.name, protocol] = CaseResult(case, row)
+            else:
+                runnable.append(case)
+        for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
+            group = [c for c in runnable if kind(c) == pipeline_kind]
+            for result in run_group(
+                group, run, out_dir, bootstrap_servers, broker, brokers, client
+            ):
+                results[result.case.name, protocol] = result
+    # Each case's rows side by side, one per protocol.
+    ordered = [results[c.name, p] for c in cases for p in params.group_protocols]
     text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
     print(text, flush=True)
     print(f"table: {out_dir / 'rolling-restart.md'} and .csv; graphs: {out_dir}/*.png", flush=True)
     return ordered
+
+
+def _protocol_suffix(params: BenchParams) -> str:
+    """A graph's name suffix: none for the classic protocol (the names the docs link)."""
+    classic = params.group_protocol == DEFAULTS["consumer.group.protocol"]
+    return "" if classic else f"-{params.group_protocol}"
 
 
 @dataclass
@@ -297,7 +318,7 @@ def run_group(
     """One pipeline (own topics and group), one restart (or roll) per case."""
     stateful, mode = cases[0].stateful, cases[0].membership_mode
     kind = (mode if stateful else "dynamic") + ("-standby" if cases[0].standbys else "")
-    prefix = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
+    prefix = f"bench-{kind}-{params.group_protocol}-{uuid.uuid4().hex[:6]}"
     setup = PipelineSetup(
         base_dir=out_dir / "state" / prefix,
         instances=params.instances,
@@ -311,6 +332,7 @@ def run_group(
             num_standby_replicas=cases[0].standby_replicas(params),
             session_timeout_ms=params.session_timeout_ms,
             heartbeat_interval_ms=params.heartbeat_interval_ms,
+            group_protocol=params.group_protocol,
         ),
     )
     load = LoadSettings(
@@ -363,7 +385,7 @@ def run_group(
                     None, [str(row["note"]), f"produced, output keys, duplicates: the run {prefix}"]
                 )
             )
-        plot = out_dir / f"rolling-restart-{event.case.name}.png"
+        plot = out_dir / f"rolling-restart-{event.case.name}{_protocol_suffix(params)}.png"
         end = (event.recovered_at or time.time()) + params.tail_s + 5
         plots.lag_and_output(
             plot,
@@ -539,6 +561,7 @@ def _row(
         notes.append(f"not processed again within {params.recovery_timeout_s:g} s")
     return {
         "case": event.case.name,
+        "group protocol": params.group_protocol,
         "broker": broker,
         "standby replicas": event.case.standby_replicas(params),
         "produced": check.produced,

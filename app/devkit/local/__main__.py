@@ -44,7 +44,13 @@ from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
 from app.devkit.local.progress import Sample, format_progress, now
 from app.devkit.local.roll import LocalController
 from app.devkit.truth import check_output
-from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
+from policies.contract.processor_keys import (
+    DEFAULTS,
+    MEMBERSHIP_HANDOFF,
+    MEMBERSHIP_STATIC,
+    PROTOCOL_CLASSIC,
+    PROTOCOL_CONSUMER,
+)
 
 log = logging.getLogger("app.devkit.local")
 
@@ -71,6 +77,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000.0, help="input records per second")
     parser.add_argument("--keys", type=int, default=10_000, help="distinct keys (pages)")
     parser.add_argument("--skew", type=float, default=1.1, help="Zipf exponent of the keys")
+    parser.add_argument(
+        "--group-protocol",
+        choices=(PROTOCOL_CLASSIC, PROTOCOL_CONSUMER),
+        default=PROTOCOL_CLASSIC,
+        help="the consumer group protocol: classic, or consumer (KIP-848: the broker assigns, "
+        "and the session and heartbeat are the group's own configs, set by the reconciler)",
+    )
     parser.add_argument(
         "--aggregation-class",
         default=DEFAULTS["aggregation.class"],
@@ -202,6 +215,7 @@ def run(args: argparse.Namespace, began: float) -> int:
             membership_mode=args.membership_mode,
             num_standby_replicas=args.standby_replicas,
             session_timeout_ms=args.session_timeout_ms,
+            group_protocol=args.group_protocol,
         ),
         keep_output_records=False,
         first_instance_with_brokers=args.membership_mode == MEMBERSHIP_HANDOFF,

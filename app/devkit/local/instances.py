@@ -28,11 +28,14 @@ from app.clients.java_properties import format_properties
 from app.devkit.kraft_cluster import free_port
 from app.processor import assignment_file
 from app.processor.settings import load_settings
+from policies.contract.membership import kip848_group_configs
 from policies.contract.processor_keys import (
+    CLASSIC_PROTOCOL_ONLY,
     CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
     DEFAULTS,
     INSTANCE_ID_KEY,
     MEMBERSHIP_STATIC,
+    PROTOCOL_CONSUMER,
     TRANSACTIONAL_ID_KEY,
 )
 from policies.contract.restart_budget import RestartBudget, session_timeout_ms
@@ -62,10 +65,13 @@ class InstanceOptions:
     num_standby_replicas: int = int(DEFAULTS["num.standby.replicas"])
     session_timeout_ms: int = LOCAL_SESSION_TIMEOUT_MS
     heartbeat_interval_ms: int = int(DEFAULTS["consumer.heartbeat.interval.ms"])
+    # classic, or consumer (KIP-848: the session and heartbeat above become the group's own
+    # configs, which `LocalPipeline` sets through the reconciler as the Job does in a cluster).
+    group_protocol: str = DEFAULTS["consumer.group.protocol"]
     trigger_interval_ms: int = int(DEFAULTS["trigger.interval.ms"])
     max_records_per_batch: int = int(DEFAULTS["max.records.per.batch"])
     spark_cores: int = 1
-    # Extra contract keys (e.g. `consumer.group.protocol=consumer`), applied last.
+    # Extra contract keys, applied last.
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -104,7 +110,20 @@ def instance_properties(
     if options.stateful and options.membership_mode == MEMBERSHIP_STATIC:
         # Static membership: the member id is the instance's name, as the pod name is in k8s.
         properties[INSTANCE_ID_KEY] = "${env:POD_NAME}"
+    if options.group_protocol == PROTOCOL_CONSUMER:
+        properties["consumer.group.protocol"] = PROTOCOL_CONSUMER
+        for key in CLASSIC_PROTOCOL_ONLY:  # the group's own configs instead
+            properties.pop(key, None)
     return {**properties, **options.extra}
+
+
+def group_configs(options: InstanceOptions) -> dict[str, str]:
+    """The group's own configs under KIP-848 (none under the classic protocol)."""
+    if options.group_protocol != PROTOCOL_CONSUMER:
+        return {}
+    return kip848_group_configs(
+        session_ms=options.session_timeout_ms, heartbeat_ms=options.heartbeat_interval_ms
+    )
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,12 @@ from app.admin import topics as topics_cli
 from app.clients.client_properties import ClientConfig
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
-from app.devkit.local.instances import InstanceOptions, ProcessorProcess
+from app.devkit.local.instances import InstanceOptions, ProcessorProcess, group_configs
 from app.devkit.local.observe import GroupLag, OutputTail
 from app.devkit.truth import Truth
 from app.processor.aggregation import Aggregation, load_aggregation
 from policies.contract.processor_keys import DEFAULTS
-from policies.contract.topic_specs import PipelineNames, dumps, pipeline_topics
+from policies.contract.topic_specs import GroupConfigSpec, PipelineNames, dumps, pipeline_topics
 
 
 def broker_count(bootstrap_servers: str, client_config: Mapping[str, str]) -> int:
@@ -187,7 +187,8 @@ class LocalPipeline:
         self._stack.callback(self.output.stop)
 
     def create_topics(self) -> None:
-        """Create (or reconcile) the four topics with the project's reconciler."""
+        """Create (or reconcile) the four topics with the project's reconciler (and, under
+        KIP-848, the group's own session and heartbeat)."""
         replication = min(
             STACK_REPLICATION_FACTOR,
             broker_count(self.bootstrap_servers, self.setup.client.resolved),
@@ -201,9 +202,11 @@ class LocalPipeline:
             min_insync_replicas=2 if replication >= 3 else 1,
             changelog_segment_bytes=CHANGELOG_SEGMENT_BYTES,
         )
+        configs = group_configs(self.setup.options)
+        groups = [GroupConfigSpec(self.names.application_id, configs)] if configs else []
         path = self.setup.base_dir / "config" / f"{self.names.application_id}-topics.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dumps(specs), encoding="utf-8")
+        path.write_text(dumps(specs, groups), encoding="utf-8")
         code = topics_cli.main(
             [
                 *("--bootstrap-servers", self.bootstrap_servers, "--specs", str(path)),
