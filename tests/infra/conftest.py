@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,45 @@ from typing import Any
 import pytest
 
 from app.clients.java_properties import parse_properties
-from infra.render import RecordedStack, record_stack, write_manifests
+from infra.config import PROJECT, StackConfig, build_stack_config
+from infra.render import RecordedStack, load_stack_file, record_stack, write_manifests
 from policies.contract.topic_specs import PipelineNames
+
+
+def stack_config_of(stack: RecordedStack | str) -> StackConfig:
+    """The configuration the program runs with for `stack`, read as
+    `infra.config.load_stack_config` reads what the CLI passes (JSON where it parses): a
+    recording's (its stack file and any overrides), or a stack file's, by the stack's name, as
+    `infra.render` and `infra.policy_check` render it without overrides.
+
+    The stack's own, not the presets: a stack may name its pipeline (`pulumi new`'s prompts
+    write `processor.applicationId` and the topics into `Pulumi.<stack>.yaml`), and a test of a
+    rendered stack checks the names that stack renders.
+    """
+    if isinstance(stack, str):
+        name, config = stack, load_stack_file(stack)
+    else:
+        name, config = stack.stack, stack.config
+    prefix = f"{PROJECT}:"
+    raw: dict[str, Any] = {}
+    for key, value in config.items():
+        if not key.startswith(prefix):
+            continue
+        try:
+            raw[key.removeprefix(prefix)] = json.loads(value)
+        except json.JSONDecodeError:
+            raw[key.removeprefix(prefix)] = value
+    return build_stack_config(name, raw)
+
+
+def names_of(stack: RecordedStack | str) -> PipelineNames:
+    """The application id and the topic names `stack` renders with (see `stack_config_of`)."""
+    config = stack_config_of(stack)
+    return PipelineNames(
+        application_id=config.processor.application_id,
+        input_topic=config.topics.input_topic,
+        output_topic=config.topics.output_topic,
+    )
 
 
 def k8s_object(stack: RecordedStack, kind: str, name: str) -> dict[str, Any]:
@@ -24,7 +62,7 @@ def k8s_object(stack: RecordedStack, kind: str, name: str) -> dict[str, Any]:
 
 def processor_properties(stack: RecordedStack) -> dict[str, str]:
     """The processor's properties file as the stack renders it."""
-    app = PipelineNames().application_id
+    app = names_of(stack).application_id
     config_map = next(
         o
         for o in stack.kubernetes_objects()

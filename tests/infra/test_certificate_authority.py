@@ -11,8 +11,7 @@ import pytest
 
 from infra.config import StackConfigError, build_stack_config
 from infra.render import RecordedStack, record_stack
-from policies.contract.topic_specs import PipelineNames
-from tests.infra.conftest import k8s_object
+from tests.infra.conftest import k8s_object, names_of
 
 CA = "tls:index/selfSignedCert:SelfSignedCert"
 BROKER_CERTIFICATE = "tls:index/locallySignedCert:LocallySignedCert"
@@ -64,7 +63,7 @@ def test_phase_1_trusts_both_cas_rolls_brokers_and_clients_and_keeps_the_signer(
     assert signer(trusting) == old  # the same CA resource: the stack keeps its CA
     new = trust_bundle(trusting).removeprefix(old)
     assert new.startswith("-----BEGIN CERTIFICATE-----") and new != old
-    processor = PipelineNames().application_id
+    processor = names_of(prod).application_id
     for workload, annotation in (("kafka", CERTIFICATE), (processor, TRUST)):
         before, after = pod_annotations(prod, workload), pod_annotations(trusting, workload)
         assert before[annotation] != after[annotation], f"{workload} would not reload its CAs"

@@ -16,11 +16,10 @@ from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
 from policies.contract import acl_specs, membership
 from policies.contract.processor_keys import CLASSIC_PROTOCOL_ONLY
-from policies.contract.topic_specs import PipelineNames, loads_groups
-from tests.infra.conftest import container_env, k8s_object
+from policies.contract.topic_specs import loads_groups
+from tests.infra.conftest import container_env, k8s_object, names_of
 from tests.infra.conftest import processor_properties as properties
 
-APP = PipelineNames().application_id
 KIP848 = {"processor.groupProtocol": "consumer"}
 
 
@@ -56,8 +55,10 @@ def test_the_classic_protocol_keeps_its_client_settings(stack: RecordedStack) ->
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_the_reconciler_sets_the_groups_session_from_the_restart_budget(stack: str) -> None:
     config = build_stack_config(stack, KIP848)
-    (group,) = loads_groups(_topics_config_map(consumer_stack(stack))["data"]["topics.json"])
-    assert group.group == APP
+    recorded = consumer_stack(stack)
+    (group,) = loads_groups(_topics_config_map(recorded)["data"]["topics.json"])
+    # The processor's group is its application id, which the stack file may set.
+    assert group.group == names_of(recorded).application_id
     session = config.processor.computed_session_timeout_ms
     assert group.configs == {
         membership.GROUP_SESSION_TIMEOUT_KEY: str(session),
@@ -95,9 +96,10 @@ def test_the_reconciler_may_set_the_configs_of_the_group_it_configures_and_no_ot
             if acl.resource_type is acl_specs.ResourceType.GROUP
         }
 
+    app = names_of(consumer_stack("prod")).application_id
     configured = reconciler_groups(consumer_stack("prod"))
-    assert {(APP, "ALTER_CONFIGS"), (APP, "DESCRIBE_CONFIGS")} <= configured
-    assert not {name for name, _ in reconciler_groups(record_stack("prod"))} & {APP}
+    assert {(app, "ALTER_CONFIGS"), (app, "DESCRIBE_CONFIGS")} <= configured
+    assert not {name for name, _ in reconciler_groups(record_stack("prod"))} & {app}
 
 
 def test_the_protocol_in_the_properties_instead_of_the_setting_fails_naming_the_setting() -> None:

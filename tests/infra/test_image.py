@@ -13,8 +13,7 @@ from pathlib import Path
 from infra.processor import PROCESSOR_UID
 from infra.render import RecordedStack
 from policies.contract.processor_keys import DEFAULTS
-from policies.contract.topic_specs import PipelineNames
-from tests.infra.conftest import k8s_object
+from tests.infra.conftest import k8s_object, names_of
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
@@ -93,7 +92,7 @@ def third_party_imports(modules: tuple[str, ...]) -> set[str]:
 
 def test_pods_args_are_the_images_default_command_behind_tini(dev: RecordedStack) -> None:
     assert exec_form("ENTRYPOINT") == ["/usr/bin/tini", "--"]
-    processor = k8s_object(dev, "StatefulSet", PipelineNames().application_id)
+    processor = k8s_object(dev, "StatefulSet", names_of(dev).application_id)
     container = processor["spec"]["template"]["spec"]
     assert exec_form("CMD") == container["containers"][0]["args"]
 

@@ -7,8 +7,7 @@ import pytest
 from infra.config import KAFKA_IMAGE
 from infra.kafka_cluster import broker_env_name, heap_megabytes
 from infra.render import RecordedStack, record_stack
-from policies.contract.topic_specs import PipelineNames
-from tests.infra.conftest import container_env, k8s_object
+from tests.infra.conftest import container_env, k8s_object, names_of
 
 
 def test_broker_env_names_follow_the_official_image_convention() -> None:
@@ -120,7 +119,7 @@ def test_a_broker_is_ready_when_in_sync_as_its_sidecar_judges_no_jvm_per_probe(
     assert "tcpSocket" in kafka["livenessProbe"]
 
     assert sidecar["name"] == "broker-readiness"
-    processor = k8s_object(stack, "StatefulSet", PipelineNames().application_id)
+    processor = k8s_object(stack, "StatefulSet", names_of(stack).application_id)
     assert sidecar["image"] == processor["spec"]["template"]["spec"]["containers"][0]["image"]
     assert "command" not in sidecar  # the image's tini stays PID 1
     assert sidecar["args"][:3] == ["python", "-m", "app.admin.broker_readiness"]
@@ -193,7 +192,7 @@ def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> 
         ],
         "ports": [{"port": 8090, "protocol": "TCP"}],
     }
-    processor = k8s_object(stack, "StatefulSet", PipelineNames().application_id)
+    processor = k8s_object(stack, "StatefulSet", names_of(stack).application_id)
     labels = processor["spec"]["template"]["metadata"]["labels"]
     assert labels["stateful-streaming.io/kafka-client"] == "true"
     job = next(o for o in stack.kubernetes_objects() if o["kind"] == "Job")

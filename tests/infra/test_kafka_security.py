@@ -14,11 +14,17 @@ from infra.kafka_cluster import FORMAT_SCRIPT, broker_env_name
 from infra.render import RecordedStack, record_stack
 from policies.contract import acl_specs
 from policies.contract.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
-from policies.contract.topic_specs import PipelineNames
-from tests.infra.conftest import container_env, k8s_object
+from tests.infra.conftest import container_env, k8s_object, names_of, stack_config_of
 
-APP = PipelineNames().application_id
-USERS = (APP, "topic-reconciler", "observer", "broker-readiness")
+
+def _app(stack: RecordedStack) -> str:
+    """The processor's name and SCRAM user: the application id the stack sets."""
+    return names_of(stack).application_id
+
+
+def _users(stack: RecordedStack) -> tuple[str, ...]:
+    """A secured stack's SCRAM users, in the order the program declares them."""
+    return (_app(stack), "topic-reconciler", "observer", "broker-readiness")
 
 
 def _config_map(stack: RecordedStack, prefix: str) -> dict[str, Any]:
@@ -80,7 +86,7 @@ def test_dev_runs_plaintext_without_users_as_its_stack_setting_says(dev: Recorde
     assert not [o for o in dev.kubernetes_objects() if o["kind"] == "Secret"]
     assert "acls.json" not in _config_map(dev, "topics-")["data"]
     assert "security.protocol" not in load_properties(
-        _config_map(dev, f"{APP}-config-")["data"]["processor.properties"]
+        _config_map(dev, f"{_app(dev)}-config-")["data"]["processor.properties"]
     )
 
 
@@ -109,7 +115,7 @@ def test_scram_users_are_bootstrapped_when_the_storage_is_formatted(prod: Record
     # One password file per user of the ACL specs, from that user's Secret.
     sources = _volumes(pod)["users"]["projected"]["sources"]
     files = {s["secret"]["items"][0]["path"]: s["secret"]["name"] for s in sources}
-    assert files == {user: f"kafka-user-{user}" for user in USERS}
+    assert files == {user: f"kafka-user-{user}" for user in _users(prod)}
     # The format reads the broker's own settings (what the image writes to server.properties).
     env = container_env(k8s_object(prod, "StatefulSet", "kafka"))
     formatted = load_properties(
@@ -245,15 +251,16 @@ def test_a_plaintext_stack_grants_nothing(dev: RecordedStack) -> None:
 
 
 def test_each_workload_connects_as_its_own_user_with_a_password_file(prod: RecordedStack) -> None:
-    processor = load_properties(_config_map(prod, f"{APP}-config-")["data"]["processor.properties"])
+    app = _app(prod)
+    processor = load_properties(_config_map(prod, f"{app}-config-")["data"]["processor.properties"])
     reconciler = load_properties(_config_map(prod, "topics-")["data"]["client.properties"])
-    for settings, user in ((processor, APP), (reconciler, "topic-reconciler")):
+    for settings, user in ((processor, app), (reconciler, "topic-reconciler")):
         assert settings["security.protocol"] == "SASL_SSL"
         assert settings["sasl.mechanism"] == "SCRAM-SHA-512"
         assert settings["sasl.username"] == user
         assert settings["sasl.password"] == "${dir:/etc/kafka-user:password}"
         assert settings["ssl.ca.location"] == "/etc/kafka-ca/ca.crt"
-    for kind, prefix, user in (("StatefulSet", APP, APP), ("Job", "topics-", "topic-reconciler")):
+    for kind, prefix, user in (("StatefulSet", app, app), ("Job", "topics-", "topic-reconciler")):
         volumes = _volumes(_pod(prod, kind, prefix))
         assert volumes["kafka-user"]["secret"]["secretName"] == f"kafka-user-{user}"
         # The CA only: no client mounts the brokers' key.
@@ -263,10 +270,11 @@ def test_each_workload_connects_as_its_own_user_with_a_password_file(prod: Recor
 def test_the_reconciler_job_reconciles_the_acl_specs_and_every_users_password(
     prod: RecordedStack,
 ) -> None:
-    config = build_stack_config("prod", {})
+    # The stack file's configuration, not the presets': the users are named after its names.
+    config = stack_config_of(prod)
     data = _config_map(prod, "topics-")["data"]
     assert acl_specs.loads(data["acls.json"]) == config.kafka_users
-    assert [u.name for u in config.kafka_users] == list(USERS)
+    assert [u.name for u in config.kafka_users] == list(_users(prod))
     container = _pod(prod, "Job", "topics-")["spec"]["containers"][0]
     assert container["args"][7:] == [
         "--acls",
@@ -284,8 +292,9 @@ def test_the_reconciler_job_reconciles_the_acl_specs_and_every_users_password(
 
 def test_no_secret_value_appears_outside_a_secret(prod: RecordedStack) -> None:
     # Passwords and keys (user names are not secret, but travel in the same Secret).
-    secrets = [v for v in prod.secret_values() if v not in USERS]
-    assert len(secrets) >= len(USERS) + 4  # a password per user, the key, certificates
+    users = _users(prod)
+    secrets = [v for v in prod.secret_values() if v not in users]
+    assert len(secrets) >= len(users) + 4  # a password per user, the key, certificates
     for resource in prod.resources:
         if resource.type == "kubernetes:core/v1:Secret":
             continue
@@ -307,12 +316,13 @@ def test_rotating_credentials_renews_passwords_reruns_the_job_and_rolls_the_proc
         if r.type == "random:index/randomPassword:RandomPassword"
     }
     # Revision 2 renews each user's SCRAM-SHA-256 password and keeps revision 1's SHA-512 one.
+    users = _users(prod)
     assert keepers == {
-        **{f"kafka-credentials-{u}-scram-sha-256": {"credentialsRevision": "2"} for u in USERS},
-        **{f"kafka-credentials-{u}": {"credentialsRevision": "1"} for u in USERS},
+        **{f"kafka-credentials-{u}-scram-sha-256": {"credentialsRevision": "2"} for u in users},
+        **{f"kafka-credentials-{u}": {"credentialsRevision": "1"} for u in users},
     }
     before, after = (
-        _pod(s, "StatefulSet", APP)["metadata"]["annotations"] for s in (prod, rotated)
+        _pod(s, "StatefulSet", _app(s))["metadata"]["annotations"] for s in (prod, rotated)
     )
     assert before["stateful-streaming.io/credentials-revision"] == "1"
     assert after["stateful-streaming.io/credentials-revision"] == "2"

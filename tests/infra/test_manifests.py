@@ -13,7 +13,7 @@ import yaml
 from kubernetes_validate.utils import latest_version
 
 from infra.render import main as render_main
-from policies.contract.topic_specs import PipelineNames
+from tests.infra.conftest import names_of
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKOV = ROOT / ".venv" / "checkov" / "bin" / "checkov"
@@ -84,7 +84,7 @@ def test_render_cli_writes_one_manifest_per_object(
     assert render_main(["--stack", "prod", "--out", str(tmp_path)]) == 0
     files = sorted(p.name for p in tmp_path.glob("*.yaml"))
     assert "statefulset-kafka.yaml" in files
-    assert f"statefulset-{PipelineNames().application_id}.yaml" in files
+    assert f"statefulset-{names_of('prod').application_id}.yaml" in files
     assert len(files) == 23
     assert "23 manifests" in capsys.readouterr().out
     # A Pulumi secret is written as `pulumi preview` shows it, never its value.

@@ -10,10 +10,8 @@ import pytest
 
 from infra.config import StackConfigError, build_stack_config
 from infra.render import RecordedStack, record_stack
-from policies.contract.topic_specs import PipelineNames
-from tests.infra.conftest import k8s_object
+from tests.infra.conftest import k8s_object, names_of
 
-APP = PipelineNames().application_id
 BROKERS = {"app.kubernetes.io/instance": "kafka", "app.kubernetes.io/name": "kafka"}
 DNS = {
     "to": [
@@ -30,6 +28,11 @@ def _policy(stack: RecordedStack, name: str) -> dict[str, Any]:
     return k8s_object(stack, "NetworkPolicy", name)["spec"]
 
 
+def _processor_policy(stack: RecordedStack) -> dict[str, Any]:
+    """The processor's policy, named after the application id the stack sets."""
+    return _policy(stack, names_of(stack).application_id)
+
+
 def _to_brokers(*ports: int) -> dict[str, Any]:
     return {
         "to": [{"podSelector": {"matchLabels": BROKERS}}],
@@ -38,7 +41,7 @@ def _to_brokers(*ports: int) -> dict[str, Any]:
 
 
 def test_every_policy_restricts_ingress_and_egress(stack: RecordedStack) -> None:
-    for name in ("kafka", "topics", APP):
+    for name in ("kafka", "topics", names_of(stack).application_id):
         assert _policy(stack, name)["policyTypes"] == ["Ingress", "Egress"], name
 
 
@@ -47,11 +50,13 @@ def test_brokers_reach_only_each_other_and_dns(stack: RecordedStack) -> None:
     assert _policy(stack, "kafka")["egress"] == [_to_brokers(9092, 9093, 9094), DNS]
 
 
-@pytest.mark.parametrize("client", ["topics", APP])
+@pytest.mark.parametrize("client", ["topics", "processor"])
 def test_clients_reach_only_the_brokers_client_port_and_dns(
     stack: RecordedStack, client: str
 ) -> None:
-    assert _policy(stack, client)["egress"] == [_to_brokers(9092), DNS]
+    # The processor's name is the stack's application id, known only once a stack is chosen.
+    policy = _processor_policy(stack) if client == "processor" else _policy(stack, client)
+    assert policy["egress"] == [_to_brokers(9092), DNS]
 
 
 def test_the_topic_job_accepts_no_connection(stack: RecordedStack) -> None:
@@ -60,7 +65,7 @@ def test_the_topic_job_accepts_no_connection(stack: RecordedStack) -> None:
 
 def test_metrics_are_open_to_the_monitoring_namespace_by_default(stack: RecordedStack) -> None:
     assert build_stack_config(stack.stack, {}).processor.metrics_namespace == "monitoring"
-    (rule,) = _policy(stack, APP)["ingress"]
+    (rule,) = _processor_policy(stack)["ingress"]
     assert rule == {
         "from": [
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
@@ -71,7 +76,7 @@ def test_metrics_are_open_to_the_monitoring_namespace_by_default(stack: Recorded
 
 def test_the_metrics_namespace_is_a_stack_setting() -> None:
     recorded = record_stack("prod", {"processor": {"metricsNamespace": "observability"}})
-    (rule,) = _policy(recorded, APP)["ingress"]
+    (rule,) = _processor_policy(recorded)["ingress"]
     observability = [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
     ]

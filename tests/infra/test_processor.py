@@ -7,38 +7,45 @@ from typing import Any
 import pytest
 
 from infra.render import RecordedStack, record_stack
-from policies.contract.topic_specs import PipelineNames
-from tests.infra.conftest import container_env, k8s_object
+from tests.infra.conftest import container_env, k8s_object, names_of
 from tests.infra.conftest import processor_properties as properties
 
-APP = PipelineNames().application_id
+
+def app(stack: RecordedStack) -> str:
+    """The processor's name in `stack`: its application id, which the stack may set."""
+    return names_of(stack).application_id
+
+
+def processor(stack: RecordedStack, kind: str = "StatefulSet") -> dict[str, Any]:
+    """The processor's object of that kind (each is named after the application id)."""
+    return k8s_object(stack, kind, app(stack))
 
 
 def pod_spec(stack: RecordedStack) -> dict[str, Any]:
-    return k8s_object(stack, "StatefulSet", APP)["spec"]["template"]["spec"]
+    return processor(stack)["spec"]["template"]["spec"]
 
 
 def test_replicas_follow_the_stack(dev: RecordedStack, prod: RecordedStack) -> None:
-    assert k8s_object(dev, "StatefulSet", APP)["spec"]["replicas"] == 2
-    assert k8s_object(prod, "StatefulSet", APP)["spec"]["replicas"] == 3
+    assert processor(dev)["spec"]["replicas"] == 2
+    assert processor(prod)["spec"]["replicas"] == 3
 
 
 def test_rolls_one_pod_at_a_time_and_waits_for_it(stack: RecordedStack) -> None:
-    spec = k8s_object(stack, "StatefulSet", APP)["spec"]
+    spec = processor(stack)["spec"]
     assert spec["minReadySeconds"] == (10 if stack.stack == "dev" else 30)
     assert spec["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
     assert spec["podManagementPolicy"] == "OrderedReady"
-    assert k8s_object(stack, "PodDisruptionBudget", APP)["spec"]["maxUnavailable"] == 1
+    assert processor(stack, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
 
 def test_canary_partition_is_a_setting() -> None:
     canary = record_stack("dev", {"processor": {"partition": 1}})
-    strategy = k8s_object(canary, "StatefulSet", APP)["spec"]["updateStrategy"]
+    strategy = processor(canary)["spec"]["updateStrategy"]
     assert strategy["rollingUpdate"] == {"partition": 1}
 
 
 def test_state_claim_is_mounted_where_the_checkpoint_lives(stack: RecordedStack) -> None:
-    spec = k8s_object(stack, "StatefulSet", APP)["spec"]
+    spec = processor(stack)["spec"]
     assert [t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == ["state"]
     assert spec["persistentVolumeClaimRetentionPolicy"] == {
         "whenDeleted": "Retain",
@@ -51,7 +58,7 @@ def test_state_claim_is_mounted_where_the_checkpoint_lives(stack: RecordedStack)
 
 
 def test_pod_name_is_the_instance_id(stack: RecordedStack) -> None:
-    env = container_env(k8s_object(stack, "StatefulSet", APP))
+    env = container_env(processor(stack))
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     props = properties(stack)
@@ -64,10 +71,10 @@ def test_pod_name_is_the_instance_id(stack: RecordedStack) -> None:
 
 def test_properties_carry_the_group_and_state_settings(stack: RecordedStack) -> None:
     props = properties(stack)
-    assert props["application.id"] == APP
+    assert props["application.id"] == app(stack)
     assert props["bootstrap.servers"] == "kafka.streaming.svc.cluster.local:9092"
-    assert props["changelog.topic"] == f"{APP}-counts-changelog"
-    assert props["dlq.topic"] == f"{APP}-dlq"
+    assert props["changelog.topic"] == f"{app(stack)}-counts-changelog"
+    assert props["dlq.topic"] == f"{app(stack)}-dlq"
     assert props["consumer.partition.assignment.strategy"] == "cooperative-sticky"
     assert props["consumer.isolation.level"] == "read_committed"
     assert props["processing.guarantee"] == "exactly_once_v2"
@@ -99,7 +106,7 @@ def test_spark_parallelism_follows_the_cpu_limit(dev: RecordedStack, prod: Recor
 
 
 def restart_budget_seconds(stack: RecordedStack) -> int:
-    sts = k8s_object(stack, "StatefulSet", APP)["spec"]
+    sts = processor(stack)["spec"]
     pod = sts["template"]["spec"]
     startup = pod["containers"][0]["startupProbe"]
     return (
@@ -183,7 +190,7 @@ def test_processor_runs_as_uid_10001_with_least_privilege(stack: RecordedStack) 
     assert pod["securityContext"]["runAsUser"] == 10001
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
-    assert k8s_object(stack, "ServiceAccount", APP)["automountServiceAccountToken"] is False
+    assert processor(stack, "ServiceAccount")["automountServiceAccountToken"] is False
     security = pod["containers"][0]["securityContext"]
     assert security["readOnlyRootFilesystem"] is True
     assert security["capabilities"] == {"drop": ["ALL"]}
@@ -192,14 +199,14 @@ def test_processor_runs_as_uid_10001_with_least_privilege(stack: RecordedStack) 
 
 
 def test_headless_service_and_metrics_ingress(stack: RecordedStack) -> None:
-    service = k8s_object(stack, "Service", APP)["spec"]
+    service = processor(stack, "Service")["spec"]
     assert service["clusterIP"] == "None"
-    policy = k8s_object(stack, "NetworkPolicy", APP)["spec"]
+    policy = processor(stack, "NetworkPolicy")["spec"]
     assert policy["ingress"][0]["ports"] == [{"port": 8080, "protocol": "TCP"}]
 
 
 def test_pulumi_waits_for_every_pod_to_restart_in_turn(stack: RecordedStack) -> None:
-    replicas = k8s_object(stack, "StatefulSet", APP)["spec"]["replicas"]
+    replicas = processor(stack)["spec"]["replicas"]
     minutes = -(-replicas * restart_budget_seconds(stack) // 60) + 5
     timeouts = stack.find("kubernetes:apps/v1:StatefulSet", "processor").custom_timeouts
     assert timeouts == {"create": f"{minutes}m", "update": f"{minutes}m"}
@@ -283,9 +290,9 @@ def _scrape_setting(stack: RecordedStack) -> tuple[list[dict[str, Any]], dict[st
     monitors = [
         o
         for o in stack.kubernetes_objects()
-        if o["kind"] == "PodMonitor" and o["metadata"]["name"] == APP
+        if o["kind"] == "PodMonitor" and o["metadata"]["name"] == app(stack)
     ]
-    template = k8s_object(stack, "StatefulSet", APP)["spec"]["template"]
+    template = processor(stack)["spec"]["template"]
     annotations = template["metadata"].get("annotations") or {}
     for rolls_on in ("credentials-revision", "trust"):  # a secured stack's
         annotations.pop(f"stateful-streaming.io/{rolls_on}", None)
@@ -303,7 +310,7 @@ def test_pod_monitor_scrapes_every_processor_pod_on_the_health_port() -> None:
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["namespace"] == "streaming"
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "health", "path": "/metrics"}]
-    pod_labels = k8s_object(recorded, "StatefulSet", APP)["spec"]["template"]["metadata"]["labels"]
+    pod_labels = processor(recorded)["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     ports = pod_spec(recorded)["containers"][0]["ports"]
     assert {"name": "health", "containerPort": 8080} in ports

@@ -15,10 +15,8 @@ from app.clients.java_properties import load_properties
 from infra.config import StackConfigError, build_stack_config
 from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
-from policies.contract.topic_specs import PipelineNames
-from tests.infra.conftest import container_env, k8s_object
+from tests.infra.conftest import container_env, k8s_object, names_of
 
-APP = PipelineNames().application_id
 RECONCILER = "topic-reconciler"
 RETIREMENT = "stateful-streaming:topics:ScramRetirement"
 
@@ -55,7 +53,7 @@ def _volumes(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _processor_properties(stack: RecordedStack) -> dict[str, str]:
-    (config_map,) = _named(stack, "ConfigMap", f"{APP}-config-")
+    (config_map,) = _named(stack, "ConfigMap", f"{names_of(stack).application_id}-config-")
     return load_properties(config_map["data"]["processor.properties"])
 
 
@@ -105,12 +103,13 @@ def test_the_brokers_enable_both_mechanisms_and_do_not_roll_on_a_rotation(
 def test_each_user_secret_holds_a_password_per_mechanism_and_pods_mount_their_own(
     prod: RecordedStack, rotated: RecordedStack
 ) -> None:
-    secret = k8s_object(prod, "Secret", f"kafka-user-{APP}")
+    app = names_of(prod).application_id
+    secret = k8s_object(prod, "Secret", f"kafka-user-{app}")
     assert set(secret["stringData"]) == {"username", "password", "scram-sha-256", "scram-sha-512"}
     for stack, key in ((prod, "scram-sha-512"), (rotated, "scram-sha-256")):
         # The key of the pod's own mechanism: a rotation updates the Secret in place, and the
         # kubelet the files of running pods, but never this key under a pod not yet rolled.
-        user = _volumes(k8s_object(stack, "StatefulSet", APP))["kafka-user"]["secret"]
+        user = _volumes(k8s_object(stack, "StatefulSet", app))["kafka-user"]["secret"]
         assert user["items"] == [{"key": key, "path": "password"}]
         retire = _volumes(_jobs(stack)["retire"])["kafka-user"]["secret"]
         assert retire["items"] == [{"key": key, "path": "password"}]

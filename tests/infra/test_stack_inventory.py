@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 from infra.render import RecordedStack
-from policies.contract.topic_specs import PipelineNames
+from tests.infra.conftest import names_of
 
-NAMES = PipelineNames()
-APP = NAMES.application_id
-COMMON = {
-    ("Namespace", "streaming"),
-    ("Service", "kafka-headless"),
-    ("Service", "kafka"),
-    ("PodDisruptionBudget", "kafka"),
-    ("ServiceAccount", "kafka"),
-    ("NetworkPolicy", "kafka"),
-    ("StatefulSet", "kafka"),
-    ("NetworkPolicy", "topics"),
-    ("Service", APP),
-    ("PodDisruptionBudget", APP),
-    ("ServiceAccount", APP),
-    ("NetworkPolicy", APP),
-    ("StatefulSet", APP),
-}
+
+def common(stack: RecordedStack) -> set[tuple[str, str]]:
+    """What every stack deploys; the processor's objects are named after the application id
+    that stack sets."""
+    app = names_of(stack).application_id
+    return {
+        ("Namespace", "streaming"),
+        ("Service", "kafka-headless"),
+        ("Service", "kafka"),
+        ("PodDisruptionBudget", "kafka"),
+        ("ServiceAccount", "kafka"),
+        ("NetworkPolicy", "kafka"),
+        ("StatefulSet", "kafka"),
+        ("NetworkPolicy", "topics"),
+        ("Service", app),
+        ("PodDisruptionBudget", app),
+        ("ServiceAccount", app),
+        ("NetworkPolicy", app),
+        ("StatefulSet", app),
+    }
 
 
 def inventory(stack: RecordedStack) -> set[tuple[str, str]]:
@@ -29,9 +32,9 @@ def inventory(stack: RecordedStack) -> set[tuple[str, str]]:
 
 
 def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: RecordedStack) -> None:
-    kinds = inventory(stack)
-    assert kinds >= COMMON
-    extra = kinds - COMMON
+    kinds, expected = inventory(stack), common(stack)
+    assert kinds >= expected
+    extra = kinds - expected
     # The specs ConfigMap, the reconciler Job and the processor properties, named by content;
     # a secured stack's SCRAM retire Job too, named after the reconciler's.
     by_content = (kind for kind, name in extra if kind != "Secret" and name != "kafka-bootstrap")
@@ -42,7 +45,7 @@ def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: Rec
     # starts from (format settings, the reconciler's ACLs).
     secured = {
         ("Secret", "kafka-tls"),
-        ("Secret", f"kafka-user-{APP}"),
+        ("Secret", f"kafka-user-{names_of(stack).application_id}"),
         ("Secret", "kafka-user-topic-reconciler"),
         ("Secret", "kafka-user-observer"),
         ("ConfigMap", "kafka-bootstrap"),
@@ -64,13 +67,14 @@ def test_namespace_enforces_the_restricted_pod_security_standard(stack: Recorded
 
 def test_stack_exports_bootstrap_servers_topics_and_processor_name(stack: RecordedStack) -> None:
     assert stack.outputs["bootstrapServers"] == "kafka.streaming.svc.cluster.local:9092"
+    names = names_of(stack)
     assert stack.outputs["topics"] == {
-        "input": NAMES.input_topic,
-        "output": NAMES.output_topic,
-        "changelog": NAMES.changelog_topic,
-        "dlq": NAMES.dlq_topic,
+        "input": names.input_topic,
+        "output": names.output_topic,
+        "changelog": names.changelog_topic,
+        "dlq": names.dlq_topic,
     }
-    assert stack.outputs["processorName"] == APP
+    assert stack.outputs["processorName"] == names.application_id
     assert stack.outputs["namespace"] == "streaming"
 
 

@@ -11,6 +11,7 @@ Cases run on the handmade stack (prod's secured shape, its ACLs
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,9 +20,10 @@ import pytest
 from pulumi_policy import EnforcementLevel, Policy
 
 from policies.contract import acl_specs, kafka_security
-from policies.contract.topic_specs import PipelineNames, TopicSpec
+from policies.contract.topic_specs import TopicSpec
 from policies.evaluate import PolicyConfigError, Violation
 from policies.rules import acls, broker_security
+from tests.infra.conftest import names_of
 from tests.policies.conftest import Evaluate, levels_of, stack_config
 from tests.policies.handmade_stack import (
     NAMESPACE,
@@ -641,8 +643,17 @@ def test_the_user_is_the_sasl_username_when_it_differs_from_the_application_id(r
 
 # --- the rendered prod stack -----------------------------------------------------------------
 
-# The rendered stacks' names (the handmade stack's are its own).
-RENDERED = PipelineNames()
+# The rendered prod stack's names are its stack file's, known once it is recorded: the cases
+# name them by these stand-ins (fields of `PipelineNames`), which `_rendered` fills in (the
+# handmade stack's names are its own).
+INPUT_TOPIC = "{input_topic}"
+APPLICATION_ID = "{application_id}"
+
+
+def _rendered(recorded_stacks: dict[str, Any], *texts: str) -> tuple[str, ...]:
+    """`texts` with the stand-ins replaced by the rendered prod stack's names."""
+    names = dataclasses.asdict(names_of(recorded_stacks["prod"]))
+    return tuple(text.format(**names) for text in texts)
 
 
 @pytest.mark.parametrize(
@@ -657,15 +668,14 @@ RENDERED = PipelineNames()
         (
             "topics-specs",
             ACLS,
-            ("User:*", "TOPIC", RENDERED.input_topic, "READ"),
+            ("User:*", "TOPIC", INPUT_TOPIC, "READ"),
             "for a wildcard",
         ),
         (
             "topics-specs",
             ACLS,
-            (OBSERVER, "TOPIC", RENDERED.input_topic, "WRITE"),
-            f"WRITE on topic {RENDERED.input_topic}, where it needs only "
-            "DESCRIBE/DESCRIBE_CONFIGS/READ",
+            (OBSERVER, "TOPIC", INPUT_TOPIC, "WRITE"),
+            f"WRITE on topic {INPUT_TOPIC}, where it needs only DESCRIBE/DESCRIBE_CONFIGS/READ",
         ),
         (
             "topics-specs",
@@ -676,14 +686,14 @@ RENDERED = PipelineNames()
         (
             "topics-specs",
             ACLS,
-            ("User:payments", "TOPIC", RENDERED.input_topic, "READ"),
+            ("User:payments", "TOPIC", INPUT_TOPIC, "READ"),
             "for User:payments, a principal the pack cannot attribute",
         ),
         (
             "kafka-bootstrap",
             BOOTSTRAP_ACLS,
-            (RECONCILER, "TOPIC", RENDERED.input_topic, "DELETE"),
-            f"DELETE on topic {RENDERED.input_topic}, where it needs only",
+            (RECONCILER, "TOPIC", INPUT_TOPIC, "DELETE"),
+            f"DELETE on topic {INPUT_TOPIC}, where it needs only",
         ),
     ],
     ids=[
@@ -698,6 +708,8 @@ RENDERED = PipelineNames()
 def test_the_rendered_prod_stack_is_blocked_by_each_acl_beyond_its_users_rights(
     run, recorded_stacks, name: str, file: str, acl: Acl, found: str
 ) -> None:
+    acl = _rendered(recorded_stacks, *acl)
+    (found,) = _rendered(recorded_stacks, found)
     resources = _recorded_prod(recorded_stacks, ":ConfigMap", name, adding(file, *acl))
     (violation,) = _ours(run, resources)
     assert (violation.policy, violation.level) == (LEAST_PRIVILEGE, "mandatory")
@@ -754,14 +766,14 @@ def _readiness_acl(resource_type: str, name: str, operation: str) -> PropsEdit:
     ("acl", "found"),
     [
         (
-            ("TOPIC", RENDERED.input_topic, "READ"),
-            f"READ on topic {RENDERED.input_topic}, where it needs only DESCRIBE",
+            ("TOPIC", INPUT_TOPIC, "READ"),
+            f"READ on topic {INPUT_TOPIC}, where it needs only DESCRIBE",
         ),
         (
             ("CLUSTER", "kafka-cluster", "ALTER"),
             "ALTER on the cluster, where it needs only DESCRIBE",
         ),
-        (("GROUP", RENDERED.application_id, "DESCRIBE"), "a GROUP resource"),
+        (("GROUP", APPLICATION_ID, "DESCRIBE"), "a GROUP resource"),
         (("TOPIC", "payments", "DESCRIBE"), "a topic other than its own"),
     ],
     ids=["reads-the-input", "administers-acls", "describes-the-group", "another-topic"],
@@ -769,8 +781,13 @@ def _readiness_acl(resource_type: str, name: str, operation: str) -> PropsEdit:
 def test_a_readiness_user_beyond_describe_is_blocked(
     run, recorded_stacks, acl: tuple[str, str, str], found: str
 ) -> None:
+    resource_type, name, operation = _rendered(recorded_stacks, *acl)
+    (found,) = _rendered(recorded_stacks, found)
     resources = _recorded_prod(
-        recorded_stacks, ":ConfigMap", "kafka-bootstrap", _readiness_acl(*acl)
+        recorded_stacks,
+        ":ConfigMap",
+        "kafka-bootstrap",
+        _readiness_acl(resource_type, name, operation),
     )
     (violation,) = _ours(run, resources)
     assert (violation.policy, violation.level) == (LEAST_PRIVILEGE, "mandatory")

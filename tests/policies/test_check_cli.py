@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from infra.policy_check import main
-from policies.contract.topic_specs import PipelineNames
+from tests.infra.conftest import names_of
 from tests.policies.conftest import REPO, stack_config
 
 
@@ -68,7 +68,7 @@ def test_mandatory_violation_exits_1_with_table_and_sarif_pointing_at_the_source
 
     out = capsys.readouterr().out
     assert code == 1
-    block = out.split(f"StatefulSet streaming/{PipelineNames().application_id}\n", 1)[1]
+    block = out.split(f"StatefulSet streaming/{names_of('prod').application_id}\n", 1)[1]
     assert "MANDATORY  processor-min-ready-seconds" in block
     assert "spec.minReadySeconds is 30; required: >= 600" in block
     assert "ADVISORY   processor-grace-period" in block

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from policies.contract.topic_specs import PipelineNames
 from policies.evaluate import Violation
+from tests.infra.conftest import names_of
 from tests.policies.conftest import Evaluate, stack_config
 from tests.policies.handmade_stack import DNS_EGRESS, Resource, changed, handmade_stack, tcp
 
@@ -235,7 +235,7 @@ def test_every_rendered_workload_has_both_directions(recorded_stacks) -> None:
 
 def test_the_metrics_port_open_to_every_namespace_is_caught_in_prod(run, recorded_stacks) -> None:
     """The review's finding: the processor's 8080 with `namespaceSelector: {}`."""
-    processor = PipelineNames().application_id
+    processor = names_of(recorded_stacks["prod"]).application_id
 
     def open_metrics(props: dict[str, Any]) -> None:
         props["spec"]["ingress"][0]["from"] = [{"namespaceSelector": {}}]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from policies.contract.topic_specs import PipelineNames
+from tests.infra.conftest import names_of
 from tests.policies.conftest import stack_config
 
 STACKS = ("dev", "prod")
@@ -143,6 +143,10 @@ def _set(*path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
+# A logical name that is the stack's application id (the processor's PodDisruptionBudget's): a
+# stack file may set the id, so a mutation names it by this stand-in, resolved per stack.
+APPLICATION_ID = "<the stack's application id>"
+
 # (mutation id, resource (type suffix, logical name), edit of its props, rule that must fire)
 MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | None, str]] = [
     ("processor-as-deployment", (":StatefulSet", "processor"), None, "processor-is-statefulset"),
@@ -232,7 +236,7 @@ MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | N
     ),
     (
         "missing-pdb",
-        (":PodDisruptionBudget", PipelineNames().application_id),
+        (":PodDisruptionBudget", APPLICATION_ID),
         None,
         "statefulset-pdb",
     ),
@@ -295,7 +299,10 @@ def test_mutation_of_the_real_stack_is_caught_by_its_rule(
 ) -> None:
     recording = recorded_stacks[stack].resources
     untouched = copy.deepcopy(recording)
-    resources = _mutated(recording, mutation, target, edit)
+    type_suffix, name = target
+    if name == APPLICATION_ID:
+        name = names_of(recorded_stacks[stack]).application_id
+    resources = _mutated(recording, mutation, (type_suffix, name), edit)
     violations = run(resources, stack_config(stack))
     caught = [v for v in violations if v.policy == rule]
     assert caught, f"{rule} did not fire; got {[(v.policy, v.message) for v in violations]}"
@@ -319,7 +326,8 @@ def test_the_pack_passes_each_stack_under_the_consumer_group_protocol(run, stack
 def test_a_kip848_groups_own_session_too_long_for_a_hand_off_is_blocked(run) -> None:
     from infra.render import record_stack
 
-    resources = record_stack("prod", {"processor.groupProtocol": "consumer"}).resources
+    recorded = record_stack("prod", {"processor.groupProtocol": "consumer"})
+    resources = recorded.resources
     specs = next(r for r in resources if "topics.json" in r.props.get("data", {}))
 
     def longer(props: dict[str, Any]) -> None:
@@ -332,6 +340,6 @@ def test_a_kip848_groups_own_session_too_long_for_a_hand_off_is_blocked(run) -> 
         v for v in run(resources, stack_config("prod")) if v.policy == "group-session-timeout"
     ]
     assert caught and all(v.mandatory for v in caught)
-    group = PipelineNames().application_id
+    group = names_of(recorded).application_id
     assert f"data[topics.json] group {group}" in caught[0].message
     assert "consumer.session.timeout.ms is 45000" in caught[0].message

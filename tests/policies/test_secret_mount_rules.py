@@ -13,15 +13,13 @@ from typing import Any
 
 import pytest
 
-from policies.contract.topic_specs import PipelineNames
 from policies.evaluate import Violation
+from tests.infra.conftest import names_of
 from tests.policies.conftest import Evaluate, findings_of, stack_config
 from tests.policies.handmade_stack import Resource, changed, first_container, handmade_stack, pod
 
 RULE = "secret-mounts-least-privilege"
 PROCESSOR = "StatefulSet streaming/page-view-counter"
-# The processor's password Secret in the rendered stacks (the handmade stack's is its own).
-RENDERED_PROCESSOR_SECRET = f"kafka-user-{PipelineNames().application_id}"
 TLS_FIX = "Fix: take only the CA: secret.items: [{key: ca.crt, path: ca.crt}]"
 
 Edit = Callable[[Resource], None]
@@ -168,6 +166,12 @@ def _find(resources: Any, type_suffix: str, name: str) -> Any:
     return found
 
 
+def _rendered_processor_secret(recorded_stacks) -> str:
+    """The processor's password Secret in the rendered prod stack, named after the application
+    id its stack file sets (the handmade stack's is its own)."""
+    return f"kafka-user-{names_of(recorded_stacks['prod']).application_id}"
+
+
 def _prod(run: Evaluate, recorded_stacks, target: tuple[str, str], edit) -> list[Violation]:
     """The rule's findings on a mutated copy of the rendered prod stack."""
     resources = copy.deepcopy(list(recorded_stacks["prod"].resources))
@@ -216,7 +220,7 @@ def test_the_topic_job_reads_the_passwords_only_because_it_may_set_them(
         [
             "projected volume users is Secret kafka-user-broker-readiness",
             "projected volume users is Secret kafka-user-observer",
-            f"projected volume users is Secret {RENDERED_PROCESSOR_SECRET}",
+            f"projected volume users is Secret {_rendered_processor_secret(recorded_stacks)}",
         ]
     )
 
@@ -344,7 +348,7 @@ def test_a_readiness_sidecar_with_every_users_password_is_caught_per_other_user(
     assert sorted(v.message.split(" (user ")[0].split("): ", 1)[1] for v in violations) == sorted(
         [
             "projected volume users is Secret kafka-user-observer",
-            f"projected volume users is Secret {RENDERED_PROCESSOR_SECRET}",
+            f"projected volume users is Secret {_rendered_processor_secret(recorded_stacks)}",
             "projected volume users is Secret kafka-user-topic-reconciler",
         ]
     )
