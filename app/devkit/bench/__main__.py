@@ -25,7 +25,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -42,34 +42,25 @@ BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 EXIT_USAGE = 2
 
 
-def _cases(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CASE_NAMES]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown case(s) {', '.join(unknown)}; allowed: {', '.join(CASE_NAMES)}"
-        )
-    return names
+def _choices(what: str, allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names of `allowed`, each once, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what}(s) {', '.join(unknown) or repr(text)}; allowed: "
+                f"{', '.join(allowed)}, comma-separated"
+            )
+        return names
+
+    return parse
 
 
-def _tables(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in TABLE_NAMES]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown table(s) {', '.join(unknown)}; allowed: {', '.join(TABLE_NAMES)}"
-        )
-    return names
-
-
-def _protocols(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    allowed = (PROTOCOL_CLASSIC, PROTOCOL_CONSUMER)
-    if not names or any(n not in allowed for n in names):
-        raise argparse.ArgumentTypeError(
-            f"--group-protocols {text!r}: allowed: {', '.join(allowed)}, comma-separated"
-        )
-    return list(dict.fromkeys(names))
+_cases = _choices("case", CASE_NAMES)
+_tables = _choices("table", TABLE_NAMES)
+_protocols = _choices("group protocol", (PROTOCOL_CLASSIC, PROTOCOL_CONSUMER))
 
 
 def _configs(text: str) -> list[tuple[int, int]]:
