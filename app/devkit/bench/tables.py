@@ -62,6 +62,12 @@ TABLES: tuple[DocTable, ...] = (
         "--configs 1000000:1000,500000:1000 --latency-rate 1000 --latency-s 30",
     ),
     DocTable(
+        "group-protocols",
+        "Rollouts under both group protocols",
+        "rolling-restart --cases rollout-handoff,rollout-static --instances 3 --partitions 6 "
+        "--rate 1000 --keys 10000 --group-protocols classic,consumer",
+    ),
+    DocTable(
         "broker-restarts",
         "Broker restarts",
         "rolling-restart --cases broker-roll,broker-kill "
