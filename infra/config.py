@@ -318,13 +318,10 @@ class StackConfig(_Section):
     def broker_configs(self) -> dict[str, str]:
         """The Kafka brokers' settings for this stack: under KIP-848 with group.consumer.*
         bounds that admit the processor group's own configs (the stack's `kafka.configs` win)."""
-        admitting = (
-            membership.kip848_bounds_admitting(self.processor.group_configs)
-            if (self.processor.group_configs)
-            else {}
-        )
         return self.kafka.broker_configs(
-            self.topics.replication_factor, self.topics.min_insync_replicas, admitting
+            self.topics.replication_factor,
+            self.topics.min_insync_replicas,
+            membership.kip848_bounds_admitting(self.processor.group_configs),
         )
 
 

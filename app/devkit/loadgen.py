@@ -115,11 +115,15 @@ class ProducedSummary:
 
     topic: str
     truth: Truth
-    per_key: Counter[str] = field(default_factory=Counter)  # valid records per key
     malformed: Counter[str] = field(default_factory=Counter)  # per dead-letter reason
     failed: int = 0
     first_error: str | None = None
     elapsed_s: float = 0.0  # producing, without the final wait for acknowledgements
+
+    @property
+    def per_key(self) -> Counter[str]:
+        """Valid records acknowledged per key (what the truth folded)."""
+        return Counter(self.truth.records())
 
     @property
     def valid(self) -> int:
@@ -310,8 +314,6 @@ class LoadGenerator:
                 reason = self.summary.truth.add(key, value, timed)
                 if reason is not None:
                     self.summary.malformed[reason] += 1
-                else:
-                    self.summary.per_key[key] += 1
 
         return on_delivery
 

@@ -250,9 +250,11 @@ def kip848_group_configs(*, session_ms: int, heartbeat_ms: int) -> dict[str, str
 
 def kip848_bounds_admitting(group_configs: Mapping[str, str]) -> dict[str, str]:
     """The brokers' bounds widened just enough to admit the group's configs (Kafka's defaults
-    where they already do): what a cluster hosting the group renders."""
+    where they already do): what a cluster hosting the group renders; none for no configs."""
     bounds = {}
     for key, ((low_key, low), (high_key, high)) in KIP848_BOUNDS.items():
+        if key not in group_configs:
+            continue
         value = int(group_configs[key])
         bounds[low_key] = str(min(low, value))
         bounds[high_key] = str(max(high, value))

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from app.admin.topics import librdkafka_logger
 from app.devkit.kafka_release import ensure as ensure_release
 from app.devkit.kafka_release import java_command
+from app.devkit.local.observe import observer_config
 
 log = logging.getLogger("app.devkit.bench")
 
@@ -54,16 +54,8 @@ class Ceiling:
 def _consumer(
     bootstrap_servers: str, client_config: Mapping[str, str], **settings: str
 ) -> Consumer:
-    return Consumer(
-        {
-            **client_config,
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"ceiling-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": "false",
-            "logger": librdkafka_logger(),
-            **settings,
-        }
-    )
+    group_id = f"ceiling-{uuid.uuid4().hex[:8]}"
+    return Consumer({**observer_config(bootstrap_servers, group_id, client_config), **settings})
 
 
 def _assign_all(consumer: Consumer, topic: str) -> None:
@@ -76,7 +68,7 @@ def bench_consumer_rate(
     bootstrap_servers: str, topic: str, expected: int, client_config: Mapping[str, str]
 ) -> float:
     """Records per second of the bench's consumer (see the module docstring)."""
-    consumer = _consumer(bootstrap_servers, client_config, **{"isolation.level": "read_committed"})
+    consumer = _consumer(bootstrap_servers, client_config)
     try:
         _assign_all(consumer, topic)
         read = 0
@@ -93,7 +85,9 @@ def plain_consumer_rate(
     bootstrap_servers: str, topic: str, expected: int, client_config: Mapping[str, str]
 ) -> float | None:
     """Records per second of the lean plain consumer (see the module docstring)."""
-    consumer = _consumer(bootstrap_servers, client_config)
+    consumer = _consumer(
+        bootstrap_servers, client_config, **{"isolation.level": "read_uncommitted"}
+    )
     try:
         _assign_all(consumer, topic)
         # Timed from the first batch's arrival to the last's, counting the records after the

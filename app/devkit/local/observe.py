@@ -34,9 +34,10 @@ MOVING_WAIT_S = 60.0
 log = logging.getLogger(__name__)
 
 
-def _observer_config(
+def observer_config(
     bootstrap_servers: str, group_id: str, client_config: Mapping[str, str]
 ) -> dict[str, object]:
+    """A consumer that watches and never commits (read_committed: what downstream sees)."""
     return {
         **client_config,
         "bootstrap.servers": bootstrap_servers,
@@ -90,9 +91,7 @@ class GroupLag:
         client_config: Mapping[str, str] | None = None,
     ) -> None:
         # group.id names the group whose committed offsets are read; no subscribe: no join.
-        self._consumer = Consumer(
-            _observer_config(bootstrap_servers, group_id, client_config or {})
-        )
+        self._consumer = Consumer(observer_config(bootstrap_servers, group_id, client_config or {}))
         self.group_id = group_id
         self.topic = topic
         self.partitions = partition_count(self._consumer, topic)
@@ -190,7 +189,7 @@ class OutputTail:
         keep_records: bool = True,
     ) -> None:
         config = {
-            **_observer_config(
+            **observer_config(
                 bootstrap_servers, f"output-tail-{uuid.uuid4().hex[:8]}", client_config or {}
             ),
             "enable.partition.eof": "true",
