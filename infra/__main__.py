@@ -19,6 +19,7 @@ if _ROOT not in sys.path:
 import pulumi  # noqa: E402
 import pulumi_kubernetes as k8s  # noqa: E402
 
+from infra import workload  # noqa: E402
 from infra.alert_rules import AlertRules, AlertRulesArgs  # noqa: E402
 from infra.config import load_stack_config  # noqa: E402
 from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names  # noqa: E402
@@ -36,8 +37,16 @@ from infra.topics import (  # noqa: E402
     TopicReconciliation,
     TopicReconciliationArgs,
 )
-from policies.contract.acl_specs import BROKER_READINESS_USER  # noqa: E402
+from policies.contract.acl_specs import BROKER_READINESS_USER, PAIR_SWITCH_USER  # noqa: E402
+from policies.contract.java_properties import format_properties  # noqa: E402
 from policies.contract.topic_specs import TopicRole  # noqa: E402
+
+
+def one_or_all(names: list[str]) -> str | list[str]:
+    """A stack output's name, or the list of them where a pair has one per side (its
+    changelogs, its StatefulSets)."""
+    return names[0] if len(names) == 1 else names
+
 
 config = load_stack_config()
 
@@ -114,24 +123,36 @@ topics = TopicReconciliation(
     opts=pulumi.ResourceOptions(depends_on=[kafka.stateful_set]),
 )
 
-access = (
-    # Pinned: the processor rolls on a rotation and reads its password at start.
-    credentials.client_access(config.processor.application_id, pinned=True)
-    if credentials
-    else ClientAccess()
-)
-processor = Processor(
-    "processor",
-    ProcessorArgs(
-        namespace=config.namespace,
-        config=config.processor,
-        properties=processor_properties(config, kafka.bootstrap_servers, access.properties),
-        kafka_egress=kafka.client_egress,
-        access=access,
-    ),
-    # The processor starts against topics that exist with the right configs.
-    opts=pulumi.ResourceOptions(depends_on=[topics]),
-)
+# One processor deployment, or the two sides of an active/standby pair (processor.pair), each
+# with its own user, group, changelog, image and pods, kept out of each other's zones.
+processors = []
+for deployment in config.processor.deployments:
+    access = (
+        # Pinned: the processor rolls on a rotation and reads its password at start.
+        credentials.client_access(deployment.application_id, pinned=True)
+        if credentials
+        else ClientAccess()
+    )
+    processors.append(
+        Processor(
+            "processor" if deployment.side is None else f"processor-{deployment.side}",
+            ProcessorArgs(
+                namespace=config.namespace,
+                config=config.processor,
+                properties=processor_properties(
+                    config, kafka.bootstrap_servers, access.properties, deployment
+                ),
+                kafka_egress=kafka.client_egress,
+                deployment=deployment,
+                access=access,
+                partner=workload.PairPartner(deployment.partner, config.pair_zone_anti_affinity)
+                if deployment.partner is not None
+                else None,
+            ),
+            # The processor starts against topics that exist with the right configs.
+            opts=pulumi.ResourceOptions(depends_on=[topics]),
+        )
+    )
 
 if credentials is not None:
     # A rotation's last step: the previous revision's SCRAM credentials go once every workload
@@ -150,7 +171,7 @@ if credentials is not None:
             image_pull_policy=config.processor.image_pull_policy,
         ),
         opts=pulumi.ResourceOptions(
-            depends_on=[topics, processor.stateful_set, kafka.stateful_set]
+            depends_on=[topics, *(p.stateful_set for p in processors), kafka.stateful_set]
         ),
     )
 
@@ -160,9 +181,29 @@ if config.processor.metrics_scrape == "podMonitor":
 
 pulumi.export("namespace", config.namespace)
 pulumi.export("bootstrapServers", kafka.bootstrap_servers)
-pulumi.export("topics", {spec.role.value: spec.name for spec in topic_specs})
+
+
+pulumi.export(
+    "topics",
+    {
+        role.value: one_or_all([s.name for s in topic_specs if s.role is role])
+        for role in dict.fromkeys(s.role for s in topic_specs)
+    },
+)
 pulumi.export("inputTopic", next(s.name for s in topic_specs if s.role is TopicRole.INPUT))
-pulumi.export("processorName", processor.name)
+pulumi.export("processorName", one_or_all([p.name for p in processors]))
+if config.processor.pair:
+    # What `python -m app.admin.pair_switch` and `pair_release` take: --control-topic, --groups.
+    pulumi.export("pairControlTopic", config.names.pair_control_topic)
+    pulumi.export(
+        "pairGroups", {d.side: d.application_id for d in config.processor.deployments if d.side}
+    )
+    if credentials is not None:
+        # Their --command-config, for a pod that mounts the switch's Secret and the CA where the
+        # workloads do: the mechanism follows security.credentialsRevision, the password is a
+        # reference to the mounted file (docs/operations.md, "Releasing with the pair").
+        switch_access = credentials.client_access(PAIR_SWITCH_USER)
+        pulumi.export("pairSwitchClientProperties", format_properties(switch_access.properties))
 pulumi.export("topicJob", topics.job_name)
 pulumi.export("clientListener", config.security.client_listener)
 if credentials is not None:

@@ -28,6 +28,8 @@ from policies.contract.java_properties import is_credential_key, is_reference
 from policies.contract.kafka_security import PLAINTEXT, owned_by_security, scram_mechanism
 from policies.contract.processor_keys import (
     INSTANCE_ID_KEY,
+    PAIR_CONTROL_TOPIC_KEY,
+    PAIR_SIDE_KEY,
     PROTOCOL_CONSUMER,
     key_problems,
 )
@@ -35,11 +37,14 @@ from policies.contract.quantity import parse_quantity
 from policies.contract.restart_budget import RestartBudget, probe_budget_seconds, session_timeout_ms
 from policies.contract.tls_settings import tls_weakenings
 from policies.contract.topic_specs import (
+    DeploymentNames,
     GroupConfigSpec,
     PipelineNames,
+    TopicRole,
     TopicSpec,
     TopicSpecError,
     pipeline_topics,
+    processor_deployments,
 )
 from policies.rules.credential_values import find_credentials
 from policies.rules.images import is_digest_pinned
@@ -144,6 +149,24 @@ class TopicsConfig(_Section):
     configs: dict[str, dict[str, str]]
 
 
+class PairImagesConfig(_Section):
+    """Each side's image of an active/standby pair (`processor.pairImages`), unset: the
+    processor's image. A release sets one side's at a time (docs/operations.md, "Releasing with
+    the pair"), so only that side's StatefulSet rolls while the other publishes."""
+
+    a: str | None = None
+    b: str | None = None
+
+    def of(self, side: str) -> str | None:
+        """The side's own image; None where unset."""
+        images: dict[str, str | None] = self.model_dump()
+        return images[side]
+
+    def set_images(self) -> dict[str, str]:
+        """The sides whose image is set, by side."""
+        return {side: image for side, image in self.model_dump().items() if image is not None}
+
+
 class ProcessorConfig(_Section):
     """The stateful processor StatefulSet and its properties file."""
 
@@ -186,6 +209,22 @@ class ProcessorConfig(_Section):
     metrics_namespace: str
     # Processor properties (the contract's names), merged over the computed ones.
     properties: dict[str, str]
+    # An active/standby pair (DESIGN.md, lesson 9): two complete deployments, sides a and b, each
+    # its own group, state, user and transactional ids, both reading all input; only the active
+    # one publishes, and which one that is lives in the pair's compacted control topic.
+    pair: bool
+    # A side's own image, for a release one side at a time; only with `pair`.
+    pair_images: PairImagesConfig
+
+    @property
+    def deployments(self) -> tuple[DeploymentNames, ...]:
+        """The processor's deployments: one, or the two sides of the pair."""
+        return processor_deployments(self.application_id, pair=self.pair)
+
+    def image_of(self, side: str | None) -> str:
+        """The image a deployment runs: a side's from `pairImages`, else the processor's."""
+        own = self.pair_images.of(side) if side is not None else None
+        return own if own is not None else self.image
 
     @property
     def restart_budget(self) -> RestartBudget:
@@ -287,13 +326,29 @@ class StackConfig(_Section):
             application_id=self.processor.application_id,
             topics=self.topic_specs,
             configured_groups=[g.group for g in self.group_config_specs],
+            pair=self.processor.pair,
         )
 
     @property
     def group_config_specs(self) -> list[GroupConfigSpec]:
-        """The processor group's own configs for the reconciler (KIP-848 only)."""
+        """Each processor group's own configs for the reconciler (KIP-848 only)."""
         configs = self.processor.group_configs
-        return [GroupConfigSpec(self.processor.application_id, configs)] if configs else []
+        if not configs:
+            return []
+        return [GroupConfigSpec(d.application_id, configs) for d in self.processor.deployments]
+
+    @property
+    def names(self) -> PipelineNames:
+        """The pipeline's names as this stack sets them."""
+        return PipelineNames(
+            self.processor.application_id, self.topics.input_topic, self.topics.output_topic
+        )
+
+    @property
+    def pair_zone_anti_affinity(self) -> Literal["required", "preferred"]:
+        """How strictly a pair's sides keep out of each other's zones: required in prod (a zone's
+        outage must leave one side whole), preferred elsewhere (kind has one node, one zone)."""
+        return "required" if self.profile == "prod" else "preferred"
 
     @property
     def topic_specs(self) -> list[TopicSpec]:
@@ -308,6 +363,7 @@ class StackConfig(_Section):
             min_insync_replicas=t.min_insync_replicas,
             changelog_segment_bytes=t.changelog_segment_bytes,
             dlq_partitions=t.dlq_partitions,
+            pair=self.processor.pair,
         )
         return [
             dataclasses.replace(s, configs={**s.configs, **t.configs.get(s.role.value, {})})
@@ -384,6 +440,9 @@ _BASE: dict[str, Any] = {
         "metricsScrape": "none",
         "metricsNamespace": "monitoring",
         "properties": {},
+        # Opt-in: two complete deployments cost twice the processor's resources.
+        "pair": False,
+        "pairImages": {},
     },
     "security": {
         "clientListener": "PLAINTEXT",
@@ -600,12 +659,11 @@ def _validate(config: StackConfig) -> None:
             f"must be between 1 and {highest} (replicationFactor - 1) "
             "so that producers with acks=all keep writing while one broker rolls",
         )
+    roles = [role.value for role in TopicRole]
     for role in topics.configs:
-        if role not in ("input", "output", "changelog", "dlq"):
+        if role not in roles:
             raise setting_error(
-                f"topics.configs.{role}",
-                topics.configs[role],
-                "roles: input, output, changelog, dlq",
+                f"topics.configs.{role}", topics.configs[role], f"roles: {', '.join(roles)}"
             )
     try:
         config.topic_specs  # noqa: B018 - building the specs is the check
@@ -655,6 +713,7 @@ def _validate(config: StackConfig) -> None:
             "of a partition lives on an instance other than its owner",
         )
     _validate_security(config)
+    _validate_pair_images(processor)
     _validate_images(config)
 
 
@@ -683,6 +742,16 @@ def _validate_processor_properties(config: StackConfig) -> None:
     processor = config.processor
     for key, problem in key_problems(processor.properties):
         raise setting_error(f"processor.properties.{key}", processor.properties[key], problem)
+    for key in (PAIR_SIDE_KEY, PAIR_CONTROL_TOPIC_KEY):
+        if key in processor.properties:
+            raise setting_error(
+                f"processor.properties.{key}",
+                processor.properties[key],
+                f"set processor.pair instead (now {str(processor.pair).lower()}; allowed: true, "
+                "false): the program then renders both sides of the pair, each with its own "
+                "application id, user and changelog, its pair.side and the pair's control topic; "
+                "one deployment cannot be a side on its own",
+            )
     protocol = processor.properties.get("consumer.group.protocol", processor.group_protocol)
     if protocol != processor.group_protocol:
         raise setting_error(
@@ -755,11 +824,38 @@ def _validate_processor_properties(config: StackConfig) -> None:
         )
 
 
+def _validate_pair_images(processor: ProcessorConfig) -> None:
+    """`processor.pairImages` names images of a pair's sides, and only of a pair's."""
+    images = processor.pair_images.set_images()
+    if images and not processor.pair:
+        raise setting_error(
+            "processor.pairImages",
+            images,
+            "allowed only with processor.pair: true (now false): a single deployment runs "
+            "processor.image; remove processor.pairImages, or set processor.pair to true",
+        )
+    for side, image in images.items():
+        if not image.strip():
+            raise setting_error(
+                f"processor.pairImages.{side}",
+                image,
+                f"must be an image reference; remove the key for side {side} to run "
+                "processor.image",
+            )
+
+
 def _validate_images(config: StackConfig) -> None:
     """Prod runs images pinned by digest: a tag can move, and a roll would then mix versions."""
     if config.profile != "prod":
         return
-    images = {"kafka.image": config.kafka.image, "processor.image": config.processor.image}
+    images = {
+        "kafka.image": config.kafka.image,
+        "processor.image": config.processor.image,
+        **{
+            f"processor.pairImages.{side}": image
+            for side, image in config.processor.pair_images.set_images().items()
+        },
+    }
     for key, image in images.items():
         if not is_digest_pinned(image):
             raise setting_error(

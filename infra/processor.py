@@ -13,6 +13,7 @@ from infra.config import ProcessorConfig
 from infra.kafka_credentials import ClientAccess
 from infra.processor_properties import HEALTH_PORT, PROPERTIES_DIR, PROPERTIES_FILE, STATE_DIR
 from policies.contract.java_properties import format_properties
+from policies.contract.topic_specs import DeploymentNames
 
 PROCESSOR_UID = 10001
 
@@ -26,8 +27,13 @@ class ProcessorArgs:
     properties: dict[str, str]
     # Where its pods may connect: the brokers' client port (`KafkaCluster.client_egress`).
     kafka_egress: k8s.networking.v1.NetworkPolicyEgressRuleArgs
+    # Which deployment this is (`config.deployments`): its application id names the
+    # StatefulSet, its pods and everything beside it.
+    deployment: DeploymentNames
     # Its SCRAM user's password and the cluster's CA (nothing on a PLAINTEXT cluster).
     access: ClientAccess = field(default_factory=ClientAccess)
+    # The other side of an active/standby pair, whose zones this side keeps out of.
+    partner: workload.PairPartner | None = None
 
 
 class Processor(pulumi.ComponentResource):
@@ -35,7 +41,8 @@ class Processor(pulumi.ComponentResource):
 
     Pod `<app>-N` always mounts claim `state-<app>-N` and joins the group as `<app>-N`
     (static membership): a restart within the session timeout resumes with the same
-    partitions and the same local state, so nothing moves and nothing is replayed.
+    partitions and the same local state, so nothing moves and nothing is replayed. `<app>` is
+    the deployment's application id: a side of an active/standby pair has its own.
     """
 
     name: str
@@ -46,10 +53,13 @@ class Processor(pulumi.ComponentResource):
     ) -> None:
         super().__init__("stateful-streaming:processor:Processor", name, None, opts)
         cfg, ns = args.config, args.namespace
-        app = cfg.application_id
+        app = args.deployment.application_id
         child = pulumi.ResourceOptions(parent=self)
         component_labels = workload.labels(app, "processor")
         self.name = app
+        # A side of a pair runs its own image (`processor.pairImages`): a release rolls one side
+        # at a time while the other publishes.
+        image = cfg.image_of(args.deployment.side)
 
         properties_text = format_properties(args.properties)
         # Named after its content: a settings change is a new ConfigMap and so a rolling update.
@@ -99,7 +109,7 @@ class Processor(pulumi.ComponentResource):
                 namespace=ns,
                 labels=component_labels,
                 annotations=workload.checkov_skips(
-                    workload.image_skips([cfg.image], cfg.image_pull_policy)
+                    workload.image_skips([image], cfg.image_pull_policy)
                 ),
             ),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
@@ -121,7 +131,7 @@ class Processor(pulumi.ComponentResource):
                 ),
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(app)),
-                template=self._pod_template(cfg, component_labels, config_map, args.access),
+                template=self._pod_template(app, image, args, component_labels, config_map),
                 volume_claim_templates=[
                     workload.state_claim("state", cfg.storage_class_name, cfg.storage)
                 ],
@@ -135,14 +145,15 @@ class Processor(pulumi.ComponentResource):
 
     @staticmethod
     def _pod_template(
-        cfg: ProcessorConfig,
+        app: str,
+        image: str,
+        args: ProcessorArgs,
         component_labels: dict[str, str],
         config_map: k8s.core.v1.ConfigMap,
-        access: ClientAccess,
     ) -> k8s.core.v1.PodTemplateSpecArgs:
-        app = cfg.application_id
+        cfg, access = args.config, args.access
         affinity, spread = workload.placement(
-            app, anti_affinity=cfg.anti_affinity, zone_spread=cfg.zone_spread
+            app, anti_affinity=cfg.anti_affinity, zone_spread=cfg.zone_spread, partner=args.partner
         )
 
         http_probe = partial(workload.http_probe, port=HEALTH_PORT)
@@ -171,7 +182,7 @@ class Processor(pulumi.ComponentResource):
                 containers=[
                     k8s.core.v1.ContainerArgs(
                         name="processor",
-                        image=cfg.image,
+                        image=image,
                         image_pull_policy=cfg.image_pull_policy,
                         # `args`, not `command`: `command` replaces the image's ENTRYPOINT,
                         # and tini (PID 1: forwards SIGTERM, reaps the JVM's children) must run.

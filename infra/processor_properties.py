@@ -15,10 +15,12 @@ from policies.contract.processor_keys import (
     CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
     DEFAULTS,
     INSTANCE_ID_KEY,
+    PAIR_CONTROL_TOPIC_KEY,
+    PAIR_SIDE_KEY,
     PROTOCOL_CONSUMER,
     TRANSACTIONAL_ID_KEY,
 )
-from policies.contract.topic_specs import TopicRole
+from policies.contract.topic_specs import DeploymentNames, TopicRole
 
 if TYPE_CHECKING:  # infra.config validates a stack by rendering its properties with this module
     from infra.config import StackConfig
@@ -37,25 +39,39 @@ SPARK_STOP_SECONDS = 15
 
 
 def processor_properties(
-    config: StackConfig, bootstrap_servers: str, client_security: Mapping[str, str]
+    config: StackConfig,
+    bootstrap_servers: str,
+    client_security: Mapping[str, str],
+    deployment: DeploymentNames | None = None,
 ) -> dict[str, str]:
-    """Every processor setting for this stack, the stack's `properties` overrides applied last.
+    """Every processor setting of one of the stack's processor deployments (`deployment`, by
+    default its first: the only one, or side a of a pair), the stack's `properties` overrides
+    applied last.
 
     The processor's own defaults (`policies/contract/processor_keys.py`) are written out too, so the
     ConfigMap shows every effective value and the policy pack checks what really runs.
     `client_security` are its user's connection settings (none on a PLAINTEXT cluster).
     """
     processor = config.processor
+    deployment = deployment or processor.deployments[0]
     topics = {spec.role: spec.name for spec in config.topic_specs}
     session_timeout_ms = processor.computed_session_timeout_ms
+    # A side of a pair: which one, and where the active side is named. A single deployment has
+    # neither key (the contract gives them no default), so its file renders as before pairs.
+    pair = (
+        {PAIR_SIDE_KEY: deployment.side, PAIR_CONTROL_TOPIC_KEY: topics[TopicRole.PAIR_CONTROL]}
+        if deployment.side is not None
+        else {}
+    )
     stack = {
-        "application.id": processor.application_id,
+        "application.id": deployment.application_id,
         "bootstrap.servers": bootstrap_servers,
         **client_security,
         "input.topic": topics[TopicRole.INPUT],
         "output.topic": topics[TopicRole.OUTPUT],
-        "changelog.topic": topics[TopicRole.CHANGELOG],
+        "changelog.topic": deployment.changelog_topic,
         "dlq.topic": topics[TopicRole.DLQ],
+        **pair,
         "stateful": str(processor.stateful).lower(),
         "membership.mode": processor.membership_mode,
         "num.standby.replicas": str(processor.num_standby_replicas),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -119,26 +120,70 @@ def guaranteed_resources(cpu: str, memory: str) -> k8s.core.v1.ResourceRequireme
     return k8s.core.v1.ResourceRequirementsArgs(requests=amounts, limits=amounts)
 
 
-def placement(
-    name: str, *, anti_affinity: str, zone_spread: bool
-) -> tuple[k8s.core.v1.AffinityArgs, list[k8s.core.v1.TopologySpreadConstraintArgs] | None]:
-    """Hostname anti-affinity (required or preferred) and, if asked, an even spread over zones."""
-    term = k8s.core.v1.PodAffinityTermArgs(
+@dataclass(frozen=True)
+class PairPartner:
+    """The other side of an active/standby pair, as one side's placement sees it.
+
+    The pair is the processor's zone redundancy, not each side's spread: a side prefers one
+    zone for all its pods and keeps out of every zone that holds a pod of the other side
+    (`strength`: required in prod), so a zone's outage takes at most one side, and the other,
+    whole in another zone, takes over (`pair_switch switch --force`). A side's own zone spread
+    (maxSkew 1 over zones) would put its N replicas into N zones and leave the other side no
+    zone on an ordinary 3-zone cluster.
+    """
+
+    name: str  # the other side's workload (its application id)
+    strength: Literal["required", "preferred"]
+
+
+def _pod_term(name: str, topology_key: str) -> k8s.core.v1.PodAffinityTermArgs:
+    """A pod (anti-)affinity term on the pods of workload `name`."""
+    return k8s.core.v1.PodAffinityTermArgs(
         label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector(name)),
-        topology_key=HOSTNAME_TOPOLOGY,
+        topology_key=topology_key,
     )
-    if anti_affinity == "required":
-        pod_anti_affinity = k8s.core.v1.PodAntiAffinityArgs(
-            required_during_scheduling_ignored_during_execution=[term]
+
+
+def _weighted(
+    terms: Sequence[k8s.core.v1.PodAffinityTermArgs],
+) -> list[k8s.core.v1.WeightedPodAffinityTermArgs] | None:
+    """Preferred terms, each at the highest weight (there is nothing to rank them against)."""
+    return [
+        k8s.core.v1.WeightedPodAffinityTermArgs(weight=100, pod_affinity_term=term)
+        for term in terms
+    ] or None
+
+
+def placement(
+    name: str, *, anti_affinity: str, zone_spread: bool, partner: PairPartner | None = None
+) -> tuple[k8s.core.v1.AffinityArgs, list[k8s.core.v1.TopologySpreadConstraintArgs] | None]:
+    """Hostname anti-affinity (required or preferred), and either an even spread over zones (if
+    asked) or, for a side of a pair (`partner`), the pair's zone placement instead: a preferred
+    affinity to the side's own pods on the zone and an anti-affinity against the partner's."""
+    required: list[k8s.core.v1.PodAffinityTermArgs] = []
+    preferred: list[k8s.core.v1.PodAffinityTermArgs] = []
+    (required if anti_affinity == "required" else preferred).append(
+        _pod_term(name, HOSTNAME_TOPOLOGY)
+    )
+    pod_affinity = None
+    if partner is not None:
+        (required if partner.strength == "required" else preferred).append(
+            _pod_term(partner.name, ZONE_TOPOLOGY)
         )
-    else:
-        pod_anti_affinity = k8s.core.v1.PodAntiAffinityArgs(
-            preferred_during_scheduling_ignored_during_execution=[
-                k8s.core.v1.WeightedPodAffinityTermArgs(weight=100, pod_affinity_term=term)
-            ]
+        # Preferred, not required: a zone with fewer free nodes than replicas lets the side
+        # spill into a second zone rather than leave pods pending.
+        pod_affinity = k8s.core.v1.PodAffinityArgs(
+            preferred_during_scheduling_ignored_during_execution=_weighted(
+                [_pod_term(name, ZONE_TOPOLOGY)]
+            )
         )
+    pod_anti_affinity = k8s.core.v1.PodAntiAffinityArgs(
+        required_during_scheduling_ignored_during_execution=required or None,
+        preferred_during_scheduling_ignored_during_execution=_weighted(preferred),
+    )
     spread = None
-    if zone_spread:
+    # A side's zone redundancy is the other side (see `PairPartner`), never its own spread.
+    if zone_spread and partner is None:
         spread = [
             k8s.core.v1.TopologySpreadConstraintArgs(
                 max_skew=1,
@@ -147,7 +192,10 @@ def placement(
                 label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector(name)),
             )
         ]
-    return k8s.core.v1.AffinityArgs(pod_anti_affinity=pod_anti_affinity), spread
+    affinity = k8s.core.v1.AffinityArgs(
+        pod_affinity=pod_affinity, pod_anti_affinity=pod_anti_affinity
+    )
+    return affinity, spread
 
 
 def downward_env(*extra: k8s.core.v1.EnvVarArgs) -> list[k8s.core.v1.EnvVarArgs]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .topic_specs import TopicRole, TopicSpec
+from .topic_specs import DeploymentNames, TopicRole, TopicSpec, processor_deployments
 
 # Kafka's name for the one CLUSTER resource an ACL can name.
 CLUSTER_RESOURCE = "kafka-cluster"
@@ -29,6 +29,19 @@ ACL_LEDGER_TOPIC = "topic-reconciler-acl-ledger"
 ACL_LEDGER_READER_GROUP = ACL_LEDGER_TOPIC
 # The brokers' readiness sidecars connect as this user (`app.admin.broker_readiness`).
 BROKER_READINESS_USER = "broker-readiness"
+# An operator shows and switches an active/standby pair's active side as this user
+# (`python -m app.admin.pair_switch`): it reads and writes the pair's control topic and reads
+# the sides' lag, nothing else.
+PAIR_SWITCH_USER = "pair-switch"
+
+
+def pair_switch_reader_group(control_topic: str) -> str:
+    """The group id the switch's control-topic reader names. It never joins the group or
+    commits (it reads by assignment), but librdkafka's consumer asks for the group's
+    coordinator (FindCoordinator), which needs DESCRIBE on the group."""
+    return f"{control_topic}-reader"
+
+
 # Kafka's internal topics a broker hosts replicas of: the readiness user must see them (a
 # Metadata answer leaves out every topic its principal may not DESCRIBE) to judge the ISR.
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
@@ -180,41 +193,30 @@ def pipeline_users(
     observer: str = "observer",
     readiness: str = BROKER_READINESS_USER,
     configured_groups: Sequence[str] = (),
+    pair: bool = False,
+    pair_switch: str = PAIR_SWITCH_USER,
 ) -> list[KafkaUser]:
     """The pipeline's users with least privilege; a fork that adds a workload adds it here.
 
     `configured_groups`: the groups whose own configs the reconciler sets (KIP-848's session
-    and heartbeat, `topic_specs.GroupConfigSpec`).
+    and heartbeat, `topic_specs.GroupConfigSpec`). `pair`: the processor is an active/standby
+    pair (`topic_specs.processor_deployments`): a user per side, and `pair_switch`, who switches
+    the active side by writing the pair's control topic.
 
     READ, WRITE and ALTER imply DESCRIBE in Kafka's authorizer, so DESCRIBE is granted only
     where nothing else is.
     """
     by_role = {spec.role: spec.name for spec in topics}
-    processor = application_id
-    processor_acls = [
-        *_grants(processor, ResourceType.TOPIC, [by_role[TopicRole.INPUT]], [Operation.READ]),
-        *_grants(
-            processor,
-            ResourceType.TOPIC,
-            [by_role[TopicRole.CHANGELOG]],
-            [Operation.READ, Operation.WRITE],
-        ),
-        *_grants(
-            processor,
-            ResourceType.TOPIC,
-            [by_role[TopicRole.OUTPUT], by_role[TopicRole.DLQ]],
-            [Operation.WRITE],
-        ),
-        # The consumer group is the application id (as in Kafka Streams).
-        *_grants(processor, ResourceType.GROUP, [application_id], [Operation.READ]),
-        # Transactional ids are the pod names, `<application id>-<ordinal>`.
-        *_grants(
-            processor,
-            ResourceType.TRANSACTIONAL_ID,
-            [f"{application_id}-"],
-            [Operation.WRITE],
-            PatternType.PREFIXED,
-        ),
+    deployments = processor_deployments(application_id, pair=pair)
+    processors = [
+        KafkaUser(
+            deployment.application_id,
+            "the stateful processor"
+            if deployment.side is None
+            else f"side {deployment.side} of the processor's active/standby pair",
+            tuple(_processor_acls(deployment, topics)),
+        )
+        for deployment in deployments
     ]
     topic_names = [spec.name for spec in topics]
     reconciler_acls = [
@@ -258,17 +260,98 @@ def pipeline_users(
             [Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS],
         ),
         *_grants(observer, ResourceType.TOPIC, [by_role[TopicRole.OUTPUT]], [Operation.READ]),
-        # Committed offsets of the processor's group (lag), never joining it.
-        *_grants(observer, ResourceType.GROUP, [application_id], [Operation.DESCRIBE]),
+        # Committed offsets of the processor's groups (lag), never joining them.
+        *_grants(
+            observer,
+            ResourceType.GROUP,
+            [deployment.application_id for deployment in deployments],
+            [Operation.DESCRIBE],
+        ),
     ]
     users = [
-        KafkaUser(processor, "the stateful processor", tuple(processor_acls)),
+        *processors,
         KafkaUser(reconciler, "the topic and ACL reconciler Job", tuple(reconciler_acls)),
         KafkaUser(observer, "read-only: dashboards and lag tools", tuple(observer_acls)),
         readiness_user(readiness, topic_names),
     ]
+    if pair:
+        users.append(
+            _pair_switch_user(pair_switch, by_role, [d.application_id for d in deployments])
+        )
     check_users(users)
     return users
+
+
+def _pair_switch_user(
+    name: str, by_role: Mapping[TopicRole, str], groups: Sequence[str]
+) -> KafkaUser:
+    """The user an operator switches the pair's active side as: its own, not the reconciler's,
+    which administers every ACL and password, so the password used on release days writes one
+    topic and reads the sides' lag, no more."""
+    control = by_role[TopicRole.PAIR_CONTROL]
+    acls = [
+        # The active side (read), the switch (write).
+        *_grants(name, ResourceType.TOPIC, [control], [Operation.READ, Operation.WRITE]),
+        # FindCoordinator of its control-topic reader's group id (it never joins: no READ).
+        *_grants(
+            name, ResourceType.GROUP, [pair_switch_reader_group(control)], [Operation.DESCRIBE]
+        ),
+        # Each side's lag, which a switch must not outrun: the sides' committed offsets
+        # (OffsetFetch, never joining their groups) against the input's end offsets.
+        *_grants(name, ResourceType.GROUP, groups, [Operation.DESCRIBE]),
+        *_grants(name, ResourceType.TOPIC, [by_role[TopicRole.INPUT]], [Operation.DESCRIBE]),
+    ]
+    return KafkaUser(
+        name, "shows and switches the active side of the processor's pair", tuple(acls)
+    )
+
+
+def _processor_acls(deployment: DeploymentNames, topics: Sequence[TopicSpec]) -> list[AclSpec]:
+    """One processor deployment's rights: its own changelog, group and transactional ids; the
+    pipeline's input, output and dead-letter topics; and a pair's control topic."""
+    by_role = {spec.role: spec.name for spec in topics}
+    changelogs = [spec.name for spec in topics if spec.role is TopicRole.CHANGELOG]
+    if deployment.changelog_topic not in changelogs:
+        raise AclSpecError(
+            f"processor {deployment.application_id}: its changelog {deployment.changelog_topic} "
+            f"is not among the declared changelog topics {changelogs}"
+        )
+    user = deployment.application_id
+    acls = [
+        *_grants(user, ResourceType.TOPIC, [by_role[TopicRole.INPUT]], [Operation.READ]),
+        *_grants(
+            user,
+            ResourceType.TOPIC,
+            [deployment.changelog_topic],
+            [Operation.READ, Operation.WRITE],
+        ),
+        *_grants(
+            user,
+            ResourceType.TOPIC,
+            [by_role[TopicRole.OUTPUT], by_role[TopicRole.DLQ]],
+            [Operation.WRITE],
+        ),
+        # The consumer group is the application id (as in Kafka Streams).
+        *_grants(user, ResourceType.GROUP, [deployment.application_id], [Operation.READ]),
+        # Transactional ids are the pod names, `<application id>-<ordinal>`.
+        *_grants(
+            user,
+            ResourceType.TRANSACTIONAL_ID,
+            [f"{deployment.application_id}-"],
+            [Operation.WRITE],
+            PatternType.PREFIXED,
+        ),
+    ]
+    if deployment.side is not None:
+        # A side reads which side is active and writes, inside its own transactions, what it
+        # did about it (`app/processor/pair.py`); DESCRIBE comes with READ and WRITE.
+        acls += _grants(
+            user,
+            ResourceType.TOPIC,
+            [by_role[TopicRole.PAIR_CONTROL]],
+            [Operation.READ, Operation.WRITE],
+        )
+    return acls
 
 
 def readiness_user(name: str, topic_names: Sequence[str]) -> KafkaUser:

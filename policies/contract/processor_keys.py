@@ -35,6 +35,9 @@ MEMBERSHIP_STATIC = "static"
 MEMBERSHIP_HANDOFF = "handoff"
 PROTOCOL_CLASSIC = "classic"
 PROTOCOL_CONSUMER = "consumer"  # KIP-848
+PAIR_SIDES = ("a", "b")
+PAIR_SIDE_KEY = "pair.side"
+PAIR_CONTROL_TOPIC_KEY = "pair.control.topic"
 INSTANCE_ID_KEY = "consumer.group.instance.id"
 TRANSACTIONAL_ID_KEY = "producer.transactional.id"
 
@@ -150,6 +153,25 @@ KEYS: tuple[Key, ...] = (
         "warm copies of each partition's state on other instances",
         0,
         set_by=SetBy.STACK,
+    ),
+    # An active/standby pair (DESIGN.md, lesson 9): two complete deployments, each its own group,
+    # state and transactional ids, both reading all input; only the active side publishes, and
+    # which side that is lives in the pair's control topic (`app/processor/pair.py`).
+    # No default: a single deployment's file has neither key, so it renders as before pairs.
+    Key(
+        PAIR_SIDE_KEY,
+        KeyType.ENUM,
+        None,
+        "which side of an active/standby pair this deployment is (absent: a single deployment)",
+        SetBy.STACK,
+        allowed=PAIR_SIDES,
+    ),
+    Key(
+        PAIR_CONTROL_TOPIC_KEY,
+        KeyType.STRING,
+        None,
+        "the pair's compacted control topic: which side publishes (required with pair.side)",
+        SetBy.STACK,
     ),
     Key("state.dir", KeyType.STRING, "/var/lib/processor", "the state's volume"),
     _int(

@@ -12,6 +12,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from .processor_keys import PAIR_SIDES
+
 
 class TopicRole(StrEnum):
     """What a topic is for; the rules (compaction, co-partitioning) follow from the role."""
@@ -20,6 +22,8 @@ class TopicRole(StrEnum):
     OUTPUT = "output"
     CHANGELOG = "changelog"
     DLQ = "dlq"
+    # An active/standby pair's compacted control topic: which side publishes (DESIGN.md, 9).
+    PAIR_CONTROL = "pair-control"
 
 
 # Roles whose partition N holds the same keys: the processor writes a result and its state
@@ -171,10 +175,40 @@ def loads(text: str) -> list[TopicSpec]:
 
 
 @dataclass(frozen=True)
+class DeploymentNames:
+    """What one processor deployment owns by name: a single deployment's, or one side's of an
+    active/standby pair (`side` a or b, `partner` the other side's application id).
+
+    The application id is the deployment's consumer group, its StatefulSet's name (so its pods'
+    names, which are its transactional ids), its Kafka user and its changelog's prefix: two sides
+    never share state, offsets or producer fencing.
+    """
+
+    application_id: str
+    side: str | None = None
+    partner: str | None = None
+
+    @property
+    def changelog_topic(self) -> str:
+        """The state's compacted changelog (the state store's name, whatever the aggregation)."""
+        return f"{self.application_id}-counts-changelog"
+
+
+def processor_deployments(application_id: str, *, pair: bool) -> tuple[DeploymentNames, ...]:
+    """The pipeline's processor deployments: one named `application_id`, or a pair whose sides
+    are `<application id>-a` and `<application id>-b`."""
+    if not pair:
+        return (DeploymentNames(application_id),)
+    (a, b), (id_a, id_b) = PAIR_SIDES, (f"{application_id}-{side}" for side in PAIR_SIDES)
+    return (DeploymentNames(id_a, a, id_b), DeploymentNames(id_b, b, id_a))
+
+
+@dataclass(frozen=True)
 class PipelineNames:
-    """The application id and the pipeline's topic names, the changelog's and the dead-letter
-    topic's derived from the application id: the one place that names them (the Pulumi program's
-    presets, the local run, the load generator and the benchmarks read them from here)."""
+    """The application id and the pipeline's topic names, the changelog's, the dead-letter
+    topic's and a pair's control topic's derived from the application id: the one place that
+    names them (the Pulumi program's presets, the local run, the load generator and the
+    benchmarks read them from here)."""
 
     application_id: str = "page-view-counter"
     input_topic: str = "page-views"
@@ -182,13 +216,22 @@ class PipelineNames:
 
     @property
     def changelog_topic(self) -> str:
-        """The state's compacted changelog."""
-        return f"{self.application_id}-counts-changelog"
+        """The state's compacted changelog (a single deployment's)."""
+        return DeploymentNames(self.application_id).changelog_topic
 
     @property
     def dlq_topic(self) -> str:
-        """The dead-letter topic."""
+        """The dead-letter topic (both sides of a pair write the same one)."""
         return f"{self.application_id}-dlq"
+
+    @property
+    def pair_control_topic(self) -> str:
+        """An active/standby pair's compacted control topic: which side publishes."""
+        return f"{self.application_id}-pair-control"
+
+    def deployments(self, *, pair: bool) -> tuple[DeploymentNames, ...]:
+        """The processor deployments (`processor_deployments`)."""
+        return processor_deployments(self.application_id, pair=pair)
 
 
 def pipeline_topics(
@@ -201,8 +244,14 @@ def pipeline_topics(
     min_insync_replicas: int,
     changelog_segment_bytes: int,
     dlq_partitions: int = 1,
+    pair: bool = False,
 ) -> list[TopicSpec]:
-    """The page-view pipeline's four topics; a fork that changes the pipeline edits this."""
+    """The page-view pipeline's topics; a fork that changes the pipeline edits this.
+
+    With `pair`, an active/standby pair's: a changelog per side (each side its own state) and
+    the pair's control topic; the input, output and dead-letter topics are the sides' common
+    ones.
+    """
     names = PipelineNames(application_id, input_topic, output_topic)
     durable = {"min.insync.replicas": str(min_insync_replicas)}
     compacted = {
@@ -214,14 +263,26 @@ def pipeline_topics(
     specs = [
         TopicSpec(input_topic, partitions, replication_factor, TopicRole.INPUT, durable),
         TopicSpec(output_topic, partitions, replication_factor, TopicRole.OUTPUT, compacted),
-        TopicSpec(
-            names.changelog_topic,
-            partitions,
-            replication_factor,
-            TopicRole.CHANGELOG,
-            compacted,
+        *(
+            TopicSpec(
+                deployment.changelog_topic,
+                partitions,
+                replication_factor,
+                TopicRole.CHANGELOG,
+                compacted,
+            )
+            for deployment in names.deployments(pair=pair)
         ),
         TopicSpec(names.dlq_topic, dlq_partitions, replication_factor, TopicRole.DLQ, durable),
     ]
+    if pair:
+        # One partition: one ordered history of switches, which both sides read whole.
+        # Compacted: the latest record per key (the active side) outlives any retention.
+        control = {**durable, "cleanup.policy": "compact"}
+        specs.append(
+            TopicSpec(
+                names.pair_control_topic, 1, replication_factor, TopicRole.PAIR_CONTROL, control
+            )
+        )
     check_co_partitioned(specs)
     return specs

@@ -10,14 +10,18 @@ report; the names it fixes (the cluster resource, the ACL ledger) are the contra
 The users the pack knows, each with rights derived from the stack itself where it can:
 
 - a processor: its `sasl.username` (else `application.id`), its topics, group and
-  transactional ids, all from its processor.properties;
+  transactional ids, all from its processor.properties (a side of an active/standby pair also
+  reads and writes its `pair.control.topic`);
 - the topic reconciler: the `sasl.username` of the client.properties beside a topics.json; the
   declared topics, its ACL ledger and ledger group, and the cluster's ACL administration;
 - a read-only user (this rule's readOnlyUsers, the observer by default): READ and DESCRIBE on
   the declared topics, DESCRIBE on a processor's group and on the cluster;
 - the brokers' readiness user: the `sasl.username` of a properties file the Kafka cluster's pods
   mount (its readiness sidecar's client settings); DESCRIBE only, on the cluster, the declared
-  topics, the ledger and Kafka's internal topics.
+  topics, the ledger and Kafka's internal topics;
+- where the stack runs an active/standby pair, the pair's switch user (`pair-switch`, the
+  contract's): READ and WRITE on the control topic the sides name, DESCRIBE on its reader's
+  group id, on the sides' groups and on their input topic (their lag), nothing else.
 
 An ACL for a wildcard principal, or for a principal none of these is, is a finding too.
 """
@@ -36,11 +40,15 @@ from ..contract.acl_specs import (
     ACL_LEDGER_TOPIC,
     CLUSTER_RESOURCE,
     INTERNAL_TOPICS,
+    PAIR_SWITCH_USER,
+    pair_switch_reader_group,
 )
 from ..contract.java_properties import load_properties
+from ..contract.processor_keys import PAIR_CONTROL_TOPIC_KEY
 from .config import MANDATORY, Threshold, stack_rule
 from .manifests import CONFIG_MAP, get, label
 from .messages import violation
+from .pair import control_topic_of, side_of
 from .stack_view import ProcessorDeployment, StackView
 from .topics import group_configs_of, topics_of
 
@@ -58,6 +66,9 @@ _TOPIC_OPERATIONS = {
     "changelog.topic": frozenset({"READ", "WRITE", "DESCRIBE"}),
     "output.topic": frozenset({"WRITE", "DESCRIBE"}),
     "dlq.topic": frozenset({"WRITE", "DESCRIBE"}),
+    # A side of an active/standby pair reads which side is active and writes, inside its
+    # transactions, what it did about it.
+    PAIR_CONTROL_TOPIC_KEY: frozenset({"READ", "WRITE", "DESCRIBE"}),
 }
 _PROCESSOR_GROUP = frozenset({"READ", "DESCRIBE"})
 _PROCESSOR_TRANSACTIONAL = frozenset({"WRITE", "DESCRIBE"})
@@ -78,6 +89,10 @@ _READ_ONLY_CLUSTER = frozenset({"DESCRIBE", "DESCRIBE_CONFIGS"})
 # The readiness sidecars judge the ISR (Metadata) and see that the bootstrap ACLs exist
 # (DescribeAcls): nothing else, not even READ.
 _READINESS = frozenset({"DESCRIBE"})
+# An operator's switch reads the pair's control topic and writes one record to it, and reads
+# the sides' lag (their groups' committed offsets against the input's end offsets).
+_PAIR_SWITCH_CONTROL = frozenset({"READ", "WRITE", "DESCRIBE"})
+_PAIR_SWITCH_DESCRIBE = frozenset({"DESCRIBE"})
 _NOUNS = {
     "TOPIC": "topic",
     "GROUP": "group",
@@ -331,6 +346,35 @@ def readiness_rights(view: StackView, topics: Iterable[str]) -> list[UserRights]
     return found
 
 
+_PAIR_SWITCH_FIX = (
+    f"remove the grant from the pair switch's ACLs in {_PIPELINE_USERS}: an operator's switch "
+    "writes one record to the pair's control topic and reads the sides' lag; a password that "
+    "can do more, kept for release days, can change what the pipeline publishes"
+)
+
+
+def pair_switch_rights(view: StackView) -> list[UserRights]:
+    """The pair switch's rights, where the stack runs an active/standby pair (a side without a
+    partner is `processor-pair`'s finding): its control topic, its reader's group id, and the
+    sides' groups and input topic for their lag."""
+    sides = [p for p in view.processors() if side_of(p) is not None]
+    controls = dict.fromkeys(topic for p in sides if (topic := control_topic_of(p)))
+    if not controls:
+        return []
+    groups = dict.fromkeys(p.properties.get("application.id", "").strip() for p in sides)
+    inputs = dict.fromkeys(p.properties.get("input.topic", "").strip() for p in sides)
+    grants = (
+        *(Grant("TOPIC", topic, _PAIR_SWITCH_CONTROL) for topic in controls),
+        *(
+            Grant("GROUP", pair_switch_reader_group(topic), _PAIR_SWITCH_DESCRIBE)
+            for topic in controls
+        ),
+        *(Grant("GROUP", group, _PAIR_SWITCH_DESCRIBE) for group in groups if group),
+        *(Grant("TOPIC", topic, _PAIR_SWITCH_DESCRIBE) for topic in inputs if topic),
+    )
+    return [UserRights("the pair switch", PAIR_SWITCH_USER, grants, _PAIR_SWITCH_FIX)]
+
+
 def known_users(view: StackView, read_only: Sequence[str]) -> dict[str, list[UserRights]]:
     """Every user the stack lets the pack attribute ACLs to, by principal."""
     processors = [r for r in map(processor_rights, view.processors()) if r is not None]
@@ -348,6 +392,7 @@ def known_users(view: StackView, read_only: Sequence[str]) -> dict[str, list[Use
         *reconcilers,
         *(read_only_rights(str(user).strip(), topics, processors) for user in read_only),
         *readiness_rights(view, topics),
+        *pair_switch_rights(view),
     ]:
         known.setdefault(rights.principal, []).append(rights)
     return known
@@ -451,8 +496,12 @@ POLICIES = [
             "DESCRIBE_CONFIGS on the declared topics, DESCRIBE on the processor's group and the "
             "cluster. The brokers' readiness user (sasl.username of the properties their pods "
             "mount): DESCRIBE on the cluster, the declared topics, the ledger and Kafka's "
-            "internal topics. DESCRIBE where READ, WRITE or ALTER is allowed. No ALL, wildcard "
-            "name, other resource, wildcard principal, or principal of no known user."
+            "internal topics. A side of an active/standby pair: also READ/WRITE on its "
+            "pair.control.topic; the pair's switch user (pair-switch): READ/WRITE on that topic, "
+            "DESCRIBE on its reader's group id (<pair.control.topic>-reader), the sides' groups "
+            "and their input topic. "
+            "DESCRIBE where READ, WRITE or ALTER is allowed. No ALL, wildcard name, other "
+            "resource, wildcard principal, or principal of no known user."
         ),
         level=MANDATORY,
         check=check_least_privilege,

@@ -29,7 +29,7 @@ from .manifests import (
 )
 from .messages import violation
 from .restart_budget import restart_budget
-from .stack_view import PROPERTIES_KEY, STANDBY_KEY, ProcessorDeployment, StackView
+from .stack_view import STANDBY_KEY, ProcessorDeployment, StackView
 from .topics import TOPICS_KEY, group_configs_of
 
 Finding = tuple[str, str | None]
@@ -41,14 +41,7 @@ JUDGED_KEYS = frozenset({"consumer.isolation.level", "consumer.partition.assignm
 
 def _properties_subject(processor: ProcessorDeployment) -> tuple[str, str]:
     """How a message names the properties file, and the URN to attach it to."""
-    if processor.config_map is None:
-        workload = processor.workload
-        return (
-            f"{label(workload.resource_type, workload.props)} (no {PROPERTIES_KEY})",
-            workload.urn,
-        )
-    cm = processor.config_map
-    return f"{label(cm.resource_type, cm.props)} data[{PROPERTIES_KEY}]", cm.urn
+    return processor.properties_subject
 
 
 def _setting(processor: ProcessorDeployment, key: str) -> str:

@@ -1,5 +1,5 @@
 """Stack-wide rules: every StatefulSet has its PDB and governing headless Service; prod keeps
-standby state for the processor (`num.standby.replicas`)."""
+standby state for the processor (`num.standby.replicas`) or runs it as an active/standby pair."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pulumi_policy import StackValidationArgs
 from .config import MANDATORY, Threshold, stack_rule
 from .manifests import fmt, get, label, number, pod_labels
 from .messages import violation
+from .pair import correct_pairs
 from .stack_view import STANDBY_KEY, StackView, selects
 
 Finding = tuple[str, str | None]
@@ -95,26 +96,30 @@ def check_headless_service(args: StackValidationArgs, _: Mapping[str, Any]) -> I
 
 
 def check_standby(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
-    """Standby state, or an active/standby pair of processor deployments."""
+    """Standby state, or a side of a correct active/standby pair (recognised by `pair.side`
+    a and b, judged by `processor-pair`): the other side holds the whole state warm."""
     if not cfg["required"]:
         return
-    processors = [p for p in StackView(args.resources).processors() if p.stateful]
-    group_ids = {p.properties.get("application.id") for p in processors}
-    has_pair = len(processors) >= 2 and len(group_ids) >= 2
-    for processor in processors:
-        if processor.standby_replicas >= 1 or has_pair:
+    view = StackView(args.resources)
+    paired = {side.workload.urn for pair in correct_pairs(view) for side in (pair.a, pair.b)}
+    for processor in view.processors():
+        if not processor.stateful or processor.standby_replicas >= 1:
             continue
         workload = processor.workload
+        if workload.urn in paired:
+            continue
         yield (
             violation(
                 label(workload.resource_type, workload.props),
                 f"{STANDBY_KEY} in its properties",
                 processor.standby_found,
-                ">= 1, or a second processor StatefulSet with its own application.id "
-                "(an active/standby pair)",
+                ">= 1, or a side of an active/standby pair (pair.side a and b, each its own "
+                "application.id, changelog and StatefulSet, the same input, output and "
+                "pair.control.topic: the processor-pair rule)",
                 f"set {STANDBY_KEY}=1 (stack setting processor.numStandbyReplicas): each "
                 "partition's state then has a warm copy on another instance, so a failover or "
-                "a hand-off restores only the changelog tail instead of the whole changelog",
+                "a hand-off restores only the changelog tail instead of the whole changelog; or "
+                "deploy the processor as a pair (stack setting processor.pair: true)",
             ),
             workload.urn,
         )
@@ -145,8 +150,8 @@ POLICIES = [
         description=(
             "Where required (prod), the processor keeps standby state (num.standby.replicas >= "
             "1: a warm copy of each partition's state on another instance, so a partition that "
-            "moves restores only the changelog tail) or runs as an active/standby pair of "
-            "deployments with distinct group ids."
+            "moves restores only the changelog tail) or runs as a correct active/standby pair "
+            "of deployments (pair.side a and b, see processor-pair)."
         ),
         level=MANDATORY,
         check=check_standby,

@@ -20,6 +20,7 @@ from .manifests import (
     is_kafka_broker,
     is_processor,
     items,
+    label,
     name_of,
     namespace_of,
     number,
@@ -54,6 +55,18 @@ class ProcessorDeployment:
     def standby_found(self) -> str:
         """The value as a message shows it: the file's text, or that it is absent."""
         return self.properties.get(STANDBY_KEY, "absent (default 0)")
+
+    @property
+    def properties_subject(self) -> tuple[str, str]:
+        """How a message names the properties file (the workload's, when it mounts none), and
+        the URN to attach it to."""
+        if self.config_map is None:
+            workload = self.workload
+            subject = f"{label(workload.resource_type, workload.props)} (no {PROPERTIES_KEY})"
+            return subject, workload.urn
+        config_map = self.config_map
+        subject = f"{label(config_map.resource_type, config_map.props)} data[{PROPERTIES_KEY}]"
+        return subject, config_map.urn
 
 
 def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, Any]) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pulumi_policy import ResourceValidationArgs
+from pulumi_policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
 
-from .config import ADVISORY, MANDATORY, Threshold, resource_rule
+from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
 from .images import is_digest_pinned
 from .manifests import (
     STATEFUL_SET,
@@ -23,7 +23,11 @@ from .manifests import (
     quantity,
 )
 from .messages import violation
+from .pair import ZONE_TOPOLOGY, side_of, zone_redundant_sides
 from .restart_budget import restart_budget
+from .stack_view import StackView
+
+Finding = tuple[str, str | None]
 
 # pulumi-kubernetes waits this long for a StatefulSet roll when no custom timeout is set.
 DEFAULT_PULUMI_UPDATE_TIMEOUT_SECONDS = 600.0
@@ -91,12 +95,16 @@ def check_volume_retention(args: ResourceValidationArgs, _: Mapping[str, Any]) -
             )
 
 
-def check_spread(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
-    """Replicas on different nodes (and zones): one node loss takes one replica only."""
-    if not _statefulset(args) or (number(get(args.props, "spec", "replicas")) or 1) < 2:
+def _spread_findings(
+    statefulset: PolicyResource, cfg: Mapping[str, Any], *, side: bool, zone_redundant: bool
+) -> Iterator[str]:
+    """One StatefulSet's spread: replicas on different nodes, and over zones unless it is a
+    side of a pair that keeps out of the other side's zones (`zone_redundant`)."""
+    props = statefulset.props
+    if (number(get(props, "spec", "replicas")) or 1) < 2:
         return
-    subject = label(args.resource_type, args.props)
-    spec = pod_spec(args.resource_type, args.props)
+    subject = label(statefulset.resource_type, props)
+    spec = pod_spec(statefulset.resource_type, props)
     anti = get(spec, "affinity", "podAntiAffinity", default={})
     hard = items(anti, "requiredDuringSchedulingIgnoredDuringExecution")
     soft = [
@@ -123,17 +131,48 @@ def check_spread(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterat
             f"an anti-affinity term on {hostname} (preferred is enough on this stack)",
             "add pod anti-affinity on kubernetes.io/hostname",
         )
-    zone = "topology.kubernetes.io/zone"
     spread = [get(c, "topologyKey") for c in items(spec, "topologySpreadConstraints")]
-    if cfg["requireZoneSpread"] and zone not in spread:
-        yield violation(
-            subject,
-            "spec.template.spec.topologySpreadConstraints",
-            ", ".join(map(str, spread)) or "absent",
-            f"a constraint on {zone}",
-            "add a topologySpreadConstraint on topology.kubernetes.io/zone (maxSkew 1) so a zone "
-            "outage leaves a quorum",
+    if not cfg["requireZoneSpread"] or ZONE_TOPOLOGY in spread or zone_redundant:
+        return
+    required = f"a constraint on {ZONE_TOPOLOGY}"
+    fix = (
+        f"add a topologySpreadConstraint on {ZONE_TOPOLOGY} (maxSkew 1) so a zone outage "
+        "leaves a quorum"
+    )
+    if side:
+        # A side may do without: the pair is the zone redundancy when the sides keep apart.
+        required += (
+            f", or, as a side of an active/standby pair, a required pod anti-affinity term on "
+            f"{ZONE_TOPOLOGY} against the other side's pods (processor-pair)"
         )
+        fix = (
+            "keep the side out of the other side's zones with a required anti-affinity term, "
+            "in a pair that processor-pair finds correct (processor.pair renders both in a prod "
+            "stack): the other side, whole in another zone, then takes over when this side's "
+            "zone goes down"
+        )
+    yield violation(
+        subject,
+        "spec.template.spec.topologySpreadConstraints",
+        ", ".join(map(str, spread)) or "absent",
+        required,
+        fix,
+    )
+
+
+def check_spread(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
+    """Replicas on different nodes (and zones): one node loss takes one replica only. A stack
+    rule: whether a side of an active/standby pair needs its own zone spread depends on its
+    partner (`pair.zone_redundant_sides`)."""
+    view = StackView(args.resources)
+    sides = {p.workload.urn for p in view.processors() if side_of(p) is not None}
+    zone_redundant = zone_redundant_sides(view)
+    for statefulset in view.statefulsets():
+        urn = statefulset.urn
+        findings = _spread_findings(
+            statefulset, cfg, side=urn in sides, zone_redundant=urn in zone_redundant
+        )
+        yield from ((message, urn) for message in findings)
 
 
 def check_probes(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
@@ -274,11 +313,14 @@ POLICIES = [
         level=MANDATORY,
         check=check_volume_retention,
     ),
-    resource_rule(
+    stack_rule(
         name="statefulset-spread",
         description=(
             "Replicas spread over nodes (pod anti-affinity on kubernetes.io/hostname) and, in "
-            "prod, zones: a node drain or a zone outage takes one replica, not a quorum."
+            "prod, zones: a node drain or a zone outage takes one replica, not a quorum. A side "
+            "of a correct active/standby pair (processor-pair) with a required pod anti-affinity "
+            "on topology.kubernetes.io/zone against the other side's pods needs no zone spread "
+            "of its own: the other side, in another zone, is its zone redundancy."
         ),
         level=ADVISORY,
         check=check_spread,

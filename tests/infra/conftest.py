@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,10 @@ def k8s_object(stack: RecordedStack, kind: str, name: str) -> dict[str, Any]:
     raise KeyError(f"no {kind}/{name}; recorded: {known}")
 
 
-def processor_properties(stack: RecordedStack) -> dict[str, str]:
-    """The processor's properties file as the stack renders it."""
-    app = names_of(stack).application_id
+def processor_properties(stack: RecordedStack, application_id: str | None = None) -> dict[str, str]:
+    """A processor deployment's properties file as the stack renders it: the deployment named
+    `application_id` (a side of a pair), by default the stack's only one."""
+    app = application_id or names_of(stack).application_id
     config_map = next(
         o
         for o in stack.kubernetes_objects()
@@ -93,11 +95,24 @@ def stack(request: pytest.FixtureRequest, dev: RecordedStack, prod: RecordedStac
     return {"dev": dev, "prod": prod}[request.param]
 
 
+# The stack setting that deploys the processor as an active/standby pair.
+PAIR = {"processor.pair": True}
+
+
+@cache
+def pair_stack(stack: str) -> RecordedStack:
+    """`stack` (its stack file as it is) with the processor as an active/standby pair, recorded
+    once per session."""
+    return record_stack(stack, PAIR)
+
+
 @pytest.fixture(scope="session")
 def manifests(
     tmp_path_factory: pytest.TempPathFactory, dev: RecordedStack, prod: RecordedStack
 ) -> Iterator[dict[str, Path]]:
+    """Each stack's manifests, and each stack's as a pair (`<stack>-pair`), one folder each."""
     out = tmp_path_factory.mktemp("manifests")
     for recorded in (dev, prod):
         write_manifests(recorded, out / recorded.stack)
-    yield {"dev": out / "dev", "prod": out / "prod"}
+        write_manifests(pair_stack(recorded.stack), out / f"{recorded.stack}-pair")
+    yield {name: out / name for name in ("dev", "prod", "dev-pair", "prod-pair")}

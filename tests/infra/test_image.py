@@ -18,13 +18,14 @@ from tests.infra.conftest import k8s_object, names_of
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 GROUPS = tomllib.loads((REPO / "pyproject.toml").read_text())["dependency-groups"]
-# The image's entry points: the processor, the topic reconciler and SCRAM retire Jobs and the
-# brokers' readiness sidecar.
+# The image's entry points: the processor, the topic reconciler and SCRAM retire Jobs, the
+# brokers' readiness sidecar and an operator's pair switch (run in a pod of the image).
 ENTRY_MODULES = (
     "app.processor.__main__",
     "app.admin.topics",
     "app.admin.scram_retire",
     "app.admin.broker_readiness",
+    "app.admin.pair_switch",
     # Imported by name (`aggregation.class`), so no import statement leads to it.
     DEFAULTS["aggregation.class"].rpartition(".")[0],
 )

@@ -22,13 +22,18 @@ CHECKOV = ROOT / ".venv" / "checkov" / "bin" / "checkov"
 KUBERNETES_VERSIONS = ["1.31.0", latest_version()]
 
 
+# Objects per stack; a pair adds a side's six (StatefulSet, Service, PDB, ServiceAccount,
+# NetworkPolicy, properties) and, secured, its user's Secret and the switch's.
+OBJECTS = {"dev": 16, "prod": 23, "dev-pair": 22, "prod-pair": 31}
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", list(OBJECTS))
 def test_manifests_pass_strict_schema_validation(
     manifests: dict[str, Path], stack: str, version: str
 ) -> None:
     files = sorted(manifests[stack].glob("*.yaml"))
-    assert len(files) == {"dev": 16, "prod": 23}[stack]
+    assert len(files) == OBJECTS[stack]
     for path in files:
         # Raises ValidationError naming the field on any unknown or mistyped property.
         kubernetes_validate.validate(yaml.safe_load(path.read_text()), version, strict=True)
@@ -73,9 +78,10 @@ def test_checkov_finds_no_failed_check(manifests: dict[str, Path]) -> None:
     skipped = report["results"]["skipped_checks"] if isinstance(report, dict) else []
     by_stack = {
         stack: {c["check_id"] for c in skipped if f"/{stack}/" in c["file_abs_path"]}
-        for stack in ("dev", "prod")
+        for stack in OBJECTS
     }
-    assert by_stack == {"dev": {"CKV_K8S_43", "CKV_K8S_15"}, "prod": set()}
+    dev_skips = {"CKV_K8S_43", "CKV_K8S_15"}
+    assert by_stack == {"dev": dev_skips, "prod": set(), "dev-pair": dev_skips, "prod-pair": set()}
 
 
 def test_render_cli_writes_one_manifest_per_object(

@@ -380,6 +380,13 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "num.standby.replicas in its properties is absent",
     ),
     (
+        "processor-pair",
+        "processor-config",
+        with_properties({"pair.side": "a", "pair.control.topic": "page-view-counter-pair-control"}),
+        "ConfigMap streaming/page-view-counter-config data[processor.properties]: pair.side is a, "
+        "with no side b in the stack for it; required: a partner",
+    ),
+    (
         "kafka-listener-encryption",
         "kafka",
         with_env(
@@ -431,7 +438,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 46
+    assert len(policies) == 47
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:
