@@ -56,6 +56,7 @@ class _KeyState:
     records: int = 0
     last: bytes | None = None  # the output value after the newest record
     ahead: deque[tuple[bytes, int | None]] = field(default_factory=deque)  # not yet covered
+    shown: bytes | None = None  # the value the key's last matched output record showed
     waiting: deque[OutputRecord] = field(default_factory=deque)  # read, not yet matched
 
 
@@ -66,14 +67,23 @@ class Truth:
     """
 
     def __init__(
-        self, aggregation: Aggregation, initial: Mapping[str, bytes] | None = None
+        self,
+        aggregation: Aggregation,
+        initial: Mapping[str, bytes] | None = None,
+        republished_ok: bool = False,
     ) -> None:
-        """`initial`: the keys' changelog values before the load (a reused cluster)."""
+        """`initial`: the keys' changelog values before the load (a reused cluster).
+        `republished_ok`: an output record showing again the value the key's previous one
+        showed is counted in `republished`, not as a duplicate (an active/standby pair's
+        take-over publishes every key once more; a table reader sees no change)."""
         self.aggregation = aggregation
+        self.republished_ok = republished_ok
+        self.republished = 0
         self._keys: dict[str, _KeyState] = {}
         for key, value in (initial or {}).items():
             state = aggregation.restore(value)
-            self._keys[key] = _KeyState(state, True, last=aggregation.output_value(state))
+            shown = aggregation.output_value(state)
+            self._keys[key] = _KeyState(state, True, last=shown, shown=shown)
         self.latencies: list[Latency] = []
         self.duplicates: list[OutputRecord] = []
         self._lock = threading.Lock()
@@ -109,6 +119,9 @@ class Truth:
                 (i for i, (value, _) in enumerate(keyed.ahead) if value == record.value), None
             )
             if position is None:
+                if self.republished_ok and not keyed.waiting and record.value == keyed.shown:
+                    self.republished += 1
+                    return
                 keyed.waiting.append(record)
                 return
             # Earlier outputs still waiting were passed by this one: they repeat.
@@ -117,6 +130,7 @@ class Truth:
             self._cover(keyed, record, position)
 
     def _cover(self, keyed: _KeyState, record: OutputRecord, position: int) -> None:
+        keyed.shown = record.value
         for _ in range(position + 1):
             _, created_ms = keyed.ahead.popleft()
             if created_ms is not None:

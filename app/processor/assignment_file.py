@@ -25,7 +25,8 @@ class Assignment:
     `generation` grows with every change, so a reader can tell a new assignment from the one it
     already checked. `draining` is set on shutdown: the source plans no new batch. `warm_up`,
     when not 0, asks the source for one empty batch marked with it, before the member joins the
-    group (see `GroupAssignedReader.latestOffset`).
+    group (see `GroupAssignedReader.latestOffset`). A new `nudge` asks for one batch even when no
+    input arrived (a side of a pair whose control topic changed: `app/processor/pair.py`).
     """
 
     topic: str
@@ -35,6 +36,7 @@ class Assignment:
     warm_up: int = 0
     # Partitions whose warm copies this instance keeps (`state_restore.standby_partitions`).
     standby: tuple[int, ...] = field(default=())
+    nudge: int = 0
 
     def to_json(self) -> str:
         """The file's content."""
@@ -46,6 +48,7 @@ class Assignment:
                 "draining": self.draining,
                 "warm_up": self.warm_up,
                 "standby": sorted(self.standby),
+                "nudge": self.nudge,
             }
         )
 
@@ -60,6 +63,7 @@ class Assignment:
             draining=bool(data.get("draining", False)),
             warm_up=int(data.get("warm_up", 0)),
             standby=tuple(int(p) for p in data.get("standby", ())),
+            nudge=int(data.get("nudge", 0)),
         )
 
 

@@ -285,6 +285,7 @@ class GroupAssignedReader(DataSourceStreamReader):
             opts.changelog_topic,
             positions,
             assignment.warm_up or previous.warm_up,
+            assignment.nudge or previous.nudge,
         )
         if current == previous.settled():
             return start  # nothing to read: no batch

@@ -28,10 +28,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from app.clients.kafka_retry import Retrying
 from app.processor import assignment_file, python_forkserver
+from app.processor.aggregation import load_aggregation
 from app.processor.assignment_file import Assignment, assignment_path
 from app.processor.health import HealthServer, ReadinessStatus
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
+from app.processor.pair import PairControl
 from app.processor.pipeline import spark_session, start_query
 from app.processor.settings import ProcessorSettings
 from app.processor.sink import SinkTopics, TransactionalSink
@@ -129,6 +131,7 @@ class ProcessorInstance:
             self.member.start()
         spark = None
         forkserver = self._forkserver
+        pair = self._pair_control()
         try:
             spark = spark_session(  # 7-10 s, while a static member joins
                 self.settings, forkserver.python_exec if forkserver else None
@@ -145,6 +148,7 @@ class ProcessorInstance:
                 self.settings.checkpoint_dir,
                 self.member,
                 self.metrics,
+                pair,
             )
             self.clock.mark("transactional producer")
             warm = None
@@ -157,15 +161,39 @@ class ProcessorInstance:
                 return EXIT_OK if self._stop.is_set() else EXIT_FAILED
             self.clock.mark("group join")
             log.info("assignment received %.1f s after start", self.clock.since_start())
+            if pair is not None:
+                pair.watch(self.member.nudge)
             return self._supervise(spark, sink, warm)
         finally:
             self.member.close()
+            if pair is not None:
+                pair.close()
             if spark is not None:
                 spark.stop()
             if forkserver is not None:
                 forkserver.close()
             self.health.stop()
             log.info("processor stopped")
+
+    def _pair_control(self) -> PairControl | None:
+        """This side's reader of the pair's control topic, if the deployment is a side."""
+        settings = self.settings
+        if settings.pair_side is None or settings.pair_control_topic is None:
+            return None
+        log.info(
+            "side %s of an active/standby pair: publishing only while %s says so",
+            settings.pair_side,
+            settings.pair_control_topic,
+        )
+        return PairControl(
+            settings.pair_side,
+            settings.pair_control_topic,
+            settings.input_topic,
+            settings.changelog_topic,
+            settings.consumer_config(),
+            load_aggregation(settings.aggregation_class),
+            settings.transactional_id,
+        )
 
     def _wait_for_assignment(self) -> bool:
         deadline = time.monotonic() + ASSIGNMENT_TIMEOUT_S
@@ -289,6 +317,9 @@ class ProcessorInstance:
     def _shutdown(self, query: StreamingQuery) -> None:
         # No new batch gets planned; the running one finishes and commits its transaction.
         self.member.drain()
+        if self.settings.membership_mode == MEMBERSHIP_HANDOFF:
+            # The revocation waits for that commit; then the partitions move at once.
+            self.member.leave()
         timeout_s = self.settings.shutdown_timeout_ms / 1000
         deadline = time.monotonic() + timeout_s
         while query.isActive and query.status["isTriggerActive"]:

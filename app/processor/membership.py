@@ -111,10 +111,14 @@ class GroupMember:
             {k: v for k, v in consumer_config.items() if k != "group.instance.id"}
         )
         self._offsets_lock = threading.Lock()
+        self._offsets_closed = False
         self._owned: set[int] = set()
         self._generation = 0
         self._draining = False
+        self._nudge = 0
         self._lock = threading.Lock()
+        # Notified on every generation change: an aborted transaction retries with the new one.
+        self._generation_changed = threading.Condition(self._lock)
         # Taken by `hold()` around a transaction; a revocation waits for it (as Kafka Streams
         # commits before it gives partitions up), so a batch never writes for a partition that
         # was revoked half-way through its transaction.
@@ -157,14 +161,42 @@ class GroupMember:
         with self._lock:
             self._standby = set(partitions)
 
+    def nudge(self, token: int) -> None:
+        """Ask the source for a batch even if no input arrived (`Assignment.nudge`)."""
+        with self._lock:
+            if token == self._nudge:
+                return
+            self._nudge = token
+            self._publish()
+
     def drain(self) -> None:
         """Tell the source to plan no new batch (shutdown); the membership is kept."""
         with self._lock:
             self._draining = True
             self._publish()
 
+    def leave(self) -> None:
+        """Start leaving the group (a hand-off's shutdown), without waiting: the polling thread
+        closes the consumer, whose revocation waits for the running batch to commit first, and
+        the partitions move to the other members at once, not after the query has stopped and
+        Spark has shut down (about a second later). `close()` waits for it."""
+        self._stop.set()
+
+    def wait_for_new_generation(self, since: int, timeout_s: float) -> int:
+        """The member's generation once it is past `since` (a rebalance's callback ran), or
+        the current one after `timeout_s`."""
+        with self._generation_changed:
+            self._generation_changed.wait_for(lambda: self._generation > since, timeout_s)
+            return self._generation
+
+    @property
+    def generation(self) -> int:
+        """How many assignment changes and revocations this member has seen."""
+        with self._lock:
+            return self._generation
+
     def close(self) -> None:
-        """Stop polling and close the consumer.
+        """Stop polling and close the consumer (once; `leave()` may have begun it).
 
         With `group.instance.id` set (a stateful instance), closing does NOT leave the group:
         the partitions wait for this instance for up to `session.timeout.ms`, so a restart keeps
@@ -175,7 +207,9 @@ class GroupMember:
         if self._thread.is_alive():
             self._thread.join(timeout=CLIENT_TIMEOUT_S)
         with self._offsets_lock:
-            self._offsets_client.close()
+            if not self._offsets_closed:
+                self._offsets_client.close()
+                self._offsets_closed = True
 
     # --- what the sink and the health checks ask ----------------------------------------------
 
@@ -330,6 +364,7 @@ class GroupMember:
         with self._lock:
             self._owned = (self._owned - removed) | added
             self._generation += 1
+            self._generation_changed.notify_all()
             if added or removed:  # a description from before this change says nothing now
                 self._settled_empty = False
             self._publish()
@@ -380,6 +415,7 @@ class GroupMember:
                 self._generation,
                 self._draining,
                 standby=tuple(sorted(self._standby - self._owned)),
+                nudge=self._nudge,
             ),
         )
 

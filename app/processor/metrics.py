@@ -109,6 +109,13 @@ class ProcessorMetrics:
             "Process start to the first committed batch (0 until then).",
             registry=r,
         )
+        self.pair_publishing = Gauge(
+            "processor_pair_publishing",
+            "A side of an active/standby pair: 1 for an owned partition whose output this "
+            "instance publishes, 0 while it only keeps the state (idle side, hand-over).",
+            ["partition"],
+            registry=r,
+        )
         # monotonic time of the first committed batch: the end of the start (startup.py)
         self.first_commit_at: float | None = None
         for result in ("committed", "aborted"):
@@ -130,6 +137,11 @@ class ProcessorMetrics:
             self.records_in.labels(topic, str(partition)).inc(count)
         for topic, count in records_out.items():
             self.records_out.labels(topic).inc(count)
+
+    def pair_published(self, publishing: Mapping[int, bool]) -> None:
+        """A side of a pair committed a batch: which of its partitions it published."""
+        for partition, publishes in publishing.items():
+            self.pair_publishing.labels(str(partition)).set(1 if publishes else 0)
 
     def dlq(self, reason: str, count: int = 1) -> None:
         """`count` records went to the dead-letter topic for `reason` (a short, fixed string)."""
@@ -157,6 +169,8 @@ class ProcessorMetrics:
             # A partition that moved away has no lag here; a stale series would mislead alerts.
             with contextlib.suppress(KeyError):
                 self.consumer_lag.remove(topic, str(partition))
+            with contextlib.suppress(KeyError):
+                self.pair_publishing.remove(str(partition))
 
     def restore_done(
         self, partition: int, records: int, seconds: float, read_seconds: float

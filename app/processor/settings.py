@@ -36,6 +36,8 @@ from policies.contract.processor_keys import (
     DEFAULTS,
     INSTANCE_ID_KEY,
     KNOWN_KEYS,
+    PAIR_CONTROL_TOPIC_KEY,
+    PAIR_SIDE_KEY,
     PROTOCOL_CONSUMER,
     REQUIRED,
     ROWS,
@@ -94,6 +96,9 @@ class ProcessorSettings:
     python_forkserver: bool
     # the pipeline's `Aggregation`, module.Class (`aggregation.class`)
     aggregation_class: str
+    # `pair.side` (a, b) of an active/standby pair and its `pair.control.topic`; None: single
+    pair_side: str | None
+    pair_control_topic: str | None
     # consumer.group.instance.id resolved (the pod name) for a static member, else None.
     instance_id: str | None
     transactional_id: str
@@ -251,6 +256,7 @@ def _validate(values: dict[str, _Value]) -> list[str]:
         problems += _check_key(key, item)
     problems += _check_protocol(values)
     problems += _check_membership(values)
+    problems += _check_pair(values)
     problems += [
         _problem(w.key, values[w.key], f"must be {w.required}: {w.why}; remove it")
         for w in tls_weakenings({key: item.value for key, item in values.items()})
@@ -390,6 +396,23 @@ def _check_membership(values: dict[str, _Value]) -> list[str]:
     ] + problems
 
 
+def _check_pair(values: Mapping[str, _Value]) -> list[str]:
+    side = values.get(PAIR_SIDE_KEY)
+    control = values.get(PAIR_CONTROL_TOPIC_KEY)
+    if side is None or ROWS[PAIR_SIDE_KEY].problem(side.value):
+        return []  # a single deployment, or reported by its row
+    if control is None or not control.value.strip():
+        return [
+            _problem(
+                PAIR_SIDE_KEY,
+                side,
+                f"a side of a pair needs {PAIR_CONTROL_TOPIC_KEY}, the topic that says which "
+                "side publishes (the Pulumi program renders both)",
+            )
+        ]
+    return []
+
+
 _QUIET = logging.getLogger(f"{__name__}.librdkafka")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
@@ -442,6 +465,12 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         class_data_archive=class_archive.resolve(get("class.data.archive")),
         python_forkserver=get("python.forkserver").lower() == "true",
         aggregation_class=get("aggregation.class"),
+        pair_side=get(PAIR_SIDE_KEY) if PAIR_SIDE_KEY in values else None,
+        pair_control_topic=(
+            get(PAIR_CONTROL_TOPIC_KEY)
+            if PAIR_SIDE_KEY in values and PAIR_CONTROL_TOPIC_KEY in values
+            else None
+        ),
         instance_id=instance.value if (stateful and instance is not None) else None,
         transactional_id=values[TRANSACTIONAL_ID_KEY].value,
         properties=MappingProxyType(dict(sorted(properties.items()))),

@@ -10,6 +10,10 @@ Per batch, in one transaction (`transactional.id` from the pod name):
   with `send_offsets_to_transaction` and the group member's metadata, so the broker fences the
   commit if this instance no longer owns the partitions.
 
+A side of an active/standby pair (`pair.side`) writes the output and dead letters only for the
+partitions it publishes, and its take-overs and releases to the pair's control topic, in the same
+transaction (`app/processor/pair.py`).
+
 A batch replayed after a crash whose transaction had committed (the group's committed offsets
 already at its end) is not written again. A transaction that fails is aborted and the exception
 propagates, so Spark does not mark the batch done; the processor restarts the query and Spark
@@ -33,6 +37,7 @@ from pyspark.sql import DataFrame
 from app.processor.keyed_state import DLQ, RESTORED, RESULT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
+from app.processor.pair import PairControl, PartitionPlan
 from app.processor.source_offsets import (
     FROM_BEGINNING,
     SourceOffsets,
@@ -89,8 +94,11 @@ class TransactionalSink:
         checkpoint_dir: Path,
         member: GroupMember,
         metrics: ProcessorMetrics,
+        pair: PairControl | None = None,
     ) -> None:
         self.topics = topics
+        # One side of an active/standby pair: it publishes only while active.
+        self.pair = pair
         self.checkpoint_dir = checkpoint_dir
         self.member = member
         self.metrics = metrics
@@ -123,9 +131,13 @@ class TransactionalSink:
         end = self._offsets(batch_id)
         start = self._offsets(batch_id - 1)
         self._report_restores(rows, end, batch_id)
-        advanced = {p: e for p, (b, e) in end.input_ranges(start).items() if e > b}
+        ranges = end.input_ranges(start)
+        advanced = {p: e for p, (b, e) in ranges.items() if e > b}
+        # A side of a pair acts on partitions without new input too (a release, a take-over).
+        if self.pair is None:
+            ranges = {p: r for p, r in ranges.items() if p in advanced}
         # An exception leaves the batch not done: Spark replays it from the state before it.
-        written = self._write(batch_id, rows, advanced, started, computed)
+        written = self._write(batch_id, rows, ranges, started, computed)
         unwritten = [p for p in advanced if p not in written]
         self._record_copies(end, written, self._moved_on(unwritten, advanced))
 
@@ -133,18 +145,23 @@ class TransactionalSink:
         self,
         batch_id: int,
         rows: pa.Table,
-        advanced: dict[int, int],
+        ranges: dict[int, tuple[int, int]],
         started: float,
         computed: float,
     ) -> dict[int, int]:
         """The batch's transaction; per partition written, the offset after its last changelog
         record (the partition's committed offset equal to the batch's end counts as written).
         `started` and `computed`: when the sink got the batch and when its rows were computed."""
-        if not advanced:
+        if not ranges:
             return {}  # a restore or standby batch, or nothing new: no input offsets to commit
-        committed = self.member.committed(advanced)
+        advanced = {p: e for p, (b, e) in ranges.items() if e > b}
+        plans = self.pair.plan(ranges) if self.pair is not None else {}
+        acting = {p for p, plan in plans.items() if plan.control or plan.snapshot}
+        if not advanced and not acting:
+            return {}
+        committed = self.member.committed(advanced) if advanced else {}
         done = {p: o for p, o in advanced.items() if committed[p] == o}
-        if all((committed[p] or 0) >= offset for p, offset in advanced.items()):
+        if not acting and all((committed[p] or 0) >= o for p, o in advanced.items()):
             log.info("batch %d: already committed before a restart; not written again", batch_id)
             self.metrics.batch_skipped()
             return dict.fromkeys(done, -1)
@@ -152,10 +169,15 @@ class TransactionalSink:
             gone = sorted(set(advanced) - owned)
             if gone:
                 log.warning("batch %d: partitions %s no longer owned: not written", batch_id, gone)
-            offsets = {p: o for p, o in advanced.items() if p in owned}
+            offsets = {p: e for p, (_b, e) in ranges.items() if p in owned}
+            offsets = {p: o for p, o in offsets.items() if p in advanced or p in acting}
             if not offsets:
                 return {}
-            written, changelog_ends = self._transaction_with_retries(batch_id, rows, offsets)
+            kept = {p: plans[p] for p in offsets} if self.pair is not None else None
+            written, changelog_ends = self._transaction_with_retries(batch_id, rows, offsets, kept)
+            if self.pair is not None and kept is not None:
+                self.pair.committed(kept)
+                self.metrics.pair_published({p: plan.publish for p, plan in kept.items()})
         records_in: Counter[tuple[str, int]] = Counter()
         for kind in (RESULT, DLQ):
             for p, n in _records_by_partition(rows, kind).items():
@@ -215,27 +237,40 @@ class TransactionalSink:
         )
 
     def _transaction_with_retries(
-        self, batch_id: int, rows: pa.Table, offsets: dict[int, int]
+        self,
+        batch_id: int,
+        rows: pa.Table,
+        offsets: dict[int, int],
+        plans: dict[int, PartitionPlan] | None,
     ) -> tuple[Counter[str], dict[int, int]]:
         """`_transaction`, again after an aborted one (the same rows, the group's metadata read
         anew): a rebalance elsewhere in the group while the transaction ran makes the broker
         refuse its offsets (ILLEGAL_GENERATION) although this instance still owns them; failing
         the batch would restart the query, which costs far more than a second transaction."""
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            generation = self.member.generation
             try:
-                return self._transaction(batch_id, rows, offsets)
+                return self._transaction(batch_id, rows, offsets, plans)
             except TransactionAbortedError:
                 if attempt == TRANSACTION_ATTEMPTS:
                     raise
                 log.info("batch %d: writing it again (attempt %d)", batch_id, attempt + 1)
-                time.sleep(RETRY_AFTER_S)  # the group member reads the new generation meanwhile
+                # A rebalance's callback gives the group's new metadata: at once if it ran
+                # while the transaction did (a hand-off's usual case), else within the wait.
+                self.member.wait_for_new_generation(generation, RETRY_AFTER_S)
         raise AssertionError("unreachable")
 
     def _transaction(
-        self, batch_id: int, rows: pa.Table, offsets: dict[int, int]
+        self,
+        batch_id: int,
+        rows: pa.Table,
+        offsets: dict[int, int],
+        plans: dict[int, PartitionPlan] | None = None,
     ) -> tuple[Counter[str], dict[int, int]]:
         """Records written per topic, and per partition the offset after its last changelog
-        record (from the delivery reports)."""
+        record (from the delivery reports). `plans`: a side of a pair's decisions per partition
+        (`app/processor/pair.py`): what it publishes, its take-overs and control records."""
+        publish = {p for p in offsets if plans is None or plans[p].publish}
         producer = self.producer
         written: Counter[str] = Counter()
         changelog_ends: dict[int, int] = {}
@@ -254,15 +289,19 @@ class TransactionalSink:
         try:
             producer.begin_transaction()
             begun = True
+            if plans is not None:
+                written += self._pair_records(producer, plans)
             for row in rows.to_pylist():
                 partition = row["partition"]
                 if partition not in offsets:
                     continue
                 if row["kind"] == RESULT:
                     key = row["key"]
-                    producer.produce(
-                        self.topics.output, value=row["value"], key=key, partition=partition
-                    )
+                    if partition in publish:
+                        producer.produce(
+                            self.topics.output, value=row["value"], key=key, partition=partition
+                        )
+                        written[self.topics.output] += 1
                     producer.produce(
                         self.topics.changelog,
                         value=row["changelog"],
@@ -270,9 +309,8 @@ class TransactionalSink:
                         partition=partition,
                         on_delivery=delivered,
                     )
-                    written[self.topics.output] += 1
                     written[self.topics.changelog] += 1
-                elif row["kind"] == DLQ:
+                elif row["kind"] == DLQ and partition in publish:
                     producer.produce(
                         self.topics.dlq,
                         value=row["value"],
@@ -294,6 +332,33 @@ class TransactionalSink:
         producer.poll(0)  # delivery reports not served by the commit's flush
         self.metrics.transaction(committed=True)
         return written, changelog_ends
+
+    def _pair_records(self, producer: Producer, plans: dict[int, PartitionPlan]) -> Counter[str]:
+        """A side of a pair's take-over snapshots (before the batch's newer values) and its
+        control records (releases, take-overs), in the batch's transaction."""
+        assert self.pair is not None
+        written: Counter[str] = Counter()
+        for partition, plan in sorted(plans.items()):
+            if plan.snapshot:
+                for key, output in self.pair.snapshot(partition):
+                    producer.produce(self.topics.output, value=output, key=key, partition=partition)
+                    written[self.topics.output] += 1
+                    producer.poll(0)
+            if plan.dead_letters is not None:
+                for message, reason in self.pair.dead_letters(partition, *plan.dead_letters):
+                    row = {"offset": message.offset()}
+                    producer.produce(
+                        self.topics.dlq,
+                        value=message.value(),
+                        key=message.key(),
+                        headers=_dlq_headers(reason, self.topics.input, partition, row),
+                    )
+                    written[self.topics.dlq] += 1
+                    self.metrics.dlq(reason)
+            for name, record in plan.control:
+                producer.produce(self.pair.control_topic, value=record, key=name, partition=0)
+                written[self.pair.control_topic] += 1
+        return written
 
     def _end_failed_transaction(self, batch_id: int, exc: BaseException, begun: bool) -> None:
         """Leave no transaction open after `exc`, and raise what the batch's failure means.

@@ -25,6 +25,10 @@ batch runs; its last line is the source's offsets):
   group's committed offset); the same batch reads its changelog first: the keyed state sets each
   restored key's state before it adds the input.
 
+- `@nudge` (optional): `{"token": N}`, the group member's last nudge (`Assignment.nudge`): a new
+  one runs a batch even when no input arrived, so that a side of a pair acts on its control
+  topic at once. Like the warm-up token it never changes which records are read.
+
 - `@warm-up` (optional): `{"token": N}`, the token of the last warm-up batch (a batch a restarted
   instance runs before it joins the group, so that its first real batch finds Python workers,
   plans and state stores ready, and its copies caught up). It only has to differ from the
@@ -46,6 +50,7 @@ EPOCH_KEY = "@restore.epoch"
 FROM_KEY = "@restore.from"
 INPUT_FROM_KEY = "@input.from"
 WARM_UP_KEY = "@warm-up"
+NUDGE_KEY = "@nudge"
 # `restore_from` of a full restore: the changelog's first record, whatever its offset (the value
 # of Kafka's OFFSET_BEGINNING, which the readers pass on).
 FROM_BEGINNING = -2
@@ -81,6 +86,7 @@ class SourceOffsets:
     changelog_topic: str
     positions: Mapping[int, PartitionPosition] = field(default_factory=dict)
     warm_up: int = 0
+    nudge: int = 0
 
     def to_dict(self) -> dict[str, dict[str, int]]:
         """The JSON-ready form Spark stores (stable key order)."""
@@ -100,6 +106,8 @@ class SourceOffsets:
             data[INPUT_FROM_KEY] = gained
         if self.warm_up:
             data[WARM_UP_KEY] = {"token": self.warm_up}
+        if self.nudge:
+            data[NUDGE_KEY] = {"token": self.nudge}
         return data
 
     @classmethod
@@ -128,7 +136,8 @@ class SourceOffsets:
             for p in kept
         }
         warm_up = int(data.get(WARM_UP_KEY, {}).get("token", 0))
-        return cls(input_topic, changelog_topic, positions, warm_up)
+        nudge = int(data.get(NUDGE_KEY, {}).get("token", 0))
+        return cls(input_topic, changelog_topic, positions, warm_up, nudge)
 
     def active(self) -> set[int]:
         """The partitions whose input is read (owned)."""

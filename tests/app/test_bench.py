@@ -167,6 +167,24 @@ def test_handoff_moves_the_partitions_and_keeps_counts_exact(
     assert all(map(_from_a_copy, restores)), restores
 
 
+def test_a_pair_release_and_failover_keep_the_output_exact_and_never_going_back(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """One instance per side: the release switches to side b through both rolls, the failover
+    kills side b and forces side a back; the truth counts a take-over's repeats apart."""
+    params = replace(SHORT, instances=1)
+    cases = [BY_NAME["pair-switch"], BY_NAME["pair-failover"]]
+    run_matrix(cases, params, tmp_path, kafka_bootstrap, BROKER)
+    rows = read_table(tmp_path)
+    assert_exact(rows, ("pair-switch", "pair-failover"))
+    for name in ("pair-switch", "pair-failover"):
+        assert rows[name]["processed again s"], rows[name]
+        assert "showed a key's value again" in rows[name]["note"], rows[name]
+    control = [line for line in _log_lines(tmp_path) if "app.processor.pair" in line]
+    assert any("released at input offset" in line for line in control), control
+    assert any("taken over at input offset" in line and "forced" in line for line in control)
+
+
 def test_a_broker_roll_under_load_keeps_every_instance_up_and_counts_exact(
     kraft_cluster: KraftCluster, tmp_path: Path
 ) -> None:

@@ -38,6 +38,7 @@ def exported_names() -> set[str]:
     metrics.transaction(committed=False)
     metrics.batch_skipped()
     metrics.set_ready(True)
+    metrics.pair_published({0: True})
     text = metrics.exposition().decode("utf-8")
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples} | {
         broker_readiness.EXPIRY_METRIC

@@ -87,6 +87,8 @@ CONTRACT_KEYS = {
     "consumer.session.timeout.ms",
     "consumer.heartbeat.interval.ms",
     "producer.transactional.id",
+    "pair.side",
+    "pair.control.topic",
 }
 
 

@@ -52,6 +52,24 @@ def test_an_output_that_goes_back_or_repeats_is_a_duplicate() -> None:
     assert not check.ok and check.duplicates == 2
 
 
+def test_a_pair_take_over_showing_the_same_value_again_is_republished_not_a_duplicate() -> None:
+    truth = Truth(PageViewCount(), republished_ok=True)
+    for _ in range(2):
+        truth.add("/a", _view("/a"), None)
+    truth.observe(_out("/a", b"2", 1))
+    truth.observe(_out("/a", b"2", 2))  # the other side's snapshot: the same value again
+    truth.observe(_out("/a", b"1", 3))  # but going back is still a duplicate
+    truth.add("/a", _view("/a"), None)
+    truth.observe(_out("/a", b"3", 4))
+    assert truth.republished == 1
+    assert truth.repeated() == 1
+    strict = Truth(PageViewCount())
+    strict.add("/a", _view("/a"), None)
+    strict.observe(_out("/a", b"1", 1))
+    strict.observe(_out("/a", b"1", 2))
+    assert check_output(strict, {"/a": b"1"}).duplicates == 1
+
+
 def test_an_output_read_before_its_input_is_acknowledged_waits_for_it() -> None:
     truth = Truth(ProductRevenue())
     truth.add("p-1", b'{"amount_cents": 100}', 1_000)

@@ -29,6 +29,14 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from app.admin.broker_readiness import judge
+from app.admin.pair_release import ReleaseStepError, other_side, release
+from app.admin.pair_switch import (
+    PairClients,
+    SwitchRefusedError,
+    read_control,
+    switch,
+    wait_taken,
+)
 from app.clients.client_properties import ClientConfig
 from app.devkit.bench import plots
 from app.devkit.bench.measure import (
@@ -86,6 +94,8 @@ class Case:
     # It stays down until the others process its partitions (a node that never comes back);
     # only then is it started again, so the next case finds the whole pipeline.
     stays_down: bool = False
+    # An active/standby pair (`instances` per side): the case acts on the pair as a whole.
+    pair: bool = False
 
     def standby_replicas(self, params: BenchParams) -> int:
         """The case's `num.standby.replicas`."""
@@ -151,6 +161,23 @@ CASES: tuple[Case, ...] = (
         rollout=True,
     ),
     Case(
+        "pair-switch",
+        "active/standby pair, each side in hand-off mode: a release under load as "
+        "`python -m app.admin.pair_release` does it (roll the idle side, wait until it has "
+        "caught up, switch, wait for the take-over, roll the other side)",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        pair=True,
+    ),
+    Case(
+        "pair-failover",
+        "active/standby pair: every instance of the active side SIGKILLed at once (a bad "
+        "release, a lost zone), the other side switched to at once (`switch --force`), the "
+        "killed side started again (it comes back idle)",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        pair=True,
+        crash=True,
+    ),
+    Case(
         "broker-roll",
         "rolling restart of the 3 brokers under load (highest node first, each once back in "
         "every ISR); the instances keep running",
@@ -214,6 +241,10 @@ class CaseResult:
 
 
 RESTORED = "processor_restore_records_total"
+# A pair's switch is reported on its own: the output from this long before its record to this
+# long after it.
+SWITCH_BEFORE_S = 5.0
+SWITCH_AFTER_S = 20.0
 # The field's bar: 99.99 % of aggregates available within 10 seconds (DESIGN.md).
 LATE_S = 10.0
 
@@ -258,8 +289,8 @@ def run_matrix(
     broker-roll case restarts."""
     results: dict[tuple[str, str], CaseResult] = {}
 
-    def kind(case: Case) -> tuple[bool, str, int]:
-        return case.stateful, case.membership_mode, case.standby_replicas(params)
+    def kind(case: Case) -> tuple[bool, str, int, bool]:
+        return case.stateful, case.membership_mode, case.standby_replicas(params), case.pair
 
     for protocol in params.group_protocols:
         run = replace(params, group_protocol=protocol)
@@ -309,6 +340,8 @@ class Restart:
     after: dict[str, InstanceStatus] = field(default_factory=dict)
     # Instances that exited during the case by themselves (a broker roll restarts none).
     exited: tuple[str, ...] = ()
+    # A pair's switch: when its record was written (the output around it is reported apart).
+    switched_at: float | None = None
 
 
 def run_group(
@@ -318,6 +351,7 @@ def run_group(
     """One pipeline (own topics and group), one restart (or roll) per case."""
     stateful, mode = cases[0].stateful, cases[0].membership_mode
     kind = (mode if stateful else "dynamic") + ("-standby" if cases[0].standbys else "")
+    kind += "-pair" if cases[0].pair else ""
     prefix = f"bench-{kind}-{params.group_protocol}-{uuid.uuid4().hex[:6]}"
     setup = PipelineSetup(
         base_dir=out_dir / "state" / prefix,
@@ -326,6 +360,7 @@ def run_group(
         bootstrap_servers=bootstrap_servers,
         client=client or ClientConfig(),
         names=PipelineNames(prefix, f"{prefix}-page-views", f"{prefix}-page-view-counts"),
+        pair=cases[0].pair,
         options=InstanceOptions(
             stateful=stateful,
             membership_mode=mode,
@@ -347,7 +382,7 @@ def run_group(
         t0 = time.time()
         with Timeline(pipeline) as timeline:
             for case in cases:
-                steady = wait_settled(timeline, params)
+                steady = wait_settled(timeline, params, copies=2 if case.pair else 1)
                 if steady is None:
                     raise RuntimeError(
                         f"{prefix}: the instances were not ready, caught up and settled within "
@@ -358,6 +393,8 @@ def run_group(
                 if case.broker_roll:
                     assert brokers is not None
                     restarts.append(broker_roll(pipeline, timeline, case, params, brokers))
+                elif case.pair:
+                    restarts.append(pair_case(pipeline, timeline, case, params))
                 else:
                     run_case = rollout if case.rollout else restart
                     restarts.append(run_case(pipeline, timeline, case, params))
@@ -378,6 +415,17 @@ def run_group(
             row["match"] = "NO" if check.duplicates else "lag not drained"
             row["note"] = "; ".join(
                 filter(None, [str(row["note"]), f"lag not drained in {params.drain_timeout_s:g} s"])
+            )
+        if event.case.pair:
+            row["note"] = "; ".join(
+                filter(
+                    None,
+                    [
+                        str(row["note"]),
+                        f"{summary.truth.republished} output records showed a key's value again "
+                        "(take-over snapshots; a table reader sees no change)",
+                    ],
+                )
             )
         if len(restarts) > 1:
             row["note"] = "; ".join(
@@ -421,6 +469,11 @@ def restart(
     # open transaction keeps their committed offsets unfetchable until it is aborted, and the
     # restart (at once, as the kubelet does) must not wait for a lookup.
     at_stop = sample if case.crash else timeline.take()
+    # "Processed again" after a crash: past every record that existed at the kill (the sample
+    # before it may miss the batch the killed instance committed just before dying).
+    passed = (
+        _at_ends(at_stop.lag, pipeline.lag.ends()) if case.crash and pipeline.lag else at_stop.lag
+    )
     if case.wipe_state:
         target.wipe_state()
     if case.outlive_session:
@@ -428,7 +481,7 @@ def restart(
     recovered = None
     if case.stays_down:
         recovered = first_sample(
-            timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_stop.lag, moved)
+            timeline, params.recovery_timeout_s, lambda s: _advanced(s, passed, moved)
         )
     started_at = time.time()
     target.start()
@@ -438,9 +491,7 @@ def restart(
             timeline,
             params.recovery_timeout_s,
             # After a crash its partitions count as back wherever they are processed.
-            lambda s: (
-                (case.crash or _status(s, target.name).ready) and _advanced(s, at_stop.lag, moved)
-            ),
+            lambda s: (case.crash or _status(s, target.name).ready) and _advanced(s, passed, moved),
         )
     if recovered is not None:
         event.recovered_at = recovered.at
@@ -473,21 +524,73 @@ def rollout(
         )
     except RollFailed as exc:
         log.warning("case %s: %s", case.name, exc)
-    started_at = started[-1]
+    event = Restart(case, "every instance", every, before, stopped_at, started[-1])
+    return _all_processing_again(timeline, event, params, "rollout done, every partition processed")
+
+
+def _all_processing_again(
+    timeline: Timeline, event: Restart, params: BenchParams, done: str
+) -> Restart:
+    """Wait until every instance is ready and every partition processed past where it stood
+    now, then `tail_s`; `event` with when that was and the instances' status after."""
     at_end = timeline.take()
-    event = Restart(case, "every instance", every, before, stopped_at, started_at)
     recovered = first_sample(
         timeline,
         params.recovery_timeout_s,
-        lambda s: _all_ready(s) and _advanced(s, at_end.lag, every),
+        lambda s: _all_ready(s) and _advanced(s, at_end.lag, event.moved),
     )
     if recovered is not None:
         event.recovered_at = recovered.at
-        log.info("case %s: rollout done, every partition processed %.0f s after the first stop",
-                 case.name, recovered.at - stopped_at)  # fmt: skip
+        log.info("case %s: %s %.0f s after it began", event.case.name, done,
+                 recovered.at - event.stopped_at)  # fmt: skip
     time.sleep(params.tail_s)
     event.after = {s.name: s for s in timeline.take().instances}
     return event
+
+
+def pair_case(
+    pipeline: LocalPipeline, timeline: Timeline, case: Case, params: BenchParams
+) -> Restart:
+    """`pair-switch`: the release procedure (`app.admin.pair_release`), each side's upgrade a
+    roll of its instances. `pair-failover`: every instance of the active side killed, the other
+    side switched to with `--force` at once (what an automated failover would do), the killed
+    side started again."""
+    clients = PairClients(
+        {**pipeline.setup.client.resolved, "bootstrap.servers": pipeline.bootstrap_servers},
+        pipeline.names.pair_control_topic,
+        pipeline.names.input_topic,
+        {d.side: d.application_id for d in pipeline.names.deployments(pair=True) if d.side},
+    )
+    sample = timeline.take()
+    before = {s.name: s for s in sample.instances}
+    every = tuple(range(params.partitions))
+    log.info("case %s: %s", case.name, case.description)
+    stopped_at = time.time()
+    active = read_control(clients).active().side
+    switched: list[float] = []
+    if case.crash:
+        for instance in pipeline.sides[active]:
+            instance.kill()
+        switch(clients, other_side(active), force=True, max_lag=0)
+        switched.append(time.time())
+        if not wait_taken(clients, params.recovery_timeout_s):
+            log.warning("case %s: the take-over did not finish", case.name)
+        for instance in pipeline.sides[active]:
+            instance.start()
+    else:
+
+        def upgrade(side: str) -> None:
+            roll_instances(pipeline.sides[side], params.min_ready_s, params.recovery_timeout_s)
+
+        try:
+            release(clients, upgrade, max_lag=int(params.rate * params.caught_up_s),
+                    timeout_s=params.recovery_timeout_s,
+                    on_switch=lambda: switched.append(time.time()))  # fmt: skip
+        except (ReleaseStepError, SwitchRefusedError, RollFailed) as exc:
+            log.warning("case %s: %s", case.name, exc)
+    event = Restart(case, "the pair", every, before, stopped_at, stopped_at)
+    event.switched_at = switched[0] if switched else None
+    return _all_processing_again(timeline, event, params, "done, both sides processing")
 
 
 def broker_roll(
@@ -559,6 +662,16 @@ def _row(
         notes.append(f"instances that exited: {', '.join(event.exited) or 'none'}")
     if event.recovered_at is None:
         notes.append(f"not processed again within {params.recovery_timeout_s:g} s")
+    if event.switched_at is not None:
+        # The switch alone, apart from whatever else the case did (a release's rolls).
+        at = event.switched_at
+        around = (int((at - SWITCH_BEFORE_S) * 1000), int((at + SWITCH_AFTER_S) * 1000))
+        switch_gaps = zero_output_gaps(records, event.moved, *around)
+        notes.append(
+            f"around the switch ({SWITCH_BEFORE_S:g} s before to {SWITCH_AFTER_S:g} s after): "
+            f"zero output s max {max(switch_gaps.values(), default=0):.1f} "
+            f"({' '.join(f'{p}:{g:.1f}' for p, g in sorted(switch_gaps.items()))})"
+        )
     return {
         "case": event.case.name,
         "group protocol": params.group_protocol,
@@ -586,9 +699,9 @@ def _row(
         "assigned (others)": _grown(event, others, "processor_partitions_assigned_total"),
         "revoked (others)": _grown(event, others, "processor_partitions_revoked_total"),
         # A rollout restarts every instance, whose counters begin again at 0: no sum is right.
-        "restored records": None if event.case.rollout else int(restored_records),
+        "restored records": None if _restarts_all(event.case) else int(restored_records),
         "instance exits": len(event.exited) if event.case.broker_roll else None,
-        "down s": event.started_at - event.stopped_at,
+        "down s": None if event.case.pair else event.started_at - event.stopped_at,
         "processed again s": (
             event.recovered_at - event.stopped_at if event.recovered_at is not None else None
         ),
@@ -596,9 +709,14 @@ def _row(
     }
 
 
+def _restarts_all(case: Case) -> bool:
+    """Whether the case restarts instances whose counters then begin again at 0."""
+    return case.rollout or case.pair
+
+
 def _grown(event: Restart, names: Sequence[str], metric: str) -> int | None:
-    if event.case.rollout:
-        return None  # every instance restarted: its counters began again at 0
+    if _restarts_all(event.case):
+        return None  # instances restarted: their counters began again at 0
     return int(sum(metric_delta(event.before.get(n), event.after.get(n), metric) for n in names))
 
 
@@ -622,16 +740,19 @@ def first_sample(
     return poll_until(holding, timeout_s, interval_s=0.5)
 
 
-def wait_settled(timeline: Timeline, params: BenchParams) -> TimelineSample | None:
+def wait_settled(timeline: Timeline, params: BenchParams, copies: int = 1) -> TimelineSample | None:
     """A sample once every instance is ready, the lag is caught up, and the group's assignment
-    (every partition owned once) stayed the same for `steady_s` in which every partition was
-    processed: a case must not begin while partitions still move after the start."""
+    (every partition owned once, by each of `copies` groups: a pair's sides) stayed the same
+    for `steady_s` in which every partition was processed: a case must not begin while
+    partitions still move after the start."""
     deadline = time.monotonic() + params.ready_timeout_s
     while (remaining := deadline - time.monotonic()) > 0:
         first = first_sample(
             timeline,
             remaining,
-            lambda s: _all_ready(s) and _caught_up(s, params) and _fully_assigned(s, params),
+            lambda s: (
+                _all_ready(s) and _caught_up(s, params) and _fully_assigned(s, params, copies)
+            ),
         )
         if first is None:
             return None
@@ -655,9 +776,9 @@ def _assignment(sample: TimelineSample) -> tuple[tuple[str, tuple[int, ...]], ..
     return tuple((s.name, tuple(sorted(s.partitions or ()))) for s in sample.instances)
 
 
-def _fully_assigned(sample: TimelineSample, params: BenchParams) -> bool:
+def _fully_assigned(sample: TimelineSample, params: BenchParams, copies: int = 1) -> bool:
     owned = sorted(p for _, partitions in _assignment(sample) for p in partitions)
-    return owned == list(range(params.partitions))
+    return owned == sorted(list(range(params.partitions)) * copies)
 
 
 def _status(sample: TimelineSample, name: str) -> InstanceStatus:
@@ -676,6 +797,14 @@ def _caught_up(sample: TimelineSample, params: BenchParams) -> bool:
     """Every partition committed something, and the lag is at most `caught_up_s` of input."""
     committed = all(p.committed is not None for p in sample.lag.values())
     return committed and _total_lag(sample) <= params.rate * params.caught_up_s
+
+
+def _at_ends(lags: Mapping[int, PartitionLag], ends: Mapping[int, int]) -> dict[int, PartitionLag]:
+    """`lags` with each partition's committed offset raised to `ends` (a position to pass)."""
+    return {
+        p: PartitionLag(lag.end, max(lag.committed or 0, ends.get(p, 0) - 1))
+        for p, lag in lags.items()
+    }
 
 
 def _advanced(

@@ -68,6 +68,12 @@ TABLES: tuple[DocTable, ...] = (
         "--rate 1000 --keys 10000 --group-protocols classic,consumer",
     ),
     DocTable(
+        "pair",
+        "Active/standby pair beside the single deployment",
+        "rolling-restart --cases rollout-handoff,handoff-crash-gone,pair-switch,pair-failover "
+        "--instances 3 --partitions 6 --rate 1000 --keys 10000 --session-timeout-ms 10000",
+    ),
+    DocTable(
         "broker-restarts",
         "Broker restarts",
         "rolling-restart --cases broker-roll,broker-kill "

@@ -118,6 +118,16 @@ class GroupLag:
             result[tp.partition] = PartitionLag(high, tp.offset if tp.offset >= 0 else None)
         return result
 
+    def ends(self) -> dict[int, int]:
+        """Every partition's end offset now (no committed offsets: they can wait on a crashed
+        member's open transaction)."""
+        return {
+            p: self._retrying.watermark_offsets(
+                f"{self.topic}-{p}: end offset", self._consumer, self.topic, p, CLIENT_TIMEOUT_S
+            )[1]
+            for p in range(self.partitions)
+        }
+
     def total(self) -> int:
         """The lag summed over partitions."""
         return sum(p.lag for p in self.read().values())
@@ -125,6 +135,37 @@ class GroupLag:
     def close(self) -> None:
         """Release the client."""
         self._consumer.close()
+
+
+class SlowestLag:
+    """Several groups reading the same topic (an active/standby pair's sides), read as one: per
+    partition, the group furthest behind."""
+
+    def __init__(self, groups: Sequence[GroupLag]) -> None:
+        self.groups = list(groups)
+        self.group_id = ",".join(g.group_id for g in groups)
+        self.topic = groups[0].topic
+        self.partitions = groups[0].partitions
+
+    def read(self) -> dict[int, PartitionLag]:
+        """Per partition, the end offset and the lowest committed offset of the groups."""
+        reads = [g.read() for g in self.groups]
+        return {
+            p: min((r[p] for r in reads), key=lambda lag: lag.committed or -1) for p in reads[0]
+        }
+
+    def ends(self) -> dict[int, int]:
+        """Every partition's end offset now."""
+        return self.groups[0].ends()
+
+    def total(self) -> int:
+        """The lag summed over partitions."""
+        return sum(p.lag for p in self.read().values())
+
+    def close(self) -> None:
+        """Release the clients."""
+        for group in self.groups:
+            group.close()
 
 
 @dataclass

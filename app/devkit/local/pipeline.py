@@ -26,7 +26,7 @@ from app.clients.client_properties import ClientConfig
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
 from app.devkit.local.instances import InstanceOptions, ProcessorProcess, group_configs
-from app.devkit.local.observe import GroupLag, OutputTail
+from app.devkit.local.observe import GroupLag, OutputTail, SlowestLag
 from app.devkit.truth import Truth
 from app.processor.aggregation import Aggregation, load_aggregation
 from policies.contract.processor_keys import DEFAULTS
@@ -69,6 +69,9 @@ class PipelineSetup:
     # (7-9 s) overlap theirs (6 s). Only for a member that joins the group late (hand-off mode
     # joins after its warm-up batch, when the topics exist): a static member subscribes at once.
     first_instance_with_brokers: bool = False
+    # An active/standby pair: `instances` per side (a and b), each side its own group and
+    # changelog, side a publishing first (`app/processor/pair.py`).
+    pair: bool = False
 
     def __post_init__(self) -> None:
         if self.instances < 1:
@@ -126,7 +129,9 @@ class LocalPipeline:
         self.cluster: KraftCluster | None = None  # the local cluster this pipeline started
         self.bootstrap_servers = setup.bootstrap_servers or ""
         self.instances: list[ProcessorProcess] = []
-        self.lag: GroupLag | None = None
+        # A pair's instances per side (a single deployment: none).
+        self.sides: dict[str, list[ProcessorProcess]] = {}
+        self.lag: GroupLag | SlowestLag | None = None
         self.output: OutputTail | None = None
 
     def __enter__(self) -> LocalPipeline:
@@ -156,10 +161,7 @@ class LocalPipeline:
                 **setup.options.extra,
             },
         )
-        self.instances = [
-            ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, options)
-            for i in range(setup.instances)
-        ]
+        self.instances = self._processes(options)
         for instance in self.instances:
             instance.write_properties()  # refused settings stop the run before anything starts
         if self.cluster is not None:
@@ -174,9 +176,11 @@ class LocalPipeline:
             self.cluster.start()
         self.create_topics()
         client = setup.client.resolved
-        self.lag = GroupLag(
-            self.bootstrap_servers, self.names.application_id, self.names.input_topic, client
-        )
+        lags = [
+            GroupLag(self.bootstrap_servers, group, self.names.input_topic, client)
+            for group in self.groups
+        ]
+        self.lag = lags[0] if len(lags) == 1 else SlowestLag(lags)
         self._stack.callback(self.lag.close)
         self.output = OutputTail(
             self.bootstrap_servers,
@@ -201,9 +205,10 @@ class LocalPipeline:
             replication_factor=replication,
             min_insync_replicas=2 if replication >= 3 else 1,
             changelog_segment_bytes=CHANGELOG_SEGMENT_BYTES,
+            pair=self.setup.pair,
         )
         configs = group_configs(self.setup.options)
-        groups = [GroupConfigSpec(self.names.application_id, configs)] if configs else []
+        groups = [GroupConfigSpec(group, configs) for group in self.groups] if configs else []
         path = self.setup.base_dir / "config" / f"{self.names.application_id}-topics.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dumps(specs, groups), encoding="utf-8")
@@ -218,6 +223,39 @@ class LocalPipeline:
                 f"the topic reconciler failed (exit code {code}) for {path} on "
                 f"{self.bootstrap_servers}; see its output above"
             )
+
+    @property
+    def groups(self) -> list[str]:
+        """The consumer groups of the pipeline's deployments (a pair's: one per side)."""
+        return [d.application_id for d in self.names.deployments(pair=self.setup.pair)]
+
+    def _processes(self, options: InstanceOptions) -> list[ProcessorProcess]:
+        """The instances: one deployment's, or both sides' of a pair (side a first)."""
+        setup = self.setup
+        if not setup.pair:
+            return [
+                ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, options)
+                for i in range(setup.instances)
+            ]
+        for deployment in self.names.deployments(pair=True):
+            assert deployment.side is not None
+            # Each side is named, grouped and logged by its own application id; the input,
+            # output and dead-letter topics are the pipeline's.
+            names = replace(self.names, application_id=deployment.application_id)
+            side = replace(
+                options,
+                extra={
+                    **options.extra,
+                    "dlq.topic": self.names.dlq_topic,
+                    "pair.side": deployment.side,
+                    "pair.control.topic": self.names.pair_control_topic,
+                },
+            )
+            self.sides[deployment.side] = [
+                ProcessorProcess(i, setup.base_dir, names, self.bootstrap_servers, side)
+                for i in range(setup.instances)
+            ]
+        return [instance for side in self.sides.values() for instance in side]
 
     def start_instances(self) -> None:
         """Start every instance."""
@@ -244,7 +282,8 @@ class LocalPipeline:
         """The run's truth, judging every output record read from now on; `initial`: the
         changelog's values before the run (`changelog_values`, a reused cluster)."""
         assert self.output is not None
-        self.truth = Truth(self.aggregation, initial)
+        # A pair's take-over publishes every key once more: the same values, not duplicates.
+        self.truth = Truth(self.aggregation, initial, republished_ok=self.setup.pair)
         self.output.attach(self.truth)
         return self.truth
 
