@@ -154,7 +154,7 @@ def switch(clients: PairClients, to: str, *, force: bool, max_lag: int) -> Activ
         "switched: side %s active from epoch %d%s (was side %s)",
         to,
         new.epoch,
-        ", forced: it takes every partition over at once" if force else "",
+        ", forced: the other side released at its committed offsets" if force else "",
         current.side,
     )
     return new
