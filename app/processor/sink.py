@@ -133,9 +133,6 @@ class TransactionalSink:
         self._report_restores(rows, end, batch_id)
         ranges = end.input_ranges(start)
         advanced = {p: e for p, (b, e) in ranges.items() if e > b}
-        # A side of a pair acts on partitions without new input too (a release, a take-over).
-        if self.pair is None:
-            ranges = {p: r for p, r in ranges.items() if p in advanced}
         # An exception leaves the batch not done: Spark replays it from the state before it.
         written = self._write(batch_id, rows, ranges, started, computed)
         unwritten = [p for p in advanced if p not in written]
@@ -151,9 +148,11 @@ class TransactionalSink:
     ) -> dict[int, int]:
         """The batch's transaction; per partition written, the offset after its last changelog
         record (the partition's committed offset equal to the batch's end counts as written).
-        `started` and `computed`: when the sink got the batch and when its rows were computed."""
+        `started` and `computed`: when the sink got the batch and when its rows were computed.
+        A partition without new input is written only where a side of a pair acts on it (a
+        release, a take-over)."""
         if not ranges:
-            return {}  # a restore or standby batch, or nothing new: no input offsets to commit
+            return {}  # a restore or standby batch: no input offsets to commit
         advanced = {p: e for p, (b, e) in ranges.items() if e > b}
         plans = self.pair.plan(ranges) if self.pair is not None else {}
         acting = {p for p, plan in plans.items() if plan.control or plan.snapshot}
@@ -169,8 +168,11 @@ class TransactionalSink:
             gone = sorted(set(advanced) - owned)
             if gone:
                 log.warning("batch %d: partitions %s no longer owned: not written", batch_id, gone)
-            offsets = {p: e for p, (_b, e) in ranges.items() if p in owned}
-            offsets = {p: o for p, o in offsets.items() if p in advanced or p in acting}
+            offsets = {
+                p: e
+                for p, (_b, e) in ranges.items()
+                if p in owned and (p in advanced or p in acting)
+            }
             if not offsets:
                 return {}
             kept = {p: plans[p] for p in offsets} if self.pair is not None else None
@@ -311,14 +313,9 @@ class TransactionalSink:
                     )
                     written[self.topics.changelog] += 1
                 elif row["kind"] == DLQ and partition in publish:
-                    producer.produce(
-                        self.topics.dlq,
-                        value=row["value"],
-                        key=row["key"],
-                        headers=_dlq_headers(row["reason"], self.topics.input, partition, row),
+                    written += self._dead_letter(
+                        producer, row["key"], row["value"], row["reason"], partition, row["offset"]
                     )
-                    written[self.topics.dlq] += 1
-                    self.metrics.dlq(row["reason"])
                 producer.poll(0)
             producer.send_offsets_to_transaction(
                 [TopicPartition(self.topics.input, p, o) for p, o in sorted(offsets.items())],
@@ -333,6 +330,26 @@ class TransactionalSink:
         self.metrics.transaction(committed=True)
         return written, changelog_ends
 
+    def _dead_letter(
+        self,
+        producer: Producer,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+        partition: int,
+        offset: int | None,
+    ) -> Counter[str]:
+        """One input record that breaks the contract to the dead-letter topic, unchanged, with
+        its reason and where it came from in the headers."""
+        producer.produce(
+            self.topics.dlq,
+            value=value,
+            key=key,
+            headers=_dlq_headers(reason, self.topics.input, partition, offset),
+        )
+        self.metrics.dlq(reason)
+        return Counter({self.topics.dlq: 1})
+
     def _pair_records(self, producer: Producer, plans: dict[int, PartitionPlan]) -> Counter[str]:
         """A side of a pair's take-over snapshots (before the batch's newer values) and its
         control records (releases, take-overs), in the batch's transaction."""
@@ -346,15 +363,14 @@ class TransactionalSink:
                     producer.poll(0)
             if plan.dead_letters is not None:
                 for message, reason in self.pair.dead_letters(partition, *plan.dead_letters):
-                    row = {"offset": message.offset()}
-                    producer.produce(
-                        self.topics.dlq,
-                        value=message.value(),
-                        key=message.key(),
-                        headers=_dlq_headers(reason, self.topics.input, partition, row),
+                    written += self._dead_letter(
+                        producer,
+                        message.key(),
+                        message.value(),
+                        reason,
+                        partition,
+                        message.offset(),
                     )
-                    written[self.topics.dlq] += 1
-                    self.metrics.dlq(reason)
             for name, record in plan.control:
                 producer.produce(self.pair.control_topic, value=record, key=name, partition=0)
                 written[self.pair.control_topic] += 1
@@ -465,8 +481,8 @@ def _sum_by_partition(rows: pa.Table, kind: str, column: str) -> Counter[int]:
 
 
 def _dlq_headers(
-    reason: str, topic: str, partition: int, row: dict
+    reason: str, topic: str, partition: int, offset: int | None
 ) -> list[tuple[str, str | bytes | None]]:
     # The pairs typed as Producer.produce takes them (a list of (str, bytes) is not: invariant).
-    values = (reason, topic, str(partition), str(row["offset"]))
+    values = (reason, topic, str(partition), str(offset))
     return [(name, value.encode("utf-8")) for name, value in zip(DLQ_HEADERS, values, strict=True)]
