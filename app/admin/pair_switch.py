@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from app.clients import LOG_FORMAT, client_properties
+from app.clients.kafka_retry import Retrying
 from app.clients.pair_control import ACTIVE_KEY, Active, ControlView, read_to_end, released_key
 from policies.contract.acl_specs import pair_switch_reader_group
 from policies.contract.processor_keys import PAIR_SIDES
@@ -98,13 +99,18 @@ def _positions(clients: PairClients, side: str) -> dict[int, tuple[int, int]]:
     try:
         metadata = consumer.list_topics(clients.input_topic, timeout=CLIENT_TIMEOUT_S)
         partitions = sorted(metadata.topics[clients.input_topic].partitions)
-        committed = consumer.committed(
-            [TopicPartition(clients.input_topic, p) for p in partitions],
-            timeout=CLIENT_TIMEOUT_S,
-        )
+        # A failover may come with lost brokers: leader moves are waited out.
+        retrying = Retrying(CLIENT_TIMEOUT_S, budget_name="CLIENT_TIMEOUT_S")
+        topic = clients.input_topic
+        committed = retrying.committed_offsets(
+            f"{clients.groups[side]}'s offsets of {topic}",
+            consumer, topic, partitions, CLIENT_TIMEOUT_S,
+        )  # fmt: skip
         positions = {}
         for tp in committed:
-            _low, high = consumer.get_watermark_offsets(tp, timeout=CLIENT_TIMEOUT_S)
+            _low, high = retrying.watermark_offsets(
+                f"end of {topic}-{tp.partition}", consumer, topic, tp.partition, CLIENT_TIMEOUT_S
+            )
             positions[tp.partition] = (max(tp.offset, 0), high)
         return positions
     finally:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from app.clients.kafka_retry import Retrying, is_transient
+
 log = logging.getLogger(__name__)
 
 CONSUME_BATCH = 10_000
@@ -94,9 +96,12 @@ def read_to_end(
 ) -> Iterator[Message]:
     """Every committed record of `partition` from its position (assigned by the caller) to
     `end` (exclusive), or to its end as it was at the call; raises `PairControlError` past
-    `timeout_s`."""
+    `timeout_s`. A leader move or a lost broker on the way is waited out within `timeout_s`."""
     if end is None:
-        _low, end = consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
+        _low, end = Retrying(timeout_s, budget_name="the read's timeout").watermark_offsets(
+            f"end of {partition.topic}-{partition.partition}",
+            consumer, partition.topic, partition.partition, timeout_s,
+        )  # fmt: skip
     deadline = time.monotonic() + timeout_s
     while True:
         # It moves past transaction markers and aborted records too.
@@ -111,8 +116,8 @@ def read_to_end(
         for message in consumer.consume(CONSUME_BATCH, timeout=0.2):
             error = message.error()
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
+                if error.code() == KafkaError._PARTITION_EOF or is_transient(error):
+                    continue  # the client retries; the deadline bounds the wait
                 raise KafkaException(error)
             offset = message.offset()
             if offset is not None and offset < end:

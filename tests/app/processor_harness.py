@@ -25,6 +25,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from app.clients.kafka_retry import Retrying
 from app.devkit.kraft_cluster import free_port
 from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS
 from app.devkit.waiting import wait_until
@@ -175,9 +176,11 @@ def read_committed(bootstrap: Kafka, topic: str) -> list[ReadRecord]:
     )
     try:
         metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
+        # A broker lost or back moves leaders: the end offsets' query waits that out.
+        retrying = Retrying(CLIENT_TIMEOUT_S, budget_name="CLIENT_TIMEOUT_S")
         ends = {
-            p: consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=CLIENT_TIMEOUT_S, cached=False
+            p: retrying.watermark_offsets(
+                f"end of {topic}-{p}", consumer, topic, p, CLIENT_TIMEOUT_S
             )[1]
             for p in metadata.partitions
         }
