@@ -65,7 +65,7 @@ from pyspark.sql.types import (
 
 from app.clients import LOG_FORMAT
 from app.clients.kafka_retry import Retrying, is_transient
-from app.processor import assignment_file
+from app.processor import assignment_file, native_memory
 from app.processor.aggregation import Aggregation, load_aggregation
 from app.processor.combine import INPUT, RESTORE, RangeFold
 from app.processor.source_offsets import (
@@ -420,6 +420,8 @@ class GroupAssignedReader(DataSourceStreamReader):
             # A failed or abandoned read leaves the client in an unknown state: never reuse it.
             _drop_reader_consumer(self.options.consumer_config)
             raise
+        finally:
+            native_memory.return_free_memory()
 
 
 # The consumer of this Python worker process, kept between tasks (Spark reuses its workers):

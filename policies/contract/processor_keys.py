@@ -284,13 +284,19 @@ KEYS: tuple[Key, ...] = (
     ),
     # The JVM's C1 compiler only: C2 spends a start's first minutes compiling on the cores
     # everything else needs; the price is slower steady-state batches (docs/benchmarks.md,
-    # "Start time"). Setting this key replaces the value.
+    # "Start time"). The serial collector: the driver's live heap is about 70 MiB (the state is
+    # in RocksDB, off the heap), and G1's remembered sets, marking bitmaps and concurrent
+    # threads cost 140-240 MiB more on the same 2 cores, for slower batches (docs/benchmarks.md,
+    # "Memory"). Setting this key replaces the value.
     Key(
         "spark.driver.extraJavaOptions",
         KeyType.STRING,
-        "-XX:TieredStopAtLevel=1",
+        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "the driver JVM's options",
     ),
+    # The driver's heap (-Xmx). Spark refuses less than 450 MiB; its default, 1g, lets the heap
+    # grow toward it with garbage a 70 MiB live set does not need.
+    Key("spark.driver.memory", KeyType.STRING, "512m", "the driver JVM's heap"),
     # As many as the cores, so a batch's stateful tasks run in one wave (each costs about the
     # same whatever its size). Fixed in the checkpoint at first start.
     _int("spark.sql.shuffle.partitions", "2", "the stateful stage's tasks", 1, set_by=SetBy.STACK),

@@ -21,6 +21,7 @@ from app.devkit.bench.ceiling import measure_ceiling, parse_perf_test
 from app.devkit.bench.measure import PeriodicSampler
 from app.devkit.bench.plots import rate_labels, throughput_bars
 from app.devkit.bench.rolling_restart import CASES, BenchParams, run_matrix
+from app.devkit.bench.throughput import Variant
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.waiting import wait_until
 
@@ -222,6 +223,28 @@ def test_bench_options_default_to_the_params_and_name_what_is_wrong(
         parse_args(["rolling-restart", "--cases", "static-kept,rolling"])
     assert exited.value.code == 2
     assert "unknown case(s) rolling; allowed: static-kept" in capsys.readouterr().err
+
+
+def test_throughput_variants_set_processor_keys_and_refuse_unknown_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = parse_args(
+        [
+            "throughput",
+            "--set", "spark.driver.memory=512m,max.records.per.batch=50000",
+            "--set", "consumer.fetch.max.bytes=8388608",
+        ]
+    )  # fmt: skip
+    assert [v.label for v in args.variants] == [
+        "spark.driver.memory=512m, max.records.per.batch=50000",
+        "consumer.fetch.max.bytes=8388608",
+    ]
+    assert Variant().label == "defaults"
+    with pytest.raises(SystemExit):
+        parse_args(["throughput", "--set", "max.record.per.batch=5"])
+    assert "'max.record.per.batch=5' is not KEY=VALUE with KEY a processor key" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_sampler_block_stops_sampling_before_an_error_leaves_it() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -33,6 +34,10 @@ def test_a_process_trees_memory_counts_its_descendants() -> None:
         wait_until(lambda: len(sampler.samples) >= 3, 30, "three samples", interval_s=0.05)
         sampler.stop()
         assert (sampler.peak_mib() or 0) >= 64
+        # The root is the "main" process; its (non-JVM) child one of the Python processes.
+        by_kind = sampler.peak_by_kind() or ""
+        found = re.fullmatch(r"JVM 0, main \d+, Python (\d+) \(1 process\)", by_kind)
+        assert found is not None and int(found[1]) >= 64, by_kind
     finally:
         for pid in reversed(process_tree(child.pid)):
             os.kill(pid, 9)

@@ -34,9 +34,19 @@ from app.clients import client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
 from app.devkit.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
 from app.devkit.bench.tables import TABLE_NAMES, TABLES
-from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
+from app.devkit.bench.throughput import (
+    DEFAULT_CONFIGS,
+    ThroughputParams,
+    Variant,
+    run_throughput,
+)
 from app.devkit.kraft_cluster import KraftCluster
-from policies.contract.processor_keys import DEFAULTS, PROTOCOL_CLASSIC, PROTOCOL_CONSUMER
+from policies.contract.processor_keys import (
+    DEFAULTS,
+    KNOWN_KEYS,
+    PROTOCOL_CLASSIC,
+    PROTOCOL_CONSUMER,
+)
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 EXIT_USAGE = 2
@@ -61,6 +71,25 @@ def _choices(what: str, allowed: Sequence[str]) -> Callable[[str], list[str]]:
 _cases = _choices("case", CASE_NAMES)
 _tables = _choices("table", TABLE_NAMES)
 _protocols = _choices("group protocol", (PROTOCOL_CLASSIC, PROTOCOL_CONSUMER))
+
+
+PASSED_ON = ("spark.", "consumer.", "producer.")
+
+
+def _variant(text: str) -> Variant:
+    settings = {}
+    for pair in text.split(","):
+        key, sep, value = pair.partition("=")
+        # The contract's keys, and what the processor hands on as is (it checks those at start).
+        key = key.strip()
+        if not sep or not (key in KNOWN_KEYS or key.startswith(PASSED_ON)):
+            raise argparse.ArgumentTypeError(
+                f"--set {text!r}: {pair!r} is not KEY=VALUE with KEY a processor key (see "
+                f"policies/contract/processor_keys.py) or a {'/'.join(PASSED_ON)}* key, e.g. "
+                "spark.driver.memory=512m"
+            )
+        settings[key] = value.strip()
+    return Variant(settings)
 
 
 def _configs(text: str) -> list[tuple[int, int]]:
@@ -144,6 +173,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="max.records.per.batch:trigger.interval.ms pairs, comma-separated (default "
         + ",".join(f"{r}:{t}" for r, t in DEFAULT_CONFIGS)
         + ")",
+    )
+    throughput.add_argument(
+        "--set",
+        dest="variants",
+        type=_variant,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="a variant: every configuration runs again with these contract keys set, one row "
+        "each beside the defaults' (repeat for more variants), e.g. --set spark.driver.memory=512m",
     )
     _add_numbers(
         throughput,
@@ -251,7 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             latency_rate=args.latency_rate,
             latency_s=args.latency_s,
         )
-        run_throughput(args.configs, params_tp, out, bootstrap, broker, client)
+        variants = [Variant(), *args.variants]
+        run_throughput(args.configs, params_tp, out, bootstrap, broker, client, variants)
         return 0
 
 

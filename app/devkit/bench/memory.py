@@ -5,6 +5,10 @@ workers (forked from a daemon), so its footprint is the sum over all of them. Ea
 its PSS (proportional set size, `/proc/<pid>/smaps_rollup`): pages shared by several processes
 (the workers share the daemon's imports) are divided among them, where RSS would count them once
 per process.
+
+The peak is also split by kind of process: the driver JVM, the instance's main Python process,
+and Spark's Python processes (the fork server, the launchers that stand in for its children,
+the daemons and their workers, the planners and the streaming source runner).
 """
 
 from __future__ import annotations
@@ -53,6 +57,31 @@ def tree_pss_bytes(pid: int) -> int:
     return sum(pss_bytes(p) for p in process_tree(pid))
 
 
+def process_kind(pid: int, root: int) -> str:
+    """What a process of an instance's tree is: "JVM", "main" (the root) or "Python"."""
+    if pid == root:
+        return "main"
+    try:
+        executable = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return "Python"
+    return "JVM" if executable.rsplit(b"/", 1)[-1] == b"java" else "Python"
+
+
+def tree_pss_by_kind(pid: int) -> dict[str, int]:
+    """The PSS of `pid` and its descendants in bytes, summed per `process_kind` (with the
+    number of Spark's Python processes under "Python processes")."""
+    kinds: dict[str, int] = {}
+    for p in process_tree(pid):
+        pss = pss_bytes(p)
+        if pss:
+            kind = process_kind(p, pid)
+            kinds[kind] = kinds.get(kind, 0) + pss
+            if kind == "Python":
+                kinds["Python processes"] = kinds.get("Python processes", 0) + 1
+    return kinds
+
+
 class MemorySampler(PeriodicSampler):
     """Samples a process tree's PSS every `interval_s` on a daemon thread."""
 
@@ -60,13 +89,30 @@ class MemorySampler(PeriodicSampler):
         super().__init__("memory", interval_s)
         self.pid = pid
         self.samples: list[int] = []
+        self._peak_kinds: dict[str, int] = {}
 
     def take(self) -> int:
         """The tree's PSS now, kept as a sample unless the tree is gone (0)."""
-        total = tree_pss_bytes(self.pid)
+        kinds = tree_pss_by_kind(self.pid)
+        total = sum(v for k, v in kinds.items() if k != "Python processes")
         if total:
+            if not self.samples or total > max(self.samples):
+                self._peak_kinds = kinds
             self.samples.append(total)
         return total
+
+    def peak_by_kind(self) -> str | None:
+        """The peak sample split by kind of process, in MiB: "JVM 685, main 107, Python 635
+        (21 processes)" (None without samples)."""
+        if not self.samples:
+            return None
+        kinds = self._peak_kinds
+        mib = {k: round(kinds.get(k, 0) / 2**20) for k in ("JVM", "main", "Python")}
+        count = kinds.get("Python processes", 0)
+        return (
+            f"JVM {mib['JVM']}, main {mib['main']}, Python {mib['Python']} "
+            f"({count} process{'' if count == 1 else 'es'})"
+        )
 
     def median_mib(self) -> float | None:
         """The median sample in MiB (None without samples)."""

@@ -62,6 +62,13 @@ TABLES: tuple[DocTable, ...] = (
         "--configs 1000000:1000,500000:1000 --latency-rate 1000 --latency-s 30",
     ),
     DocTable(
+        "memory",
+        "Memory",
+        "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
+        "--latency-rate 1000 --latency-s 30 "
+        "--set spark.driver.memory=1g,spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
+    ),
+    DocTable(
         "group-protocols",
         "Rollouts under both group protocols",
         "rolling-restart --cases rollout-handoff,rollout-static --instances 3 --partitions 6 "

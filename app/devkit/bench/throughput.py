@@ -12,6 +12,8 @@
    event time to output record time latency of those views gives p50 and p99; the output must
    then be exact (`app.devkit.truth`). The instance's memory (its process tree's PSS,
    `memory.py`) is sampled every second from its start to its stop.
+   With `--set`, each configuration runs again per variant of contract keys (a row each, the
+   contract's defaults first): a setting's cost and gain measured beside the defaults in one run.
 4. Restore: the instance starts again on an empty state directory (a pod on a new volume), so it
    restores every partition from the whole changelog. Restore records/s is the changelog records
    read over the time the source's readers spent reading them, by their own timer
@@ -23,8 +25,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.clients.client_properties import ClientConfig
@@ -53,6 +55,7 @@ DEFAULT_CONFIGS: tuple[tuple[int, int], ...] = (
 COLUMNS = (
     "max.records.per.batch",
     "trigger.interval.ms",
+    "settings",
     "events/s",
     "ceiling/s",
     "ceiling by",
@@ -63,6 +66,7 @@ COLUMNS = (
     "exact",
     "memory MiB (median)",
     "memory MiB (peak)",
+    "memory MiB at peak by process",
     "restore records",
     "restore records/s",
     "restore s (planning to commit)",
@@ -84,6 +88,18 @@ class ThroughputParams:
     seed: int = 7
 
 
+@dataclass(frozen=True)
+class Variant:
+    """Contract keys an instance gets beside the defaults (none: the defaults themselves)."""
+
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The row's `settings` cell."""
+        return ", ".join(f"{k}={v}" for k, v in self.settings.items()) or "defaults"
+
+
 def run_throughput(
     configs: Sequence[tuple[int, int]],
     params: ThroughputParams,
@@ -91,15 +107,17 @@ def run_throughput(
     bootstrap_servers: str,
     broker: str,
     client: ClientConfig | None = None,
+    variants: Sequence[Variant] = (Variant(),),
 ) -> list[dict[str, float | str | None]]:
-    """Run every configuration; write the table and the graph (`broker` names the cluster in
-    every row); the rows."""
+    """Run every configuration under every variant; write the table and the graph (`broker`
+    names the cluster in every row); the rows."""
     client = client or ClientConfig()
     run_id = uuid.uuid4().hex[:6]
     rows: list[dict[str, float | str | None]] = []
     ceiling: Ceiling | None = None
-    for max_records, trigger_ms in configs:
-        prefix = f"tp-{run_id}-{max_records}-{trigger_ms}"
+    runs = [(c, i, v) for c in configs for i, v in enumerate(variants)]
+    for (max_records, trigger_ms), index, variant in runs:
+        prefix = f"tp-{run_id}-{max_records}-{trigger_ms}" + (f"-v{index}" if index else "")
         input_topic = f"{prefix}-page-views"
         setup = PipelineSetup(
             base_dir=out_dir / "state" / prefix,
@@ -112,6 +130,7 @@ def run_throughput(
                 trigger_interval_ms=trigger_ms,
                 max_records_per_batch=max_records,
                 spark_cores=params.spark_cores,
+                extra=variant.settings,
             ),
         )
         with LocalPipeline(setup) as pipeline:
@@ -121,14 +140,19 @@ def run_throughput(
                     bootstrap_servers, input_topic, params.backlog, client.resolved
                 )
                 write_ceiling(out_dir, ceiling, params, broker)
-            row = measure_instance(pipeline, params)
-            row.update(measure_restore(pipeline, params))
+            try:
+                row = measure_instance(pipeline, params)
+                row.update(measure_restore(pipeline, params))
+            except RuntimeError as exc:  # one variant's failure (a refused setting) keeps the rest
+                log.error("%s: %s", variant.label, exc)
+                row = {"events/s": None, "exact": "not measured: the instance exited"}
         events = row["events/s"]
         by, best = ceiling.best
         rows.append(
             {
                 "max.records.per.batch": max_records,
                 "trigger.interval.ms": trigger_ms,
+                "settings": variant.label,
                 **row,
                 "ceiling/s": round(best),
                 "ceiling by": by,
@@ -140,7 +164,11 @@ def run_throughput(
     print(text, flush=True)
     plots.throughput_bars(
         out_dir / "throughput.png",
-        [f"{r['max.records.per.batch']}/{r['trigger.interval.ms']}ms" for r in rows],
+        [
+            f"{r['max.records.per.batch']}/{r['trigger.interval.ms']}ms"
+            + ("" if r["settings"] == "defaults" else f"\n{r['settings']}")
+            for r in rows
+        ],
         [float(r["events/s"] or 0) for r in rows],
         ceiling.best[1] if ceiling is not None else 0.0,
     )
@@ -195,7 +223,13 @@ def measure_instance(
         deadline = time.monotonic() + params.ready_timeout_s
         first: tuple[float, int] | None = None
         last: tuple[float, int] | None = None
+        instance = pipeline.instances[0]
         while time.monotonic() < deadline:
+            if not instance.running:
+                raise RuntimeError(
+                    f"{instance.name} exited before it worked off the backlog; see "
+                    f"{instance.log_path}"
+                )
             sample = timeline.take()
             committed = sum(p.committed or 0 for p in sample.lag.values())
             if first is None and committed > 0:
@@ -234,6 +268,7 @@ def measure_instance(
         "exact": "yes" if check.ok else "NO",
         "memory MiB (median)": memory.median_mib(),
         "memory MiB (peak)": memory.peak_mib(),
+        "memory MiB at peak by process": memory.peak_by_kind(),
     }
     return row
 
