@@ -54,7 +54,7 @@ def pss_bytes(pid: int) -> int:
 
 def tree_pss_bytes(pid: int) -> int:
     """The summed PSS of `pid` and its descendants."""
-    return sum(pss_bytes(p) for p in process_tree(pid))
+    return sum(sum(sizes) for sizes in tree_pss_by_kind(pid).values())
 
 
 def process_kind(pid: int, root: int) -> str:
@@ -68,17 +68,13 @@ def process_kind(pid: int, root: int) -> str:
     return "JVM" if executable.rsplit(b"/", 1)[-1] == b"java" else "Python"
 
 
-def tree_pss_by_kind(pid: int) -> dict[str, int]:
-    """The PSS of `pid` and its descendants in bytes, summed per `process_kind` (with the
-    number of Spark's Python processes under "Python processes")."""
-    kinds: dict[str, int] = {}
+def tree_pss_by_kind(pid: int) -> dict[str, list[int]]:
+    """The PSS in bytes of each live process of `pid`'s tree, grouped by `process_kind`."""
+    kinds: dict[str, list[int]] = {}
     for p in process_tree(pid):
         pss = pss_bytes(p)
         if pss:
-            kind = process_kind(p, pid)
-            kinds[kind] = kinds.get(kind, 0) + pss
-            if kind == "Python":
-                kinds["Python processes"] = kinds.get("Python processes", 0) + 1
+            kinds.setdefault(process_kind(p, pid), []).append(pss)
     return kinds
 
 
@@ -89,14 +85,14 @@ class MemorySampler(PeriodicSampler):
         super().__init__("memory", interval_s)
         self.pid = pid
         self.samples: list[int] = []
-        self._peak_kinds: dict[str, int] = {}
+        self._peak_kinds: dict[str, list[int]] = {}
 
     def take(self) -> int:
         """The tree's PSS now, kept as a sample unless the tree is gone (0)."""
         kinds = tree_pss_by_kind(self.pid)
-        total = sum(v for k, v in kinds.items() if k != "Python processes")
+        total = sum(sum(sizes) for sizes in kinds.values())
         if total:
-            if not self.samples or total > max(self.samples):
+            if total > max(self.samples, default=0):
                 self._peak_kinds = kinds
             self.samples.append(total)
         return total
@@ -106,9 +102,10 @@ class MemorySampler(PeriodicSampler):
         (21 processes)" (None without samples)."""
         if not self.samples:
             return None
-        kinds = self._peak_kinds
-        mib = {k: round(kinds.get(k, 0) / 2**20) for k in ("JVM", "main", "Python")}
-        count = kinds.get("Python processes", 0)
+        mib = {
+            k: round(sum(self._peak_kinds.get(k, ())) / 2**20) for k in ("JVM", "main", "Python")
+        }
+        count = len(self._peak_kinds.get("Python", ()))
         return (
             f"JVM {mib['JVM']}, main {mib['main']}, Python {mib['Python']} "
             f"({count} process{'' if count == 1 else 'es'})"
