@@ -69,6 +69,11 @@ class RangeFold:
     def __len__(self) -> int:
         return len(self.keys) + len(self.rejected)
 
+    @property
+    def records(self) -> int:
+        """How many records the rows stand for."""
+        return sum(entry[0] for entry in self.keys.values()) + len(self.rejected)
+
     def columns(self) -> dict[str, list]:
         """The rows as columns: key, value, offset, records, reason."""
         keys: list[bytes | None] = list(self.keys)

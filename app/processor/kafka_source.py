@@ -21,15 +21,15 @@ Planning, per kept partition (`SourceOffsets` documents the offsets, `state_rest
   from the group's committed offset.
 
 Reading: the planned ranges (input split at `SPLIT_RECORDS`) are packed into as few tasks as
-keep every core busy (`read.tasks`, the executor's cores), each read one range after the other
-with one consumer that its Python worker keeps between tasks: a task and a new consumer per range
-cost more than a caught-up batch's records. The reader folds each range's records with
-`combine.RangeFold` before they cross into the JVM (one row per page and range, see
-`combine.py`). Rows: key, value,
-partition, offset (the last one the row stands for), records (how many), `kind` (`input` or
-`restore`), `restore_epoch` (see `SourceOffsets`) and `reason` (why a record goes to the
-dead-letter topic, NULL for a valid one). Nothing here commits offsets: the sink does, inside its
-transaction; `commit()` runs late and never for the last batch (DESIGN.md).
+keep every core busy (`read.tasks`, the executor's cores), each read with one consumer that its
+Python worker keeps between tasks (a task and a new consumer per range cost more than a
+caught-up batch's records), the ranges of different partitions at once. The reader folds each
+range's records with `combine.RangeFold` before they cross into the JVM (one row per page and
+range, see `combine.py`). Rows: key, value, partition, offset (the last one the row stands
+for), records (how many), `kind` (`input` or `restore`), `restore_epoch` (see `SourceOffsets`)
+and `reason` (why a record goes to the dead-letter topic, NULL for a valid one). Nothing here
+commits offsets: the sink does, inside its transaction; `commit()` runs late and never for the
+last batch (DESIGN.md).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class KafkaRange(InputPartition):
 
 @dataclass(frozen=True)
 class KafkaRanges(InputPartition):
-    """One task's work: ranges read one after the other with one consumer."""
+    """One task's work: ranges read with one consumer, those of different partitions at once."""
 
     ranges: tuple[KafkaRange, ...]
 
@@ -414,8 +414,7 @@ class GroupAssignedReader(DataSourceStreamReader):
         consumer = _reader_consumer(self.options.consumer_config)
         try:
             aggregation = load_aggregation(self.options.aggregation_class)
-            for one in partition.ranges:
-                yield from read_range(consumer, one, self.options.retrying, aggregation)
+            yield from read_ranges(consumer, partition.ranges, self.options.retrying, aggregation)
         except BaseException:
             # A failed or abandoned read leaves the client in an unknown state: never reuse it.
             _drop_reader_consumer(self.options.consumer_config)
@@ -469,14 +468,35 @@ def pack_tasks(ranges: Sequence[KafkaRange], tasks: int) -> list[KafkaRanges]:
     ]
 
 
-def read_range(
-    consumer: Consumer, work: KafkaRange, retrying: Retrying, aggregation: Aggregation
+def read_ranges(
+    consumer: Consumer, ranges: Sequence[KafkaRange], retrying: Retrying, aggregation: Aggregation
 ) -> Iterator[pa.RecordBatch]:
-    """Read offsets [work.begin, work.end) of one partition with `assign()`, folded per key."""
-    tp = TopicPartition(work.topic, work.partition)
-    fold = RangeFold(work.kind, aggregation)
+    """Read offsets [begin, end) of every range with `assign()`, each folded per key: the
+    ranges of different partitions at once, the ranges of one partition one after the other."""
+    pending = list(ranges)
+    while pending:
+        together: dict[tuple[str, int], KafkaRange] = {}
+        later: list[KafkaRange] = []
+        for work in pending:
+            if together.setdefault((work.topic, work.partition), work) is not work:
+                later.append(work)
+        yield from _read_together(consumer, list(together.values()), retrying, aggregation)
+        pending = later
+
+
+def _read_together(
+    consumer: Consumer, ranges: Sequence[KafkaRange], retrying: Retrying, aggregation: Aggregation
+) -> Iterator[pa.RecordBatch]:
+    """Read ranges of distinct partitions at once. Sequentially, every range paid a round trip
+    or two to its leader before its first record and a consume timeout after its last (the
+    commit marker that ends it is never delivered): most of a small range's time."""
     started = time.perf_counter()
-    try:
+    folds: dict[tuple[str, int], RangeFold] = {}
+    open_ranges: dict[tuple[str, int], KafkaRange] = {}
+    begins: list[TopicPartition] = []
+    for work in ranges:
+        key = (work.topic, work.partition)
+        folds[key] = RangeFold(work.kind, aggregation)
         begin = work.begin
         if begin == OFFSET_BEGINNING:
             begin, _ = retrying.watermark_offsets(
@@ -486,28 +506,73 @@ def read_range(
                 work.partition,
                 CLIENT_TIMEOUT_S,
             )
-        if begin >= work.end:
-            return
-        consumer.assign([TopicPartition(work.topic, work.partition, begin)])
-        last_progress = time.monotonic()
-        position = begin
-        while position < work.end:
-            wanted = min(READ_CHUNK, work.end - position)
-            fold.add_messages(consumer.consume(wanted, timeout=CONSUME_TIMEOUT_S), work.end, _check)
-            # The position moves past transaction markers and aborted records too.
-            new_position = consumer.position([tp])[0].offset
-            if new_position > position:
-                position, last_progress = new_position, time.monotonic()
-            elif time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
-                raise RuntimeError(
-                    f"{work.topic}-{work.partition}: no progress at offset {position} for "
-                    f"{READ_STALL_TIMEOUT_S:g} s while reading up to {work.end}; were the "
-                    "records deleted (retention) or the topic recreated?"
-                )
-    finally:
-        consumer.unassign()
-    if len(fold):
-        yield _to_arrow(fold, work, round((time.perf_counter() - started) * 1e6))
+        if begin < work.end:
+            open_ranges[key] = work
+            begins.append(TopicPartition(work.topic, work.partition, begin))
+    if begins:
+        consumer.assign(begins)
+        try:
+            _read_open(
+                consumer, open_ranges, folds, {(tp.topic, tp.partition): tp.offset for tp in begins}
+            )
+        finally:
+            # A paused partition stays paused through unassign() and a later assign().
+            consumer.resume(begins)
+            consumer.unassign()
+    # The readers' timer (the restore's rate): the ranges share the time they were read in, each
+    # its share of the records, so that the shares add up to the time.
+    seconds = time.perf_counter() - started
+    sizes = {key: max(1, fold.records) for key, fold in folds.items()}
+    total = sum(sizes.values())
+    for work in ranges:
+        fold = folds[(work.topic, work.partition)]
+        if len(fold):
+            share = seconds * sizes[(work.topic, work.partition)] / total
+            yield _to_arrow(fold, work, round(share * 1e6))
+
+
+def _read_open(
+    consumer: Consumer,
+    open_ranges: dict[tuple[str, int], KafkaRange],
+    folds: Mapping[tuple[str, int], RangeFold],
+    positions: dict[tuple[str, int], int],
+) -> None:
+    """Consume until every open range's position reaches its end; each reached one is paused,
+    so that its records past the end are neither fetched nor handed over any more."""
+    last_progress = time.monotonic()
+    while open_ranges:
+        wanted = min(READ_CHUNK, sum(w.end - positions[k] for k, w in open_ranges.items()))
+        by_partition: dict[tuple[Any, Any], list[Any]] = {}  # an error may have no partition
+        for message in consumer.consume(wanted, timeout=CONSUME_TIMEOUT_S):
+            by_partition.setdefault((message.topic(), message.partition()), []).append(message)
+        for key, messages in by_partition.items():
+            if key in open_ranges:
+                folds[key].add_messages(messages, open_ranges[key].end, _check)
+            else:
+                for message in messages:  # an error not tied to an open range
+                    if message.error() is not None:
+                        _check(message.error())
+        # The position moves past transaction markers and aborted records too.
+        tps = [TopicPartition(t, p) for t, p in open_ranges]
+        moved = False
+        for tp in consumer.position(tps):
+            key = (tp.topic, tp.partition)
+            if tp.offset > positions[key]:
+                positions[key], moved = tp.offset, True
+            if tp.offset >= open_ranges[key].end:
+                del open_ranges[key]
+                consumer.pause([TopicPartition(tp.topic, tp.partition)])
+        if moved:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
+            stalled = ", ".join(
+                f"{t}-{p} at offset {positions[(t, p)]} (reading up to {w.end})"
+                for (t, p), w in open_ranges.items()
+            )
+            raise RuntimeError(
+                f"no progress for {READ_STALL_TIMEOUT_S:g} s: {stalled}; were the records "
+                "deleted (retention) or the topic recreated?"
+            )
 
 
 def _check(error: KafkaError) -> None:

@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 
 CATCH_UP_TIMEOUT_S = 30.0
 WATCH_POLL_S = 0.2
+# The control topic's readers stay at its head between batches, where a short fetch wait
+# (`consumer.fetch.wait.max.ms`, short for the range readers) would poll a quiet topic a hundred
+# times a second: they wait as long as librdkafka does by default, and a new record still ends
+# the wait at once.
+HEAD_FETCH_WAIT_MS = "500"
 
 
 @dataclass(frozen=True)
@@ -125,11 +130,22 @@ def _plan_partition(
     )
 
 
-def _reader(consumer_config: Mapping[str, str], client_id: str) -> Consumer:
-    """A consumer that reads assigned partitions to their end; it never joins a group."""
+def reader_config(
+    consumer_config: Mapping[str, str], client_id: str, *, at_head: bool = False
+) -> dict[str, str]:
+    """The settings of a consumer that reads assigned partitions to their end and never joins a
+    group; `at_head`: one that stays assigned at the head of the control topic."""
     config = {k: v for k, v in consumer_config.items() if k != "group.instance.id"}
     config.update({"client.id": client_id, "isolation.level": "read_committed"})
-    return Consumer(config)
+    if at_head:
+        config["fetch.wait.max.ms"] = HEAD_FETCH_WAIT_MS
+    return config
+
+
+def _reader(
+    consumer_config: Mapping[str, str], client_id: str, *, at_head: bool = False
+) -> Consumer:
+    return Consumer(reader_config(consumer_config, client_id, at_head=at_head))
 
 
 class PairControl:
@@ -155,7 +171,7 @@ class PairControl:
         self._closing = threading.Event()
         self._watcher: threading.Thread | None = None
         self._control_tp = TopicPartition(control_topic, 0, OFFSET_BEGINNING)
-        self._control = _reader(consumer_config, f"{client_id}-pair-control")
+        self._control = _reader(consumer_config, f"{client_id}-pair-control", at_head=True)
         self._control.assign([self._control_tp])
         # The take-overs' reads: this side's changelog, the input between release and take-over.
         self._records = _reader(consumer_config, f"{client_id}-pair-reads")
@@ -173,7 +189,7 @@ class PairControl:
         self._watcher.start()
 
     def _watch(self, nudge: Callable[[int], None]) -> None:
-        consumer = _reader(self._consumer_config, f"{self._client_id}-pair-watch")
+        consumer = _reader(self._consumer_config, f"{self._client_id}-pair-watch", at_head=True)
         try:
             consumer.assign([TopicPartition(self.control_topic, 0, OFFSET_BEGINNING)])
             while not self._closing.is_set():

@@ -226,6 +226,18 @@ KEYS: tuple[Key, ...] = (
     _int(
         "consumer.heartbeat.interval.ms", "1000", "how often a member tells the group it lives", 1
     ),
+    # The source's readers assign a planned range, read it to its end and go on to the next. At
+    # a partition's head librdkafka's next fetch waits up to this long for new records, and the
+    # broker answers a connection's requests in order: the next range's requests to the same
+    # broker queue behind it. A changelog gets records once a batch, so with librdkafka's 500 ms
+    # every restore read that followed one on the same leader took half a second more
+    # (docs/benchmarks.md, "Restore"). The group member pauses its partitions and never fetches.
+    _int(
+        "consumer.fetch.wait.max.ms",
+        "10",
+        "how long a fetch waits at a partition's head for new records",
+        0,
+    ),
     Key(
         "consumer.partition.assignment.strategy",
         KeyType.ENUM,

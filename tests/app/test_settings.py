@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.clients.java_properties import parse_properties
+from app.processor.pair import reader_config
 from app.processor.pipeline import source_options
 from app.processor.settings import (
     DEFAULTS,
@@ -55,6 +56,7 @@ CONTRACT_DEFAULTS = {
     "consumer.group.protocol": "classic",
     "consumer.partition.assignment.strategy": "cooperative-sticky",
     "consumer.isolation.level": "read_committed",
+    "consumer.fetch.wait.max.ms": "10",
     "consumer.max.poll.interval.ms": "300000",
     "consumer.enable.auto.commit": "false",
     "producer.transaction.timeout.ms": "60000",
@@ -490,3 +492,16 @@ def test_the_source_packs_its_reads_into_as_many_tasks_as_spark_master_has_cores
     settings = load(tmp_path, BASE + f"spark.master={master}\n")
     assert settings.executor_cores == cores
     assert source_options(settings).read_tasks == cores
+
+
+def test_range_readers_leave_a_partition_head_at_once_and_the_pair_watchers_long_poll(
+    tmp_path: Path,
+) -> None:
+    settings = load(tmp_path, BASE)
+    assert source_options(settings).consumer_config["fetch.wait.max.ms"] == "10"
+    pair_reads = reader_config(settings.consumer_config(), "pair-reads")
+    assert pair_reads["fetch.wait.max.ms"] == "10"
+    watcher = reader_config(settings.consumer_config(), "pair-watch", at_head=True)
+    assert watcher["fetch.wait.max.ms"] == "500"
+    overridden = load(tmp_path, BASE + "consumer.fetch.wait.max.ms=100\n")
+    assert source_options(overridden).consumer_config["fetch.wait.max.ms"] == "100"

@@ -193,6 +193,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--keys": "distinct pages",
             "--latency-rate": "records/s for the latency phase",
             "--latency-s": "seconds of the latency phase",
+            "--restores": "restores of the whole changelog per row, one after another",
         },
     )
     tables = sub.add_parser(
@@ -289,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keys=args.keys,
             latency_rate=args.latency_rate,
             latency_s=args.latency_s,
+            restores=args.restores,
         )
         variants = [Variant(), *args.variants]
         run_throughput(args.configs, params_tp, out, bootstrap, broker, client, variants)

@@ -69,6 +69,12 @@ TABLES: tuple[DocTable, ...] = (
         "--set spark.driver.memory=1g,spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
     ),
     DocTable(
+        "restore",
+        "Restore",
+        "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
+        "--latency-rate 1000 --latency-s 30 --restores 5 --set consumer.fetch.wait.max.ms=500",
+    ),
+    DocTable(
         "group-protocols",
         "Rollouts under both group protocols",
         "rolling-restart --cases rollout-handoff,rollout-static --instances 3 --partitions 6 "
