@@ -8,6 +8,7 @@ with state kept, then one with the state wiped), as the benchmark itself does.
 from __future__ import annotations
 
 import csv
+import re
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -157,6 +158,13 @@ def test_handoff_moves_the_partitions_and_keeps_counts_exact(
     assert int(row["assigned (others)"]) > 0, row
     assert int(row["revoked (others)"]) > 0, row
     assert row["processed again s"], row
+    # The instances' logs tell each move's phases (the columns's parser reads the real lines).
+    moved = row["moved partitions: longest gap by the logs, s"]
+    assert re.fullmatch(
+        r"p\d+ \S+->\S+: [\d.]+ = [\d.-]+ rebalance \+ [\d.-]+ wait \+ [\d.-]+ first batch "
+        r"\(longest of \d+ moves\)",
+        moved,
+    ), row
     # The restarted instance joined only once its copies (kept on its volume across the restart)
     # were caught up: what it took back, it restored from their changelog tails (or nothing, a
     # copy already at the changelog's end), never from a whole changelog. (A partition first

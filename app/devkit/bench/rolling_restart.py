@@ -38,7 +38,7 @@ from app.admin.pair_switch import (
     wait_taken,
 )
 from app.clients.client_properties import ClientConfig
-from app.devkit.bench import plots
+from app.devkit.bench import handoff_phases, plots
 from app.devkit.bench.measure import (
     Timeline,
     TimelineSample,
@@ -270,6 +270,7 @@ COLUMNS = (
     "instance exits",
     "down s",
     "processed again s",
+    "moved partitions: longest gap by the logs, s",
     "note",
 )
 
@@ -404,11 +405,12 @@ def run_group(
         pipeline.output.wait_until_caught_up(60.0)
         latest, _, _ = pipeline.output.snapshot()
         records = list(pipeline.output.records)
+        logs = {i.name.removeprefix(f"{prefix}-"): i.log_path for i in pipeline.instances}
     check = check_output(summary.truth, latest)
     latencies = summary.truth.latencies
     results = []
     for event in restarts:
-        row = _row(event, check, records, latencies, params, broker)
+        row = _row(event, check, records, latencies, params, broker, logs)
         if drained is None and not check.ok:
             # Not an exactness failure unless an output value is one the truth never had (a
             # record counted twice) or repeats.
@@ -647,6 +649,7 @@ def _row(
     latencies: Sequence[Latency],
     params: BenchParams,
     broker: str,
+    logs: Mapping[str, Path],
 ) -> dict[str, object]:
     end = max(event.recovered_at or 0.0, event.started_at) + params.tail_s
     window = (int(event.stopped_at * 1000), int(end * 1000))
@@ -657,6 +660,8 @@ def _row(
     restored_records = (restored.metric(RESTORED) if restored else 0.0) + sum(
         metric_delta(event.before.get(n), event.after.get(n), RESTORED) for n in others
     )
+    # A pair's sides never hand a partition to each other through the group.
+    moves = [] if event.case.pair else handoff_phases.moves(logs, event.stopped_at, end)
     notes = []
     if event.case.broker_roll:
         notes.append(f"instances that exited: {', '.join(event.exited) or 'none'}")
@@ -705,6 +710,7 @@ def _row(
         "processed again s": (
             event.recovered_at - event.stopped_at if event.recovered_at is not None else None
         ),
+        "moved partitions: longest gap by the logs, s": handoff_phases.summary(moves),
         "note": "; ".join(notes),
     }
 

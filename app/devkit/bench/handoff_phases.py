@@ -1,0 +1,131 @@
+"""Where a moved partition's time without output goes, from the instances' own logs.
+
+A partition that moves from one instance to another is without output from the old owner's last
+commit of it to the new owner's first. The instances log each step (`sink`: a batch's commit and
+its input offsets; `membership`: a rebalance's assigned partitions; `kafka_source`: a gained
+partition's planning), so the gap splits into:
+
+- **rebalance**: the old owner's last commit to the group's assignment to the new owner (the old
+  owner's leaving, the heartbeat that tells the others, the join and sync);
+- **wait**: the assignment to the first batch that plans the partition (the batch running when
+  it came, and the trigger's next tick);
+- **first batch**: that batch, from its planning to its commit (the changelog's tail after the
+  new owner's copy, the input since the old owner's last commit, and the transaction).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO "
+_COMMIT = re.compile(_STAMP + r"app\.processor\.sink: batch \d+: committed .*? offsets \{([^}]*)\}")
+_ASSIGNED = re.compile(_STAMP + r"app\.processor\.membership: rebalance: assigned \[([^\]]*)\]")
+_PLANNED = re.compile(_STAMP + r"app\.processor\.kafka_source: partition \S+-(\d+) \(gained\)")
+
+
+@dataclass(frozen=True)
+class Move:
+    """One partition's move from one instance to another, as their logs tell it."""
+
+    partition: int
+    source: str
+    target: str
+    last_commit: float  # the source's last commit of the partition
+    assigned: float  # the group gave it to the target
+    planned: float  # the target's batch planned it
+    first_commit: float  # the target's first commit of it
+
+    @property
+    def gap(self) -> float:
+        """Seconds without a commit of the partition."""
+        return self.first_commit - self.last_commit
+
+    @property
+    def phases(self) -> tuple[float, float, float]:
+        """Rebalance, wait and first batch, in seconds (they add up to the gap)."""
+        return (
+            self.assigned - self.last_commit,
+            self.planned - self.assigned,
+            self.first_commit - self.planned,
+        )
+
+    def describe(self) -> str:
+        """e.g. `p3 a->b: 3.3 = 0.9 rebalance + 1.0 wait + 1.4 first batch`."""
+        rebalance, wait, first = self.phases
+        return (
+            f"p{self.partition} {self.source}->{self.target}: {self.gap:.1f} = "
+            f"{rebalance:.1f} rebalance + {wait:.1f} wait + {first:.1f} first batch"
+        )
+
+
+@dataclass(frozen=True)
+class _Event:
+    at: float
+    instance: str
+    kind: str  # "commit", "assigned" or "planned"
+    partitions: frozenset[int]
+
+
+def _stamp(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def _partitions(text: str) -> frozenset[int]:
+    return frozenset(int(p.split(":")[0]) for p in text.split(",") if p.strip())
+
+
+def read_events(lines: Iterable[str], instance: str) -> list[_Event]:
+    """The commits, assignments and plannings of gained partitions in one instance's log."""
+    events = []
+    for line in lines:
+        for kind, pattern in (("commit", _COMMIT), ("assigned", _ASSIGNED), ("planned", _PLANNED)):
+            match = pattern.match(line)
+            if match is not None:
+                at, partitions = _stamp(match.group(1)), _partitions(match.group(2))
+                events.append(_Event(at, instance, kind, partitions))
+                break
+    return events
+
+
+def moves(logs: Mapping[str, Path], since: float, until: float) -> list[Move]:
+    """Every move whose new owner was assigned the partition in [since, until], complete in the
+    logs (the old owner's last commit before it, the new owner's planning and commit after)."""
+    events: list[_Event] = []
+    for instance, path in logs.items():
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            events.extend(read_events(lines, instance))
+    events.sort(key=lambda e: e.at)
+    found = []
+    for assigned in events:
+        if assigned.kind != "assigned" or not since <= assigned.at <= until:
+            continue
+        mine = [e for e in events if e.at >= assigned.at and e.instance == assigned.instance]
+        for p in sorted(assigned.partitions):
+            before = [
+                e
+                for e in events
+                if e.kind == "commit" and p in e.partitions and e.at <= assigned.at
+                and e.instance != assigned.instance
+            ]  # fmt: skip
+            planned = next((e for e in mine if e.kind == "planned" and p in e.partitions), None)
+            if not before or planned is None:
+                continue
+            commits = [e for e in mine if e.kind == "commit" and p in e.partitions]
+            first = next((e for e in commits if e.at >= planned.at), None)
+            if first is not None:
+                last = before[-1]
+                found.append(Move(p, last.instance, assigned.instance, last.at, assigned.at,
+                                  planned.at, first.at))  # fmt: skip
+    return found
+
+
+def summary(found: list[Move]) -> str | None:
+    """The table cell: the longest move, and how many there were."""
+    if not found:
+        return None
+    worst = max(found, key=lambda m: m.gap)
+    return f"{worst.describe()} (longest of {len(found)} moves)"
