@@ -105,7 +105,7 @@ TEST_BROKER_CONFIGS: Mapping[str, str] = {
     # Let groups of the consumer protocol (KIP-848) use session timeouts and heartbeats as short
     # as the classic protocol allows (defaults: at least 45 s and 5 s), to keep tests short.
     "group.consumer.min.session.timeout.ms": "6000",
-    "group.consumer.min.heartbeat.interval.ms": "1000",
+    "group.consumer.min.heartbeat.interval.ms": "250",
     # The internal topics are created on first use (the first group, the first transaction):
     # 6 partitions instead of 50 make that a second on a new cluster instead of several.
     "offsets.topic.num.partitions": "6",

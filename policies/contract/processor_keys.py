@@ -222,10 +222,10 @@ KEYS: tuple[Key, ...] = (
         set_by=SetBy.STACK,
     ),
     # A member learns of a rebalance at its next heartbeat: a hand-off's moved partitions wait
-    # up to one interval. One small request a second per member is nothing to the coordinator.
-    _int(
-        "consumer.heartbeat.interval.ms", "1000", "how often a member tells the group it lives", 1
-    ),
+    # up to one interval (at 1 s, 0.4-1.5 s of a hand-off's gap went to the rebalance;
+    # docs/benchmarks.md, "Rollouts and failover"). Four small requests a second per member are
+    # nothing to the coordinator.
+    _int("consumer.heartbeat.interval.ms", "250", "how often a member tells the group it lives", 1),
     # The source's readers assign a planned range, read it to its end and go on to the next. At
     # a partition's head librdkafka's next fetch waits up to this long for new records, and the
     # broker answers a connection's requests in order: the next range's requests to the same

@@ -15,12 +15,13 @@ from infra.config import StackConfigError, build_stack_config
 from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
 from policies.contract import acl_specs, membership
-from policies.contract.processor_keys import CLASSIC_PROTOCOL_ONLY
+from policies.contract.processor_keys import CLASSIC_PROTOCOL_ONLY, DEFAULTS
 from policies.contract.topic_specs import loads_groups
 from tests.infra.conftest import container_env, k8s_object, names_of
 from tests.infra.conftest import processor_properties as properties
 
 KIP848 = {"processor.groupProtocol": "consumer"}
+HEARTBEAT_MS = int(DEFAULTS["consumer.heartbeat.interval.ms"])
 
 
 @cache
@@ -62,7 +63,7 @@ def test_the_reconciler_sets_the_groups_session_from_the_restart_budget(stack: s
     session = config.processor.computed_session_timeout_ms
     assert group.configs == {
         membership.GROUP_SESSION_TIMEOUT_KEY: str(session),
-        membership.GROUP_HEARTBEAT_INTERVAL_KEY: str(min(1000, session // 3)),
+        membership.GROUP_HEARTBEAT_INTERVAL_KEY: str(min(HEARTBEAT_MS, session // 3)),
     }
 
 

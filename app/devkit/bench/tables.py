@@ -44,6 +44,12 @@ TABLES: tuple[DocTable, ...] = (
         "--instances 3 --partitions 6 --rate 1000 --keys 10000 --session-timeout-ms 10000",
     ),
     DocTable(
+        "handoff-phases",
+        "Where a hand-off's time goes",
+        "rolling-restart --cases rollout-handoff --instances 3 --partitions 6 --rate 1000 "
+        "--keys 10000 --session-timeout-ms 10000",
+    ),
+    DocTable(
         "rollouts",
         "Rollouts and failover",
         "rolling-restart --cases rollout-handoff,rollout-static,handoff,standby-failover "
