@@ -522,13 +522,11 @@ def _read_together(
     # The readers' timer (the restore's rate): the ranges share the time they were read in, each
     # its share of the records, so that the shares add up to the time.
     seconds = time.perf_counter() - started
-    sizes = {key: max(1, fold.records) for key, fold in folds.items()}
-    total = sum(sizes.values())
+    total = sum(fold.records for fold in folds.values())
     for work in ranges:
         fold = folds[(work.topic, work.partition)]
-        if len(fold):
-            share = seconds * sizes[(work.topic, work.partition)] / total
-            yield _to_arrow(fold, work, round(share * 1e6))
+        if len(fold):  # then it stands for at least one record, and total > 0
+            yield _to_arrow(fold, work, round(seconds * fold.records / total * 1e6))
 
 
 def _read_open(

@@ -222,16 +222,17 @@ KEYS: tuple[Key, ...] = (
         set_by=SetBy.STACK,
     ),
     # A member learns of a rebalance at its next heartbeat: a hand-off's moved partitions wait
-    # up to one interval (at 1 s, 0.4-1.5 s of a hand-off's gap went to the rebalance;
-    # docs/benchmarks.md, "Rollouts and failover"). Four small requests a second per member are
-    # nothing to the coordinator.
+    # up to one interval (at 1 s, 0.1-1.5 s of a moved partition's gap went to the rebalance,
+    # 0.1-0.6 s at 250 ms; docs/benchmarks.md, "Where a hand-off's time goes"). Four small
+    # requests a second per member are nothing to the coordinator.
     _int("consumer.heartbeat.interval.ms", "250", "how often a member tells the group it lives", 1),
-    # The source's readers assign a planned range, read it to its end and go on to the next. At
-    # a partition's head librdkafka's next fetch waits up to this long for new records, and the
-    # broker answers a connection's requests in order: the next range's requests to the same
-    # broker queue behind it. A changelog gets records once a batch, so with librdkafka's 500 ms
-    # every restore read that followed one on the same leader took half a second more
-    # (docs/benchmarks.md, "Restore"). The group member pauses its partitions and never fetches.
+    # The source's readers assign planned ranges, read them to their ends and go on to the next
+    # task's. At a partition's head librdkafka's next fetch waits up to this long for new
+    # records, and the broker answers a connection's requests in order: the next requests to
+    # the same broker queue behind it. A changelog gets records once a batch, so with
+    # librdkafka's 500 ms a restore read that followed one on the same leader took half a second
+    # more (docs/benchmarks.md, "Restore"). The group member pauses its partitions and never
+    # fetches.
     _int(
         "consumer.fetch.wait.max.ms",
         "10",

@@ -158,7 +158,7 @@ def test_handoff_moves_the_partitions_and_keeps_counts_exact(
     assert int(row["assigned (others)"]) > 0, row
     assert int(row["revoked (others)"]) > 0, row
     assert row["processed again s"], row
-    # The instances' logs tell each move's phases (the columns's parser reads the real lines).
+    # The instances' logs tell each move's phases (the column's parser reads the real lines).
     moved = row["moved partitions: longest gap by the logs, s"]
     assert re.fullmatch(
         r"p\d+ \S+->\S+: [\d.]+ = [\d.-]+ rebalance \+ [\d.-]+ wait \+ [\d.-]+ first batch "

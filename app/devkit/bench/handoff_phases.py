@@ -16,7 +16,7 @@ partition's planning), so the gap splits into:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -63,7 +63,9 @@ class Move:
 
 
 @dataclass(frozen=True)
-class _Event:
+class LogEvent:
+    """A commit, an assignment or a gained partition's planning, from one instance's log."""
+
     at: float
     instance: str
     kind: str  # "commit", "assigned" or "planned"
@@ -78,7 +80,7 @@ def _partitions(text: str) -> frozenset[int]:
     return frozenset(int(p.split(":")[0]) for p in text.split(",") if p.strip())
 
 
-def read_events(lines: Iterable[str], instance: str) -> list[_Event]:
+def read_events(lines: Iterable[str], instance: str) -> list[LogEvent]:
     """The commits, assignments and plannings of gained partitions in one instance's log."""
     events = []
     for line in lines:
@@ -86,19 +88,24 @@ def read_events(lines: Iterable[str], instance: str) -> list[_Event]:
             match = pattern.match(line)
             if match is not None:
                 at, partitions = _stamp(match.group(1)), _partitions(match.group(2))
-                events.append(_Event(at, instance, kind, partitions))
+                events.append(LogEvent(at, instance, kind, partitions))
                 break
     return events
 
 
-def moves(logs: Mapping[str, Path], since: float, until: float) -> list[Move]:
-    """Every move whose new owner was assigned the partition in [since, until], complete in the
-    logs (the old owner's last commit before it, the new owner's planning and commit after)."""
-    events: list[_Event] = []
+def read_logs(logs: Mapping[str, Path]) -> list[LogEvent]:
+    """Every instance's events (`logs`: instance name -> its log), in time order."""
+    events: list[LogEvent] = []
     for instance, path in logs.items():
         with path.open(encoding="utf-8", errors="replace") as lines:
             events.extend(read_events(lines, instance))
-    events.sort(key=lambda e: e.at)
+    return sorted(events, key=lambda e: e.at)
+
+
+def moves(events: Sequence[LogEvent], since: float, until: float) -> list[Move]:
+    """Every move whose new owner was assigned the partition in [since, until], complete in the
+    events (`read_logs`: the old owner's last commit before it, the new owner's planning and
+    commit after)."""
     found = []
     for assigned in events:
         if assigned.kind != "assigned" or not since <= assigned.at <= until:

@@ -405,7 +405,9 @@ def run_group(
         pipeline.output.wait_until_caught_up(60.0)
         latest, _, _ = pipeline.output.snapshot()
         records = list(pipeline.output.records)
-        logs = {i.name.removeprefix(f"{prefix}-"): i.log_path for i in pipeline.instances}
+        logs = handoff_phases.read_logs(
+            {i.name.removeprefix(f"{prefix}-"): i.log_path for i in pipeline.instances}
+        )
     check = check_output(summary.truth, latest)
     latencies = summary.truth.latencies
     results = []
@@ -649,7 +651,7 @@ def _row(
     latencies: Sequence[Latency],
     params: BenchParams,
     broker: str,
-    logs: Mapping[str, Path],
+    logs: Sequence[handoff_phases.LogEvent],
 ) -> dict[str, object]:
     end = max(event.recovered_at or 0.0, event.started_at) + params.tail_s
     window = (int(event.stopped_at * 1000), int(end * 1000))
