@@ -34,6 +34,7 @@ last batch (DESIGN.md).
 
 from __future__ import annotations
 
+import faulthandler
 import heapq
 import json
 import logging
@@ -128,6 +129,9 @@ CLIENT_TIMEOUT_S = 10.0
 # A planned range that yields nothing for this long was truncated under us (retention): fail
 # the batch loudly rather than wait forever.
 READ_STALL_TIMEOUT_S = 60.0
+# A read task still running after this long is stuck in a call that never returns (the stall
+# timeout ends one that only gets no records): its worker's stacks go to the instance's log.
+READ_WATCHDOG_S = 2 * READ_STALL_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -411,6 +415,7 @@ class GroupAssignedReader(DataSourceStreamReader):
         """Exactly the records of the planned ranges, as Arrow batches (no group: `assign()`)."""
         assert isinstance(partition, KafkaRanges)
         _log_to_stderr()
+        faulthandler.dump_traceback_later(READ_WATCHDOG_S, repeat=True)
         consumer = _reader_consumer(self.options.consumer_config)
         try:
             aggregation = load_aggregation(self.options.aggregation_class)
@@ -420,6 +425,7 @@ class GroupAssignedReader(DataSourceStreamReader):
             _drop_reader_consumer(self.options.consumer_config)
             raise
         finally:
+            faulthandler.cancel_dump_traceback_later()
             native_memory.return_free_memory()
 
 

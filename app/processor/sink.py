@@ -28,12 +28,14 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
+from app.clients.deadline import CallAbandoned, call_with_deadline
 from app.processor.keyed_state import DLQ, RESTORED, RESULT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
@@ -49,6 +51,9 @@ from app.processor.state_restore import copies_path, read_copies, record_batch, 
 log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_S = 60.0
+# send_offsets_to_transaction is abandoned after this (`call_with_deadline`): librdkafka's own
+# timeout and a few seconds, since librdkafka ignores it while the group's coordinator is lost.
+OFFSETS_DEADLINE_S = TRANSACTION_TIMEOUT_S + 5.0
 TRANSACTION_ATTEMPTS = 3
 RETRY_AFTER_S = 0.5
 # The errors that say a newer producer with this transactional.id exists (another process has
@@ -317,10 +322,17 @@ class TransactionalSink:
                         producer, row["key"], row["value"], row["reason"], partition, row["offset"]
                     )
                 producer.poll(0)
-            producer.send_offsets_to_transaction(
-                [TopicPartition(self.topics.input, p, o) for p, o in sorted(offsets.items())],
-                self.member.group_metadata(),  # read now: a revocation may be waiting for us
-                TRANSACTION_TIMEOUT_S,
+            # Bounded by our own deadline: librdkafka's is ignored while the group's
+            # coordinator is lost (`app/clients/deadline.py`).
+            call_with_deadline(
+                partial(
+                    producer.send_offsets_to_transaction,
+                    [TopicPartition(self.topics.input, p, o) for p, o in sorted(offsets.items())],
+                    self.member.group_metadata(),  # read now: a revocation may be waiting for us
+                    TRANSACTION_TIMEOUT_S,
+                ),
+                OFFSETS_DEADLINE_S,
+                f"batch {batch_id}: send_offsets_to_transaction",
             )
             producer.commit_transaction(TRANSACTION_TIMEOUT_S)
         except BaseException as exc:
@@ -387,6 +399,16 @@ class TransactionalSink:
         `TransactionAbortedError` (the batch is replayed); anything else propagates as it is.
         """
         self.metrics.transaction(committed=False)
+        if isinstance(exc, CallAbandoned):
+            # Mid-call, the producer takes no other call (an abort would wait behind it): the
+            # next batch's new producer fences it, and its init_transactions aborts what it left.
+            self._producer = None
+            log.error(
+                "%s (librdkafka ignores its timeout while the group's coordinator is lost); "
+                "the producer is abandoned, a new one writes the batch again",
+                exc,
+            )
+            raise TransactionAbortedError(str(exc)) from exc
         error = exc.args[0] if isinstance(exc, KafkaException) else None
         if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
             self.fenced = error
@@ -424,10 +446,15 @@ class TransactionalSink:
         return True
 
     def _report_restores(self, rows: pa.Table, end: SourceOffsets, batch_id: int) -> None:
+        if all(pos.restore_from is None for pos in end.positions.values()):
+            return  # no changelog read this batch
+        records = _records_by_partition(rows, RESTORED)
+        standby = {p: n for p, n in records.items() if not end.positions[p].active}
+        if standby:
+            self.metrics.standby_read(standby)
         restoring = end.restoring()
         if not restoring:
             return
-        records = _records_by_partition(rows, RESTORED)
         read_s = _sum_by_partition(rows, RESTORED, "read_us")
         # Spark writes the batch's offsets when it plans the batch: its age is the restore's.
         planned = batch_offsets_path(self.checkpoint_dir, batch_id).stat().st_mtime

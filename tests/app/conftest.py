@@ -10,11 +10,12 @@ brokers always start their own.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
 from app.devkit.kraft_cluster import KraftCluster
+from tests.app.processor_harness import CALL_FAILED
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -44,3 +45,14 @@ def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
         return configured
     cluster: KraftCluster = request.getfixturevalue("kraft_cluster")
     return cluster.bootstrap_servers
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Note whether a test's own call failed, for its fixtures' teardown (`call_failed`)."""
+    report: pytest.TestReport = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report

@@ -6,6 +6,7 @@ Kafka clients and the processor's own HTTP endpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -33,6 +35,10 @@ from policies.contract.topic_specs import PipelineNames
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 30.0
+# Whether a test's own call failed (`conftest.pytest_runtest_makereport` sets it).
+CALL_FAILED = pytest.StashKey[bool]()
+# How much of a still-running processor's log a failed test prints (its stacks are at the end).
+STACKS_TAIL_CHARS = 20_000
 # Where a helper connects: `bootstrap.servers`, or whole client settings (a secured cluster's).
 Kafka = str | Mapping[str, str]
 
@@ -287,10 +293,23 @@ class ProcessorProcess:
         self.process.kill()
         self.process.wait(30)
 
-    def ensure_stopped(self) -> None:
-        """Kill the process if a test left it running."""
+    def ensure_stopped(self, failed: bool = False) -> None:
+        """Kill the process if a test left it running. After a failed test, first print every
+        thread's stack and the log's tail: what a stuck instance was waiting for."""
         if self.process.poll() is None:
+            if failed:
+                print(f"--- {self.log_path.name}, still running: its stacks and log tail")
+                print(self.dump_stacks()[-STACKS_TAIL_CHARS:])
             self.kill()
+
+    def dump_stacks(self) -> str:
+        """SIGUSR1 (the processor's faulthandler prints every thread's stack), then its log."""
+        before = self.log_path.stat().st_size
+        self.process.send_signal(signal.SIGUSR1)
+        # Best effort: a process too stuck to print is killed anyway.
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: "Thread 0x" in self.log()[before:], 10, "stacks", interval_s=0.2)
+        return self.log()
 
     def assert_running(self) -> None:
         """Fail with the log when the processor exited."""
@@ -328,3 +347,8 @@ def wait_for_counts(
         matches, timeout_s, f"{topic} to hold the true counts", interval_s=0.5, seen=differences
     )
     return time.monotonic() - started
+
+
+def call_failed(request: pytest.FixtureRequest) -> bool:
+    """Whether the requesting test's call failed (for a fixture's teardown)."""
+    return request.node.stash.get(CALL_FAILED, False)

@@ -6,6 +6,7 @@ Real clients on the tests' Apache Kafka: the processor's `GroupMember` joins a g
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.devkit.waiting import wait_until
+from app.processor import sink as sink_module
 from app.processor.keyed_state import RESULT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
@@ -176,6 +178,42 @@ def test_a_kafka_error_inside_a_transaction_aborts_it_and_the_batch_can_be_repla
     assert written[sink.topics.output] == 1
     output = read_committed(bootstrap, sink.topics.output)
     assert [(r.key, r.value) for r in output] == [(b"/a", b"1")]
+
+
+class _StuckOffsets:
+    """The sink's producer, except that `send_offsets_to_transaction` waits until released, as
+    librdkafka's does, past its timeout, while the group's coordinator is lost."""
+
+    def __init__(self, producer: object, release: threading.Event) -> None:
+        self._producer, self._release = producer, release
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._producer, name)
+
+    def send_offsets_to_transaction(self, *args: object) -> None:
+        self._release.wait(60)
+        self._producer.send_offsets_to_transaction(*args)  # type: ignore[attr-defined]
+
+
+def test_a_stuck_offset_commit_is_abandoned_and_a_new_producer_writes_the_batch(
+    sink: TransactionalSink, bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sink_module, "OFFSETS_DEADLINE_S", 1.0)
+    release = threading.Event()
+    stuck = sink._producer
+    sink._producer = _StuckOffsets(stuck, release)  # type: ignore[assignment]
+    try:
+        with pytest.raises(TransactionAbortedError):
+            sink._transaction(1, counts({"/a": 1}), {0: 1})
+        assert sink._producer is None  # abandoned: mid-call, it takes no abort
+        # The new producer fences the stuck one and aborts its transaction ("/a" once).
+        written, _ = sink._transaction(1, counts({"/a": 1}), {0: 1})
+    finally:
+        release.set()  # the stuck call ends, refused: its producer was fenced
+    assert written[sink.topics.output] == 1
+    output = read_committed(bootstrap, sink.topics.output)
+    assert [(r.key, r.value) for r in output] == [(b"/a", b"1")]
+    assert sink.member.committed([0]) == {0: 1}
 
 
 def test_a_fenced_producer_is_known_by_its_error_code_and_never_replaced(
