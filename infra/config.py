@@ -480,9 +480,12 @@ PRESETS: dict[str, dict[str, Any]] = {
             "replicas": 3,
             # A rollout with static membership stops each restarted pod's partitions for its
             # whole restart; a hand-off moves them at once, to their standby copy
-            # (docs/benchmarks.md has the rollout measured both ways).
+            # (docs/benchmarks.md has the rollout measured both ways). A copy on each other
+            # replica (replicas - 1): the assignor does not know where copies are, so with
+            # fewer a moved partition may restore its whole changelog (docs/benchmarks.md,
+            # "Warm copies": the copies cost changelog reads, no measurable CPU).
             "membershipMode": "handoff",
-            "numStandbyReplicas": 1,
+            "numStandbyReplicas": 2,
             "cpu": "2",
             "memory": "4Gi",
             "storageClassName": "",

@@ -56,17 +56,20 @@ class GroupDescription:
     members: tuple[DescribedMember, ...]
     topic_partitions: int
 
-    def settled_without(self, member_id: str) -> bool:
-        """Whether the group is stable with `member_id` in it owning nothing and every partition
-        of the topic owned by another member: the assignor gave this member nothing because
-        there are more members than partitions, not because its partitions are still moving."""
+    def settled(self) -> bool:
+        """Whether the group is stable with every partition of the topic owned by one member:
+        no partition is between two owners."""
         if self.state != STABLE or self.topic_partitions < 1:
             return False
+        owned = sorted(p for m in self.members for p in m.partitions)
+        return owned == list(range(self.topic_partitions))
+
+    def settled_without(self, member_id: str) -> bool:
+        """Whether the group is settled with `member_id` in it owning nothing: the assignor gave
+        this member nothing because there are more members than partitions, not because its
+        partitions are still moving."""
         me = [m for m in self.members if m.member_id == member_id]
-        if len(me) != 1 or me[0].partitions:
-            return False
-        owned = frozenset().union(*(m.partitions for m in self.members))
-        return owned == frozenset(range(self.topic_partitions))
+        return len(me) == 1 and not me[0].partitions and self.settled()
 
     def to_json(self) -> dict[str, Any]:
         """The child's answer."""

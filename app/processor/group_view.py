@@ -71,7 +71,9 @@ class GroupView:
         members = [Member(m.name, m.partitions) for m in description.members]
         if not any(m.name == self.name for m in members):
             return None
-        return standby_partitions(members, self.name, self.standby_replicas)
+        return standby_partitions(
+            members, self.name, self.standby_replicas, description.topic_partitions
+        )
 
     def close(self) -> None:
         """Stop the describer child, if one was started."""

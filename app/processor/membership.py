@@ -7,9 +7,9 @@ Spark source reads the planned ranges itself. It is polled from a background thr
 instance stays in the group while a long batch runs (`max.poll.interval.ms`) and while the query
 restarts. Each (incremental) assignment change is published to the source through
 `assignment_file`, counted in the metrics, and logged. With `num.standby.replicas` >= 1 the
-thread also describes the group after each change and every few seconds, and publishes which
-partitions' copies this instance keeps (`group_view`, which asks a child process for the
-description; the lag it exports is `metrics.export_lag`).
+thread also describes the group after each change (every second until it is settled) and every
+few seconds, and publishes which partitions' copies this instance keeps (`group_view`, which asks
+a child process for the description; the lag it exports is `metrics.export_lag`).
 
 An empty assignment is not always a settled one: cooperative-sticky gives a joining member nothing
 in the first rebalance (the partitions it is to take are revoked from their owners first) and
@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_S = 0.2
 LAG_INTERVAL_S = 5.0
+# Until a description shows the group settled after a change, the standbys are asked this often.
+SETTLING_INTERVAL_S = 1.0
 CLIENT_TIMEOUT_S = 30.0
 # How long a revocation waits for the running batch to commit the revoked partitions' results:
 # about the longest batch; past it they go, and the batch's results for them are dropped.
@@ -307,7 +309,8 @@ class GroupMember:
                     self._describe_now.clear()
                     self._export_lag(consumer)
                     self._ask_description()
-                self._take_description()
+                if self._take_description() is False:  # mid-rebalance: ask again soon
+                    next_lag = min(next_lag, time.monotonic() + SETTLING_INTERVAL_S)
         except Exception:  # the thread must not die silently: the instance would leave the group
             log.exception("group member's polling thread failed")
             raise
@@ -436,14 +439,16 @@ class GroupMember:
             generation = self._generation
         self._view.request(generation)
 
-    def _take_description(self) -> None:
-        """Use the group's description if one arrived (never waits for it)."""
+    def _take_description(self) -> bool | None:
+        """Use the group's description if one arrived (never waits for it): whether it showed
+        the group settled (`GroupDescription.settled`), None when none arrived."""
         answer = self._view.result(retry_in_s=LAG_INTERVAL_S)
         if answer is None:
-            return
+            return None
         generation, description = answer
         self._confirm_empty_assignment(generation, description)
         self._refresh_standbys(description)
+        return description.settled()
 
     def _confirm_empty_assignment(self, generation: int, description: GroupDescription) -> None:
         if not self._confirm_empty:
@@ -466,11 +471,15 @@ class GroupMember:
         )
 
     def _refresh_standbys(self, description: GroupDescription) -> None:
-        """Which copies to keep, from the group's membership (`group_view`)."""
+        """Which copies to keep, from the group's membership (`group_view`). Mid-rebalance a
+        moving partition is owned by nobody: copies are added then, never dropped, so that a
+        copy its next owner or standby needs is not let go and rebuilt from the whole changelog."""
         standby = self._view.standbys(description)
         if standby is None:
             return
         with self._lock:
+            if not description.settled():
+                standby |= self._standby
             if standby == self._standby:
                 return
             self._standby = standby

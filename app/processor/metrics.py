@@ -61,6 +61,13 @@ class ProcessorMetrics:
             ["partition"],
             registry=r,
         )
+        self.standby_records = Counter(
+            "processor_standby_records",
+            "Changelog records read into this instance's standby copies (num.standby.replicas), "
+            "per partition: what keeping the copies costs in reads.",
+            ["partition"],
+            registry=r,
+        )
         self.restore_duration = Gauge(
             "processor_restore_duration_seconds",
             "Duration of the last state restore, per partition, from planning to commit.",
@@ -180,6 +187,11 @@ class ProcessorMetrics:
         self.restore_records.labels(str(partition)).inc(records)
         self.restore_read_seconds.labels(str(partition)).inc(read_seconds)
         self.restore_duration.labels(str(partition)).set(seconds)
+
+    def standby_read(self, records: Mapping[int, int]) -> None:
+        """A batch read these changelog records (per partition) into standby copies."""
+        for partition, count in records.items():
+            self.standby_records.labels(str(partition)).inc(count)
 
     def transaction(self, committed: bool) -> None:
         """A sink transaction ended: committed, or aborted (fenced, revoked, failed)."""

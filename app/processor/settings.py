@@ -109,7 +109,7 @@ class ProcessorSettings:
     @property
     def checkpoint_dir(self) -> Path:
         """Spark's checkpoint (offsets log and state store), on the state volume."""
-        return self.state_dir / "checkpoint"
+        return checkpoint_dir(self.state_dir)
 
     @property
     def executor_cores(self) -> int:
@@ -155,6 +155,11 @@ class ProcessorSettings:
 
     def _client_common(self) -> dict[str, str]:
         return {k: v for k, v in self.properties.items() if _is_client_common(k)}
+
+
+def checkpoint_dir(state_dir: Path) -> Path:
+    """The checkpoint directory under an instance's `state.dir`."""
+    return state_dir / "checkpoint"
 
 
 def is_secret_key(key: str) -> bool:

@@ -19,7 +19,9 @@ state is built from its changelog (`SourceOffsets` holds the positions):
   offset, under the copy's epoch, or, without a copy, from the beginning under a new epoch.
 - **Who keeps which standby** (`standby_partitions`): the group's members in order of their
   names (`group.instance.id`, else `client.id`, which the processor sets to its pod name), as a
-  ring; the `num.standby.replicas` members after a partition's owner keep its copies. A member
+  ring; the `num.standby.replicas` members after a partition's owner keep its copies. With
+  `num.standby.replicas` >= the other members, every member keeps a copy of every partition it
+  does not own, so every move lands on a warm copy, whatever the assignor decides. A member
   that is not in the group yet (a hand-off instance warming up) keeps the copies it has.
 
 The pages of one partition never appear in another (records are partitioned by key), so a
@@ -132,13 +134,20 @@ class Member:
     partitions: frozenset[int]
 
 
-def standby_partitions(members: Sequence[Member], me: str, replicas: int) -> set[int]:
-    """The partitions whose copies member `me` keeps (see the module docstring)."""
+def standby_partitions(
+    members: Sequence[Member], me: str, replicas: int, partitions: int
+) -> set[int]:
+    """The partitions whose copies member `me` keeps (see the module docstring); `partitions`:
+    the topic's partition count."""
     ring = sorted(members, key=lambda m: m.name)
     names = [m.name for m in ring]
     if me not in names or replicas < 1:
         return set()
     mine = names.index(me)
+    if replicas >= len(ring) - 1:
+        # Every other member keeps every partition: a partition between two owners (owned by
+        # nobody in a description taken mid-rebalance) is kept too.
+        return set(range(partitions)) - ring[mine].partitions
     kept: set[int] = set()
     for step in range(1, min(replicas, len(ring) - 1) + 1):
         kept |= ring[(mine - step) % len(ring)].partitions

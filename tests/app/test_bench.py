@@ -165,6 +165,11 @@ def test_handoff_moves_the_partitions_and_keeps_counts_exact(
         r"\(longest of \d+ moves\)",
         moved,
     ), row
+    # Both ways, every move landed on a copy: the standby's, kept before the case began, and the
+    # restarted instance's, caught up before it joined.
+    assert re.fullmatch(r"(\d+) of \1, [\d,]+ changelog records read", row["moves onto a copy"]), (
+        row
+    )
     # The restarted instance joined only once its copies (kept on its volume across the restart)
     # were caught up: what it took back, it restored from their changelog tails (or nothing, a
     # copy already at the changelog's end), never from a whole changelog. (A partition first

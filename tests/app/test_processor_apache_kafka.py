@@ -12,7 +12,7 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -25,6 +25,7 @@ from app.devkit.waiting import wait_until
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,
+    call_failed,
     produce_page_views,
     read_committed,
     wait_for_counts,
@@ -123,16 +124,16 @@ def group(kafka_bootstrap: str, tmp_path: Path) -> Group:
 class Started:
     processors: list[ProcessorProcess]
 
-    def stop_all(self) -> None:
+    def stop_all(self, failed: bool) -> None:
         for processor in self.processors:
-            processor.ensure_stopped()
+            processor.ensure_stopped(failed)
 
 
 @pytest.fixture
-def started() -> Iterator[Started]:
+def started(request: pytest.FixtureRequest) -> Iterator[Started]:
     running = Started([])
     yield running
-    running.stop_all()
+    running.stop_all(call_failed(request))
 
 
 def test_static_replacement_causes_no_rebalance_and_a_lost_instance_is_taken_over(
@@ -276,6 +277,13 @@ def test_a_joining_hand_off_instance_is_never_ready_while_it_owns_no_partition(
     print(f"joining instance ready {ready_at:.1f} s after its start, {len(samples)} scrapes")
     group.produce(1000)
     group.wait_exact(first, second)
+    # Each keeps a copy of the other's partitions, fed by the changelog records the other wrote.
+    wait_until(
+        lambda: min(p.metric("processor_standby_records_total") for p in (first, second)) > 0,
+        RUN_TIMEOUT_S,
+        "both instances to read changelog records into their standby copies",
+        interval_s=0.5,
+    )
     for processor in (first, second):
         code, _ = processor.terminate()
         assert code == 0, processor.log()[-3000:]
@@ -318,6 +326,37 @@ def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, starte
 def test_a_broker_lost_and_back_keeps_the_instances_up_and_counts_exact(
     kraft_cluster: KraftCluster, tmp_path: Path, started: Started
 ) -> None:
+    # The leader of the input's partition 0 dies (a node lost): the instances' planning,
+    # reads and offsets meet timeouts, then not-leader as leadership moves, and ride them out.
+    def input_leader(admin: AdminClient, group: Group) -> int:
+        topic = group.pipeline.topics["input.topic"]
+        return int(admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader)
+
+    _lose_a_broker_and_count_on(kraft_cluster, tmp_path, started, input_leader)
+
+
+def test_a_lost_group_coordinator_keeps_the_instances_up_and_counts_exact(
+    kraft_cluster: KraftCluster, tmp_path: Path, started: Started
+) -> None:
+    # The group's coordinator dies: the member and the transactions' offset commits must find
+    # the new one (librdkafka's send_offsets_to_transaction may wait for the lost one past its
+    # own timeout: the sink's deadline ends that wait, test_sink has it every time).
+    def coordinator(admin: AdminClient, group: Group) -> int:
+        group_id = group.pipeline.application_id
+        description = admin.describe_consumer_groups([group_id])[group_id].result(timeout=30)
+        return int(description.coordinator.id)
+
+    _lose_a_broker_and_count_on(kraft_cluster, tmp_path, started, coordinator)
+
+
+def _lose_a_broker_and_count_on(
+    kraft_cluster: KraftCluster,
+    tmp_path: Path,
+    started: Started,
+    victim_of: Callable[[AdminClient, Group], int],
+) -> None:
+    """Two instances count; the broker `victim_of` names dies while views come in, and comes
+    back: every view is counted exactly once and neither instance exits."""
     group = _make_group(kraft_cluster.bootstrap_servers, tmp_path)
     first = group.start("page-view-counter-0")
     second = group.start("page-view-counter-1")
@@ -325,11 +364,8 @@ def test_a_broker_lost_and_back_keeps_the_instances_up_and_counts_exact(
     group.produce(2000)
     group.wait_exact(first)
 
-    # The leader of the input's partition 0 dies (a node lost): the instances' planning,
-    # reads and offsets meet timeouts, then not-leader as leadership moves, and ride them out.
     admin = AdminClient({"bootstrap.servers": kraft_cluster.bootstrap_servers})
-    topic = group.pipeline.topics["input.topic"]
-    victim = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+    victim = victim_of(admin, group)
     kraft_cluster.kill_node(victim)
     try:
         group.produce(2000)

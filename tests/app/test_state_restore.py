@@ -21,22 +21,30 @@ def members(**owned: tuple[int, ...]) -> list[Member]:
 
 def test_each_partition_has_one_standby_on_the_next_member_of_the_ring() -> None:
     group = members(pod_2=(4, 5), pod_0=(0, 1), pod_1=(2, 3))
-    kept = {m.name: standby_partitions(group, m.name, 1) for m in group}
+    kept = {m.name: standby_partitions(group, m.name, 1, 6) for m in group}
     assert kept == {"pod_0": {4, 5}, "pod_1": {0, 1}, "pod_2": {2, 3}}
 
 
 def test_more_standbys_than_other_members_keep_every_partition_not_owned() -> None:
     group = members(a=(0, 1, 2), b=(3, 4, 5))
-    assert standby_partitions(group, "a", 1) == {3, 4, 5}
-    assert standby_partitions(group, "a", 5) == {3, 4, 5}
+    assert standby_partitions(group, "a", 1, 6) == {3, 4, 5}
+    assert standby_partitions(group, "a", 5, 6) == {3, 4, 5}
     group3 = members(a=(0, 1), b=(2, 3), c=(4, 5))
-    assert standby_partitions(group3, "a", 2) == {2, 3, 4, 5}
+    assert standby_partitions(group3, "a", 2, 6) == {2, 3, 4, 5}
+
+
+def test_copies_on_every_other_member_include_a_partition_between_two_owners() -> None:
+    # Mid-rebalance: partition 3 has left b and not reached c yet.
+    moving = members(a=(0, 1), b=(2,), c=(4, 5))
+    assert standby_partitions(moving, "a", 2, 6) == {2, 3, 4, 5}
+    # One standby each: the ring's copies only (3 is nobody's now, so nobody's standby).
+    assert standby_partitions(moving, "c", 1, 6) == {2}
 
 
 def test_no_standbys_without_the_setting_a_peer_or_membership() -> None:
-    assert standby_partitions(members(a=(0, 1)), "a", 1) == set()
-    assert standby_partitions(members(a=(0,), b=(1,)), "a", 0) == set()
-    assert standby_partitions(members(a=(0,), b=(1,)), "c", 1) == set()
+    assert standby_partitions(members(a=(0, 1)), "a", 1, 2) == set()
+    assert standby_partitions(members(a=(0,), b=(1,)), "a", 0, 2) == set()
+    assert standby_partitions(members(a=(0,), b=(1,)), "c", 1, 2) == set()
 
 
 def test_a_batch_records_reads_and_writes_and_forgets_unwritten_state() -> None:

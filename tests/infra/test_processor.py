@@ -256,13 +256,13 @@ def test_static_mode_without_standby_is_dev_and_hand_off_with_one_standby_is_pro
     dev_props, prod_props = properties(dev), properties(prod)
     assert (dev_props["membership.mode"], dev_props["num.standby.replicas"]) == ("static", "0")
     assert dev_props["consumer.group.instance.id"] == "${env:POD_NAME}"
-    assert (prod_props["membership.mode"], prod_props["num.standby.replicas"]) == ("handoff", "1")
+    assert (prod_props["membership.mode"], prod_props["num.standby.replicas"]) == ("handoff", "2")
     assert "consumer.group.instance.id" not in prod_props
 
 
 def test_standby_replicas_are_a_setting() -> None:
-    stack = record_stack("prod", {"processor": {"numStandbyReplicas": 2}})
-    assert properties(stack)["num.standby.replicas"] == "2"
+    stack = record_stack("prod", {"processor": {"numStandbyReplicas": 1}})
+    assert properties(stack)["num.standby.replicas"] == "1"
 
 
 def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -> None:

@@ -11,6 +11,9 @@ partition's planning), so the gap splits into:
   it came, and the trigger's next tick);
 - **first batch**: that batch, from its planning to its commit (the changelog's tail after the
   new owner's copy, the input since the old owner's last commit, and the transaction).
+
+The new owner's restore line (`sink`) says whether the move landed on a copy of the partition's
+state there (warm: its changelog's tail, or nothing, to read) or read the whole changelog (cold).
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO "
 _COMMIT = re.compile(_STAMP + r"app\.processor\.sink: batch \d+: committed .*? offsets \{([^}]*)\}")
 _ASSIGNED = re.compile(_STAMP + r"app\.processor\.membership: rebalance: assigned \[([^\]]*)\]")
 _PLANNED = re.compile(_STAMP + r"app\.processor\.kafka_source: partition \S+-(\d+) \(gained\)")
+_RESTORED = re.compile(
+    _STAMP + r"app\.processor\.sink: partition \S+-(\d+): "
+    r"(?:state restored from (\d+) changelog records \(([^)]*)\)|nothing to restore)"
+)
+# The restore line of a partition that had no copy of its state here.
+_COLD = "no copy here"
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,8 @@ class Move:
     assigned: float  # the group gave it to the target
     planned: float  # the target's batch planned it
     first_commit: float  # the target's first commit of it
+    restored: int = 0  # changelog records the target read to restore it
+    cold: bool = False  # no copy of its state at the target: the whole changelog read
 
     @property
     def gap(self) -> float:
@@ -68,8 +79,10 @@ class LogEvent:
 
     at: float
     instance: str
-    kind: str  # "commit", "assigned" or "planned"
+    kind: str  # "commit", "assigned", "planned" or "restored"
     partitions: frozenset[int]
+    records: int = 0  # "restored": changelog records read
+    cold: bool = False  # "restored": without a copy here
 
 
 def _stamp(text: str) -> float:
@@ -81,7 +94,8 @@ def _partitions(text: str) -> frozenset[int]:
 
 
 def read_events(lines: Iterable[str], instance: str) -> list[LogEvent]:
-    """The commits, assignments and plannings of gained partitions in one instance's log."""
+    """The commits, assignments, and plannings and restores of gained partitions in one
+    instance's log."""
     events = []
     for line in lines:
         for kind, pattern in (("commit", _COMMIT), ("assigned", _ASSIGNED), ("planned", _PLANNED)):
@@ -90,6 +104,14 @@ def read_events(lines: Iterable[str], instance: str) -> list[LogEvent]:
                 at, partitions = _stamp(match.group(1)), _partitions(match.group(2))
                 events.append(LogEvent(at, instance, kind, partitions))
                 break
+        else:
+            restored = _RESTORED.match(line)
+            if restored is not None:
+                stamp, records, source = restored.group(1, 3, 4)
+                events.append(
+                    LogEvent(_stamp(stamp), instance, "restored", _partitions(restored.group(2)),
+                             int(records or 0), _COLD in (source or ""))
+                )  # fmt: skip
     return events
 
 
@@ -123,11 +145,27 @@ def moves(events: Sequence[LogEvent], since: float, until: float) -> list[Move]:
                 continue
             commits = [e for e in mine if e.kind == "commit" and p in e.partitions]
             first = next((e for e in commits if e.at >= planned.at), None)
+            restored = next((e for e in mine if e.kind == "restored" and p in e.partitions), None)
             if first is not None:
                 last = before[-1]
                 found.append(Move(p, last.instance, assigned.instance, last.at, assigned.at,
-                                  planned.at, first.at))  # fmt: skip
+                                  planned.at, first.at,
+                                  restored.records if restored else 0,
+                                  restored.cold if restored else False))  # fmt: skip
     return found
+
+
+def warm_share(found: list[Move]) -> str | None:
+    """The table cell: how many moves landed on a copy, and the changelog records the cold
+    ones read."""
+    if not found:
+        return None
+    cold = [m for m in found if m.cold]
+    read = sum(m.restored for m in found)
+    text = f"{len(found) - len(cold)} of {len(found)}, {read:,} changelog records read"
+    if cold:
+        text += f" (cold: {', '.join(f'p{m.partition} {m.restored:,} records' for m in cold)})"
+    return text
 
 
 def summary(found: list[Move]) -> str | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -38,7 +39,7 @@ from app.admin.pair_switch import (
     wait_taken,
 )
 from app.clients.client_properties import ClientConfig
-from app.devkit.bench import handoff_phases, plots
+from app.devkit.bench import handoff_phases, plots, steady_cost
 from app.devkit.bench.measure import (
     Timeline,
     TimelineSample,
@@ -271,6 +272,10 @@ COLUMNS = (
     "down s",
     "processed again s",
     "moved partitions: longest gap by the logs, s",
+    "moves onto a copy",
+    "steady CPU, cores",
+    "standby records/s",
+    "state on disk, MiB",
     "note",
 )
 
@@ -375,7 +380,8 @@ def run_group(
         rate=params.rate, keys=params.keys, skew=params.skew, seed=params.seed,
         record_timestamps=True,
     )  # fmt: skip
-    restarts = []
+    restarts: list[Restart] = []
+    costs: list[steady_cost.SteadyCost] = []
     with LocalPipeline(setup) as pipeline:
         assert pipeline.output is not None and pipeline.lag is not None
         pipeline.start_instances()
@@ -383,7 +389,12 @@ def run_group(
         t0 = time.time()
         with Timeline(pipeline) as timeline:
             for case in cases:
-                steady = wait_settled(timeline, params, copies=2 if case.pair else 1)
+                steady = wait_settled(
+                    timeline,
+                    params,
+                    copies=2 if case.pair else 1,
+                    standbys=case.standby_replicas(params),
+                )
                 if steady is None:
                     raise RuntimeError(
                         f"{prefix}: the instances were not ready, caught up and settled within "
@@ -391,6 +402,7 @@ def run_group(
                     )
                 log.info("%s: ready, caught up and settled %.0f s after the start", prefix,
                          steady.at - t0)  # fmt: skip
+                costs.append(steady_cost.measure(pipeline.instances, params.steady_s))
                 if case.broker_roll:
                     assert brokers is not None
                     restarts.append(broker_roll(pipeline, timeline, case, params, brokers))
@@ -411,8 +423,9 @@ def run_group(
     check = check_output(summary.truth, latest)
     latencies = summary.truth.latencies
     results = []
-    for event in restarts:
+    for event, cost in zip(restarts, costs, strict=True):
         row = _row(event, check, records, latencies, params, broker, logs)
+        row.update(_cost_cells(cost))
         if drained is None and not check.ok:
             # Not an exactness failure unless an output value is one the truth never had (a
             # record counted twice) or repeats.
@@ -713,7 +726,17 @@ def _row(
             event.recovered_at - event.stopped_at if event.recovered_at is not None else None
         ),
         "moved partitions: longest gap by the logs, s": handoff_phases.summary(moves),
+        "moves onto a copy": handoff_phases.warm_share(moves),
         "note": "; ".join(notes),
+    }
+
+
+def _cost_cells(cost: steady_cost.SteadyCost) -> dict[str, object]:
+    """The instances' steady cost before the case (`steady_cost`): what the copies cost."""
+    return {
+        "steady CPU, cores": round(cost.cpu_cores, 2),
+        "standby records/s": round(cost.standby_records_s),
+        "state on disk, MiB": round(cost.state_mib, 1),
     }
 
 
@@ -748,18 +771,24 @@ def first_sample(
     return poll_until(holding, timeout_s, interval_s=0.5)
 
 
-def wait_settled(timeline: Timeline, params: BenchParams, copies: int = 1) -> TimelineSample | None:
-    """A sample once every instance is ready, the lag is caught up, and the group's assignment
-    (every partition owned once, by each of `copies` groups: a pair's sides) stayed the same
-    for `steady_s` in which every partition was processed: a case must not begin while
-    partitions still move after the start."""
+def wait_settled(
+    timeline: Timeline, params: BenchParams, copies: int = 1, standbys: int = 0
+) -> TimelineSample | None:
+    """A sample once every instance is ready, the lag is caught up, the `standbys` copies of
+    every partition are built, and the group's assignment (every partition owned once, by each
+    of `copies` groups: a pair's sides) stayed the same for `steady_s` in which every partition
+    was processed: a case must not begin while partitions still move after the start, or
+    before the copies it would hand them to exist."""
     deadline = time.monotonic() + params.ready_timeout_s
     while (remaining := deadline - time.monotonic()) > 0:
         first = first_sample(
             timeline,
             remaining,
             lambda s: (
-                _all_ready(s) and _caught_up(s, params) and _fully_assigned(s, params, copies)
+                _all_ready(s)
+                and _caught_up(s, params)
+                and _fully_assigned(s, params, copies)
+                and _copies_built(s, params, standbys, copies)
             ),
         )
         if first is None:
@@ -787,6 +816,20 @@ def _assignment(sample: TimelineSample) -> tuple[tuple[str, tuple[int, ...]], ..
 def _fully_assigned(sample: TimelineSample, params: BenchParams, copies: int = 1) -> bool:
     owned = sorted(p for _, partitions in _assignment(sample) for p in partitions)
     return owned == sorted(list(range(params.partitions)) * copies)
+
+
+def _copies_built(
+    sample: TimelineSample, params: BenchParams, standbys: int, groups: int = 1
+) -> bool:
+    """Whether every partition has its `standbys` copies in each of `groups` groups (at most one
+    on each of a group's other instances) that their keepers' copies files record."""
+    wanted = min(standbys, params.instances - 1) * groups
+    if wanted < 1:
+        return True
+    built = Counter(
+        p for s in sample.instances for p in (set(s.standby) & s.copies) - set(s.partitions or ())
+    )
+    return all(built[p] >= wanted for p in range(params.partitions))
 
 
 def _status(sample: TimelineSample, name: str) -> InstanceStatus:

@@ -50,6 +50,18 @@ TABLES: tuple[DocTable, ...] = (
         "--keys 10000 --session-timeout-ms 10000",
     ),
     DocTable(
+        "warm-copies-1",
+        "Warm copies",
+        "rolling-restart --cases rollout-handoff,standby-failover --instances 3 --partitions 6 "
+        "--rate 1000 --keys 10000 --session-timeout-ms 10000 --standby-replicas 1",
+    ),
+    DocTable(
+        "warm-copies-2",
+        "Warm copies",
+        "rolling-restart --cases rollout-handoff,standby-failover --instances 3 --partitions 6 "
+        "--rate 1000 --keys 10000 --session-timeout-ms 10000 --standby-replicas 2",
+    ),
+    DocTable(
         "rollouts",
         "Rollouts and failover",
         "rolling-restart --cases rollout-handoff,rollout-static,handoff,standby-failover "

@@ -27,7 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.clients.java_properties import format_properties
 from app.devkit.kraft_cluster import free_port
 from app.processor import assignment_file
-from app.processor.settings import load_settings
+from app.processor.settings import checkpoint_dir, load_settings
+from app.processor.state_restore import copies_path, read_copies
 from policies.contract.membership import kip848_group_configs
 from policies.contract.processor_keys import (
     CLASSIC_PROTOCOL_ONLY,
@@ -135,6 +136,8 @@ class InstanceStatus:
     ready: bool
     partitions: tuple[int, ...] | None  # None: no assignment published yet
     metrics: Mapping[str, float]  # sample name (with labels) -> value
+    standby: tuple[int, ...] = ()  # the standby copies it keeps, as published
+    copies: frozenset[int] = frozenset()  # the partitions whose state its copies file records
 
     def metric(self, name: str) -> float:
         """Sum of every sample named `name` (all label values)."""
@@ -267,12 +270,15 @@ class ProcessorProcess:
         """Readiness, metrics and assignment now (empty when the endpoint does not answer)."""
         published = assignment_file.read(assignment_file.assignment_path(self.state_dir))
         running = self.running
+        known = published if running else None
         return InstanceStatus(
             name=self.name,
             running=running,
             ready=running and self._ready(),
-            partitions=published.partitions if (running and published is not None) else None,
+            partitions=known.partitions if known is not None else None,
             metrics=self._metrics() if running else {},
+            standby=known.standby if known is not None else (),
+            copies=frozenset(read_copies(copies_path(checkpoint_dir(self.state_dir)))),
         )
 
     def _get(self, path: str) -> tuple[int, bytes] | None:
