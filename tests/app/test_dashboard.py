@@ -35,6 +35,7 @@ def exported_names() -> set[str]:
     metrics.lag("page-views", 0, 5)
     metrics.rebalance(assigned=[("page-views", 0)], revoked=[("page-views", 1)])
     metrics.restore_done(0, 100, 0.5, 0.01)
+    metrics.standby_read({1: 20})
     metrics.transaction(committed=False)
     metrics.batch_skipped()
     metrics.set_ready(True)
