@@ -106,6 +106,14 @@ def test_local_run_defaults_to_the_dev_stacks_partitions() -> None:
     assert parse_args([]).partitions == 6
 
 
+def test_local_run_keeps_a_copy_on_every_other_instance_as_prod_does() -> None:
+    from app.devkit.local.__main__ import parse_args
+
+    assert parse_args([]).standby_replicas == 2
+    assert parse_args(["--instances", "2"]).standby_replicas == 1
+    assert parse_args(["--standby-replicas", "1"]).standby_replicas == 1
+
+
 @pytest.mark.parametrize(
     "marker",
     ["change(s) applied", "Ctrl-C stops."],

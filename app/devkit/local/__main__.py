@@ -1,7 +1,7 @@
 """`python -m app.devkit.local`: the pipeline on this machine, live, until Ctrl-C or `--duration`.
 
     python -m app.devkit.local [--instances 3] [--rate 1000] [--keys 10000] [--partitions 6]
-        [--membership-mode handoff] [--standby-replicas 1] [--roll-after 30 | --no-roll]
+        [--membership-mode handoff] [--standby-replicas N] [--roll-after 30 | --no-roll]
         [--bootstrap-servers HOST:PORT [--command-config client.properties]]
         [--duration S | --until-rolled] [--aggregation-class MODULE.CLASS]
         [--state-dir build/local]
@@ -123,8 +123,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--standby-replicas",
         type=int,
-        default=1,
-        help="num.standby.replicas: warm copies of each partition's state (default 1)",
+        default=None,
+        help="num.standby.replicas: warm copies of each partition's state (default: instances - "
+        "1, a copy on every other instance, as the prod stack keeps)",
     )
     roll = parser.add_mutually_exclusive_group()
     roll.add_argument(
@@ -148,6 +149,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "next one is replaced (default 10, the dev stack's)",
     )
     args = parser.parse_args(argv)
+    if args.standby_replicas is None:
+        args.standby_replicas = args.instances - 1
     if args.until_rolled and args.no_roll:
         parser.error("--until-rolled --no-roll: there is no roll to wait for")
     if args.instances < 1 or args.partitions < 1:
