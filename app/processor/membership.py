@@ -446,9 +446,10 @@ class GroupMember:
         if answer is None:
             return None
         generation, description = answer
+        settled = description.settled()
         self._confirm_empty_assignment(generation, description)
-        self._refresh_standbys(description)
-        return description.settled()
+        self._refresh_standbys(description, settled)
+        return settled
 
     def _confirm_empty_assignment(self, generation: int, description: GroupDescription) -> None:
         if not self._confirm_empty:
@@ -470,7 +471,7 @@ class GroupMember:
             self.topic,
         )
 
-    def _refresh_standbys(self, description: GroupDescription) -> None:
+    def _refresh_standbys(self, description: GroupDescription, settled: bool) -> None:
         """Which copies to keep, from the group's membership (`group_view`). Mid-rebalance a
         moving partition is owned by nobody: copies are added then, never dropped, so that a
         copy its next owner or standby needs is not let go and rebuilt from the whole changelog."""
@@ -478,7 +479,7 @@ class GroupMember:
         if standby is None:
             return
         with self._lock:
-            if not description.settled():
+            if not settled:
                 standby |= self._standby
             if standby == self._standby:
                 return

@@ -149,6 +149,6 @@ def standby_partitions(
         # nobody in a description taken mid-rebalance) is kept too.
         return set(range(partitions)) - ring[mine].partitions
     kept: set[int] = set()
-    for step in range(1, min(replicas, len(ring) - 1) + 1):
+    for step in range(1, replicas + 1):  # fewer than the other members (above)
         kept |= ring[(mine - step) % len(ring)].partitions
     return kept - ring[mine].partitions

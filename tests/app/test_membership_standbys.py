@@ -25,6 +25,11 @@ def member_c(tmp_path: Path, replicas: int) -> GroupMember:
     return GroupMember(config, TOPIC, tmp_path / "assignment.json", ProcessorMetrics(), replicas)
 
 
+def refresh(member: GroupMember, description: GroupDescription) -> None:
+    """Hand the member a description, as its polling thread does."""
+    member._refresh_standbys(description, description.settled())
+
+
 def published_standby(tmp_path: Path) -> tuple[int, ...]:
     published = assignment_file.read(tmp_path / "assignment.json")
     assert published is not None
@@ -44,16 +49,16 @@ def test_a_copy_is_kept_while_its_partition_moves_and_let_go_once_the_group_sett
     tmp_path: Path,
 ) -> None:
     member = member_c(tmp_path, replicas=1)
-    member._refresh_standbys(described(a=(0, 1), b=(2, 3), c=(4, 5)))
+    refresh(member, described(a=(0, 1), b=(2, 3), c=(4, 5)))
     assert published_standby(tmp_path) == (2, 3)  # b's, the member before c in the ring
     # Partition 3 leaves b for a: nobody owns it in this description, c keeps its copy.
-    member._refresh_standbys(described(a=(0, 1), b=(2,), c=(4, 5)))
+    refresh(member, described(a=(0, 1), b=(2,), c=(4, 5)))
     assert published_standby(tmp_path) == (2, 3)
-    member._refresh_standbys(described(a=(0, 1, 3), b=(2,), c=(4, 5)))
+    refresh(member, described(a=(0, 1, 3), b=(2,), c=(4, 5)))
     assert published_standby(tmp_path) == (2,)
 
 
 def test_copies_on_every_other_member_follow_a_moving_partition_at_once(tmp_path: Path) -> None:
     member = member_c(tmp_path, replicas=2)
-    member._refresh_standbys(described(a=(0, 1), b=(2,), c=(4, 5)))
+    refresh(member, described(a=(0, 1), b=(2,), c=(4, 5)))
     assert published_standby(tmp_path) == (0, 1, 2, 3)
