@@ -19,12 +19,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -148,6 +148,29 @@ class Retrying:
             ),
             partial(consumer.list_topics, topic, timeout=timeout_s),
         )
+
+    def first_offsets(
+        self, what: str, consumer: Consumer, partitions: Sequence[TopicPartition], timeout_s: float
+    ) -> dict[tuple[str, int], int]:
+        """The first offset (log start) of each partition, asked of the leaders at once.
+
+        A ListOffsets request's timestamp -2 asks for the earliest offset, and librdkafka's
+        `offsets_for_times` sends the partitions' requests to their leaders in parallel, where
+        `get_watermark_offsets` asks one partition at a time (a round trip each).
+        """
+        wanted = [TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions]
+
+        def ask() -> list[TopicPartition]:
+            found = consumer.offsets_for_times(wanted, timeout=timeout_s)
+            raise_partition_error(found)
+            return found
+
+        def refresh() -> None:
+            for topic in sorted({tp.topic for tp in partitions}):
+                consumer.list_topics(topic, timeout=timeout_s)
+
+        found = self(what, ask, refresh)
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
 
     def committed_offsets(
         self, what: str, consumer: Consumer, topic: str, partitions: Iterable[int], timeout_s: float

@@ -147,3 +147,36 @@ def test_a_restore_of_an_empty_changelog_partition_yields_nothing(
     finally:
         reader.close()
         admin.delete_topics([empty])
+
+
+def test_a_restore_reads_from_each_partitions_log_start_after_deleted_records(
+    kafka_bootstrap: str,
+) -> None:
+    """A restore from the beginning starts where each partition's log starts now, asked of the
+    leaders at once: records deleted before it (retention, `deleteRecords`) are not waited for,
+    and a partition whose records are all deleted yields nothing."""
+    topic = f"reads-deleted-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3)], operation_timeout=30)[topic].result()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(300):
+        key = AGGREGATION.key_name(i % 25).encode()
+        producer.produce(topic, key=key, value=AGGREGATION.changelog_value(i), partition=i % 3)
+    assert producer.flush(TIMEOUT_S) == 0
+    deleted = {0: 40, 1: 100}  # partition 1: every record (100 a partition)
+    for future in admin.delete_records(
+        [TopicPartition(topic, p, offset) for p, offset in deleted.items()]
+    ).values():
+        future.result()
+    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused"})
+    try:
+        ranges = [KafkaRange(topic, p, OFFSET_BEGINNING, 100, RESTORE, 1) for p in range(3)]
+        batches = list(read_ranges(reader, ranges, Retrying(TIMEOUT_S), AGGREGATION))
+        records = {
+            rows[0]["partition"]: sum(r["records"] for r in rows)
+            for rows in (batch.to_pylist() for batch in batches)
+        }
+        assert records == {0: 100 - deleted[0], 2: 100}
+    finally:
+        reader.close()
+        admin.delete_topics([topic])
