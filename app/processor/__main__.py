@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from app.clients import LOG_FORMAT
-from app.processor import python_forkserver
+from app.processor import python_daemon, python_forkserver
 from app.processor.settings import SettingsError, load_settings
 
 EXIT_USAGE = 2
@@ -64,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.instance_id or "dynamic",
         settings.source,
     )
+    # Read by every Python process Spark starts (they inherit this environment).
+    os.environ[python_daemon.GC_FREEZE_ENV] = "true" if settings.python_gc_freeze else "false"
     # Before the imports below (pyspark, pyarrow: about 1.5 s): the fork server's own imports
     # run beside them on the second core instead of beside the JVM's start.
     forkserver = python_forkserver.start() if settings.python_forkserver else None

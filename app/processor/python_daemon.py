@@ -16,6 +16,7 @@ then, until this module preloads less.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -37,6 +38,10 @@ PRELOADED = (
 )
 
 
+# Set by the processor from `python.gc.freeze` for the Python processes Spark starts.
+GC_FREEZE_ENV = "PROCESSOR_PYTHON_GC_FREEZE"
+
+
 def threads() -> int:
     """Threads of this process (1 where /proc cannot tell)."""
     try:
@@ -54,6 +59,24 @@ def preload() -> bool:
     return threads() == 1
 
 
+def freeze_preloaded() -> bool:
+    """Exempt every object alive now (the imports') from Python's cyclic collector; whether it
+    did (`python.gc.freeze`).
+
+    A full collection walks every tracked object: after pandas, pyarrow and pyspark.sql, 30-65 ms
+    on 2 cores, paid by a reader in the middle of its read and by every worker after every task
+    (pyspark's daemon collects then). Frozen, they are skipped, and a fork never writes the
+    collector's bookkeeping into their pages, which stay shared with the parent. CPython's
+    documentation recommends the same before a fork (`gc.freeze`). They are module-level objects
+    that live as long as the process anyway; the collection first drops the imports' garbage.
+    """
+    if os.environ.get(GC_FREEZE_ENV, "true").lower() != "true":
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
+
+
 if __name__ == "__main__":
     if not preload():
         print(
@@ -63,4 +86,5 @@ if __name__ == "__main__":
         )
     from pyspark.daemon import manager
 
+    freeze_preloaded()
     manager()

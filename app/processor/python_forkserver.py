@@ -152,6 +152,7 @@ def serve(path: Path, parent: int) -> int:
             file=sys.stderr,
         )
         return 1
+    python_daemon.freeze_preloaded()
     # A child's exit wakes the loop at once (its launcher waits for the status).
     wakeup, wakeup_writer = socket.socketpair()
     wakeup_writer.setblocking(False)

@@ -94,6 +94,8 @@ class ProcessorSettings:
     class_data_archive: Path | None
     # Spark's Python processes fork from a preloaded server (`python.forkserver`)
     python_forkserver: bool
+    # the preloaded imports are exempt from Python's collector (`python.gc.freeze`)
+    python_gc_freeze: bool
     # the pipeline's `Aggregation`, module.Class (`aggregation.class`)
     aggregation_class: str
     # `pair.side` (a, b) of an active/standby pair and its `pair.control.topic`; None: single
@@ -469,6 +471,7 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         num_standby_replicas=int(get("num.standby.replicas")),
         class_data_archive=class_archive.resolve(get("class.data.archive")),
         python_forkserver=get("python.forkserver").lower() == "true",
+        python_gc_freeze=get("python.gc.freeze").lower() == "true",
         aggregation_class=get("aggregation.class"),
         pair_side=get(PAIR_SIDE_KEY) if PAIR_SIDE_KEY in values else None,
         pair_control_topic=(

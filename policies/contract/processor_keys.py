@@ -204,6 +204,10 @@ KEYS: tuple[Key, ...] = (
     # Spark's Python processes fork from one process that imported pyspark, pandas and pyarrow
     # once, instead of each importing them on a start's critical path.
     Key("python.forkserver", KeyType.BOOL, "true", "fork Spark's Python processes from one"),
+    # The preloaded imports' objects go to the collector's permanent generation before the
+    # forks: a worker's full collections (pyspark's daemon runs one after every task) then skip
+    # them, and leave their pages shared with the parent (docs/benchmarks.md, "Restore").
+    Key("python.gc.freeze", KeyType.BOOL, "true", "exempt the preloaded imports from collection"),
     # --- the consumer (librdkafka, `consumer.` prefix)
     Key(
         "consumer.group.protocol",

@@ -76,6 +76,7 @@ CONTRACT_DEFAULTS = {
     "spark.python.daemon.module": "app.processor.python_daemon",
     "class.data.archive": "auto",
     "python.forkserver": "true",
+    "python.gc.freeze": "true",
     "aggregation.class": "app.pipelines.page_view_count.PageViewCount",
 }
 CONTRACT_KEYS = {

@@ -31,9 +31,10 @@ producer.transactional.id=page-view-counter-0
 """
 
 
-def _python(code: str) -> subprocess.CompletedProcess[str]:
+def _python(code: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS",)}
     env["PYTHONPATH"] = str(REPO)
+    env.update(extra_env)
     return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
@@ -50,6 +51,30 @@ def test_the_worker_daemon_preloads_the_workers_imports_without_starting_a_threa
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "1", "[]"]
+
+
+@pytest.mark.parametrize("setting", ["true", "false"])
+def test_the_worker_daemon_exempts_its_preloaded_imports_from_collection(setting: str) -> None:
+    # A full collection walks every tracked object; what is frozen is not tracked any more.
+    result = _python(
+        "import gc\n"
+        "from app.processor.python_daemon import freeze_preloaded, preload\n"
+        "preload()\n"
+        "tracked = len(gc.get_objects())\n"
+        "froze = freeze_preloaded()\n"
+        "print(froze, tracked, gc.get_freeze_count(), len(gc.get_objects()))\n",
+        PROCESSOR_PYTHON_GC_FREEZE=setting,
+    )
+    assert result.returncode == 0, result.stderr
+    froze, tracked, frozen, tracked_after = result.stdout.split()
+    assert int(tracked) > 50_000  # pandas, pyarrow and pyspark.sql
+    if setting == "true":
+        assert froze == "True"
+        assert int(frozen) > int(tracked) // 2  # less the imports' garbage, collected first
+        assert int(tracked_after) < 100
+    else:
+        assert (froze, frozen) == ("False", "0")
+        assert int(tracked_after) > int(tracked) // 2
 
 
 def test_pyarrow_starts_a_thread_at_import_unless_the_daemon_configures_it() -> None:

@@ -87,6 +87,13 @@ TABLES: tuple[DocTable, ...] = (
         "--set spark.driver.memory=1g,spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
     ),
     DocTable(
+        "gc-freeze",
+        "Restore",
+        "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
+        "--latency-rate 1000 --latency-s 30 --restores 5 "
+        "--set python.gc.freeze=false --set python.gc.freeze=true",
+    ),
+    DocTable(
         "restore",
         "Restore",
         "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
