@@ -64,6 +64,7 @@ from tests.app.processor_harness import (
     REPO,
     Pipeline,
     ProcessorProcess,
+    call_failed,
     produce_page_views,
     wait_for_counts,
 )
@@ -239,11 +240,11 @@ def test_the_reconciler_creates_topics_users_and_acls_and_a_second_run_changes_n
 
 
 @pytest.fixture
-def started() -> Iterator[list[ProcessorProcess]]:
+def started(request: pytest.FixtureRequest) -> Iterator[list[ProcessorProcess]]:
     processors: list[ProcessorProcess] = []
     yield processors
     for processor in processors:
-        processor.ensure_stopped()
+        processor.ensure_stopped(call_failed(request))
 
 
 def test_the_processor_counts_exactly_once_with_only_its_own_acls(

@@ -27,6 +27,7 @@ from app.devkit.waiting import wait_until
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,
+    call_failed,
     latest_counts,
     produce_page_views,
     produce_raw,
@@ -134,13 +135,13 @@ class Pair:
 
 
 @pytest.fixture
-def pair(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pair]:
+def pair(request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pair]:
     started = Pair(kafka_bootstrap, tmp_path)
     try:
         yield started
     finally:
         for processor in started.running.values():
-            processor.ensure_stopped()
+            processor.ensure_stopped(call_failed(request))
 
 
 def _goes_back(pair: Pair) -> list[str]:

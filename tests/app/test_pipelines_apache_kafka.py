@@ -20,6 +20,7 @@ from app.pipelines.product_revenue import ProductRevenue
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,
+    call_failed,
     produce_raw,
     read_committed,
 )
@@ -133,7 +134,7 @@ def run(request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path: Path) ->
         yield started
     finally:
         for processor in started.processors:
-            processor.ensure_stopped()
+            processor.ensure_stopped(call_failed(request))
 
 
 def test_the_pipeline_is_exact_through_a_hand_off_a_restart_and_a_crash(run: Run) -> None:
