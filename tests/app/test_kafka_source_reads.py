@@ -6,13 +6,20 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.clients.kafka_retry import Retrying
+from app.clients.kafka_retry import FIRST_ASK_S, Retrying
 from app.pipelines.page_view_count import PageViewCount
 from app.processor.combine import INPUT, RESTORE
 from app.processor.kafka_source import KafkaRange, read_ranges
@@ -180,3 +187,39 @@ def test_a_restore_reads_from_each_partitions_log_start_after_deleted_records(
     finally:
         reader.close()
         admin.delete_topics([topic])
+
+
+class FirstAskTimesOut:
+    """A real consumer whose first `offsets_for_times` times out, as librdkafka's sometimes
+    waits about 0.7 s for a new consumer's first lookup (`kafka_retry.FIRST_ASK_S`)."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.asks: list[float] = []
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float) -> Any:
+        self.asks.append(timeout)
+        if len(self.asks) == 1:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return self.consumer.offsets_for_times(partitions, timeout=timeout)
+
+
+def test_a_first_offsets_lookup_that_times_out_quickly_is_asked_again_at_once(
+    kafka_bootstrap: str, topics: tuple[str, str]
+) -> None:
+    changelog, _ = topics
+    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused"})
+    slow = FirstAskTimesOut(reader)
+    episodes: list[str] = []
+    try:
+        first = Retrying(TIMEOUT_S, on_episode=episodes.append).first_offsets(
+            "first offsets",
+            cast(Consumer, slow),
+            [TopicPartition(changelog, p) for p in range(3)],
+            TIMEOUT_S,
+        )
+    finally:
+        reader.close()
+    assert first == {(changelog, p): 0 for p in range(3)}
+    assert slow.asks == [FIRST_ASK_S, TIMEOUT_S]  # the second ask with the call's whole timeout
+    assert episodes == []  # not a retry: no backoff, no warning
