@@ -22,6 +22,7 @@ behaviour ("no callback at all", "not before the session timeout", "far before i
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -63,6 +64,10 @@ DYNAMIC_SESSION_TIMEOUT_S = 30.0
 # With the classic protocol a member learns that the group is rebalancing from its next
 # heartbeat, so every rebalance takes about one to two heartbeat intervals.
 HEARTBEAT_INTERVAL_S = 3.0
+# librdkafka's statistics carry its join state; a member has settled once its last few
+# statistics, taken after the split, all say "steady".
+STATISTICS_INTERVAL_MS = 100
+STEADY_SAMPLES = 3
 
 
 @dataclass
@@ -77,9 +82,19 @@ class Member:
     """A consumer-group member that records every rebalance callback with its time."""
 
     name: str
-    consumer: Consumer
+    consumer: Consumer = field(init=False)
     events: list[RebalanceEvent] = field(default_factory=list)
     assigned: set[int] = field(default_factory=set)
+    join_states: list[str] = field(default_factory=list)  # librdkafka's, one per statistics
+
+    def on_stats(self, stats: str) -> None:
+        self.join_states.append(json.loads(stats).get("cgrp", {}).get("join_state", "none"))
+
+    def settled_since(self, samples: int) -> bool:
+        """librdkafka's join state was "steady" in every statistics after the first `samples`
+        seen, at least STEADY_SAMPLES of them: no rebalance of its own still under way."""
+        recent = self.join_states[samples:]
+        return len(recent) >= STEADY_SAMPLES and set(recent[-STEADY_SAMPLES:]) == {"steady"}
 
     def on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         new = frozenset(p.partition for p in partitions)
@@ -112,23 +127,26 @@ class ConsumerGroup:
         if self.protocol == "consumer":
             self._configure_on_broker()
 
-    def join(self, instance_id: str | None) -> Member:
-        """A member subscribed to the topic; static when `instance_id` is given."""
-        config: dict[str, str | int | bool] = {
+    def join(self, name: str, static: bool) -> Member:
+        """A member subscribed to the topic; static (`group.instance.id` = `name`) or not."""
+        member = Member(name)
+        config: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap,
             "group.id": self.name,
             "group.protocol": self.protocol,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
+            "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+            "stats_cb": member.on_stats,
         }
         if self.protocol == "classic":
             config["partition.assignment.strategy"] = "cooperative-sticky"
             config["session.timeout.ms"] = int(self.session_timeout_s * 1000)
             config["heartbeat.interval.ms"] = int(HEARTBEAT_INTERVAL_S * 1000)
-        if instance_id is not None:
-            config["group.instance.id"] = instance_id
-        member = Member(instance_id or "dynamic", Consumer(config))
+        if static:
+            config["group.instance.id"] = name
+        member.consumer = Consumer(config)
         member.consumer.subscribe(
             [self.topic], on_assign=member.on_assign, on_revoke=member.on_revoke
         )
@@ -166,8 +184,13 @@ def poll_until(
     started = time.monotonic()
     while not done():
         if time.monotonic() - started > timeout_s:
-            state = {m.name: sorted(m.assigned) for m in members}
-            raise AssertionError(f"{what} not within {timeout_s:.0f} s; assignments: {state}")
+            state = {
+                m.name: f"{sorted(m.assigned)} ({m.join_states[-1] if m.join_states else '?'})"
+                for m in members
+            }
+            raise AssertionError(
+                f"{what} not within {timeout_s:.0f} s; assignments (join state): {state}"
+            )
         for member in members:
             member.consumer.poll(0.05)
     return time.monotonic() - started
@@ -190,17 +213,29 @@ def create_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
 
 
 def form_group(group: ConsumerGroup, static: bool) -> tuple[Member, Member]:
-    """Members A (the first, so the group leader) and B sharing the topic half and half."""
-    a = group.join("member-a" if static else None)
+    """Members A (the first, so the group leader) and B sharing the topic half and half, both
+    settled: a member closed while its own part of a rebalance is still under way (A may not
+    have served the split's second step yet when B has) is not what these tests measure."""
+    a = group.join("member-a", static)
     poll_until([a], lambda: len(a.assigned) == PARTITIONS, 60, "A owning every partition")
-    b = group.join("member-b" if static else None)
+    b = group.join("member-b", static)
     joined = poll_until(
         [a, b],
         lambda: len(a.assigned) == len(b.assigned) == PARTITIONS // 2,
         60,
         "A and B sharing the partitions",
     )
-    print(f"\n[{group.protocol}] B joined, incremental rebalance to 3 + 3: {joined:.2f} s")
+    split = {m.name: len(m.join_states) for m in (a, b)}
+    settled = poll_until(
+        [a, b],
+        lambda: a.settled_since(split[a.name]) and b.settled_since(split[b.name]),
+        60,
+        "A and B settling in the split",
+    )
+    print(
+        f"\n[{group.protocol}] B joined, incremental rebalance to 3 + 3: {joined:.2f} s "
+        f"(both steady {settled:.2f} s later)"
+    )
     return a, b
 
 
@@ -224,7 +259,7 @@ def test_static_member_replaced_within_session_timeout_causes_no_rebalance(
 
     closed = time.monotonic()
     a.consumer.close()  # a static member does not leave the group on close
-    replacement = group.join("member-a")
+    replacement = group.join("member-a", static=True)
     rejoined = poll_until(
         [replacement, b], lambda: replacement.assigned == owned_by_a, 30, "A' getting A's share"
     )
@@ -401,7 +436,7 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it(kafka_bootstrap: st
     source = create_topic(kafka_bootstrap, partitions=3)
     output = create_topic(kafka_bootstrap, partitions=3)
     produce_input(kafka_bootstrap, source, 30)
-    member = ConsumerGroup(kafka_bootstrap, source).join("processor-0")
+    member = ConsumerGroup(kafka_bootstrap, source).join("processor-0", static=True)
     messages = consume(member, 30)
     offsets = next_offsets(messages)
 
@@ -427,12 +462,12 @@ def test_group_metadata_of_a_replaced_static_member_cannot_commit_offsets(
     source = create_topic(kafka_bootstrap, partitions=3)
     produce_input(kafka_bootstrap, source, 3)
     group = ConsumerGroup(kafka_bootstrap, source)
-    old = group.join("processor-0")
+    old = group.join("processor-0", static=True)
     offsets = next_offsets(consume(old, 3))
     zombie_metadata = old.consumer.consumer_group_metadata()
     old.consumer.close()
     # The pod came back under the same name: the old process is a zombie now.
-    replacement = group.join("processor-0")
+    replacement = group.join("processor-0", static=True)
     poll_until([replacement], lambda: len(replacement.assigned) == 3, 30, "the replacement")
 
     producer = transactional_producer(kafka_bootstrap, f"processor-0-{uuid.uuid4().hex[:6]}")
@@ -478,7 +513,9 @@ def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offset
         seen=member.assignment,
     )
     producer = transactional_producer(kafka_bootstrap, f"processor-0-{uuid.uuid4().hex[:6]}")
-    newcomer = ConsumerGroup(kafka_bootstrap, source, name=group_id).join("processor-1")
+    newcomer = ConsumerGroup(kafka_bootstrap, source, name=group_id).join(
+        "processor-1", static=True
+    )
 
     with member.hold() as owned:
         producer.begin_transaction()
@@ -560,7 +597,7 @@ def test_a_joining_hand_off_member_is_settled_only_once_it_owns_partitions(
     are revoked from their owner in that rebalance): that empty step is no settled assignment."""
     topic = create_topic(kafka_bootstrap)
     group = ConsumerGroup(kafka_bootstrap, topic, session_timeout_s=DYNAMIC_SESSION_TIMEOUT_S)
-    owner = group.join(None)
+    owner = group.join("owner", static=False)
     poll_until([owner], lambda: len(owner.assigned) == PARTITIONS, 60, "the owner of all")
     metrics = _SettledAtEachRebalance()
     member = _handoff_member(
@@ -589,7 +626,7 @@ def test_a_hand_off_member_beyond_the_partition_count_settles_owning_nothing(
 ) -> None:
     topic = create_topic(kafka_bootstrap, partitions=2)
     group = ConsumerGroup(kafka_bootstrap, topic, session_timeout_s=DYNAMIC_SESSION_TIMEOUT_S)
-    owners = [group.join(None), group.join(None)]
+    owners = [group.join(f"owner-{i}", static=False) for i in range(2)]
     poll_until(owners, lambda: all(len(o.assigned) == 1 for o in owners), 60, "one each")
     member = _handoff_member(kafka_bootstrap, topic, group.name, "processor-2", tmp_path / "a")
     try:
@@ -644,7 +681,7 @@ def test_a_crash_of_the_group_description_is_a_logged_retry_not_the_members_end(
         return set(published.standby) if published is not None else set()
 
     def join_other() -> Member:
-        other = group.join(None)
+        other = group.join("other", static=False)
         others.append(other)
         # The ring puts the other member after this one: this one keeps the other's copies.
         poll_until(
