@@ -10,6 +10,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -161,18 +162,21 @@ def test_a_failure_inside_a_transaction_leaves_none_open(
 def test_a_kafka_error_inside_a_transaction_aborts_it_and_the_batch_can_be_replayed(
     sink: TransactionalSink, bootstrap: str
 ) -> None:
-    # A count for a partition the output topic does not have (its partitions were changed
-    # under the processor): librdkafka refuses the record, a Kafka error inside the transaction.
-    missing = PARTITIONS + 5
-    mismatched = pa.Table.from_pylist(
-        [
-            result("/a", 1),
-            result("/z", 1, partition=missing),
-        ]
-    )
-    with pytest.raises(TransactionAbortedError):
-        sink._transaction(1, mismatched, {0: 1, missing: 1})
+    # The output topic was recreated under the processor with fewer partitions than the input:
+    # librdkafka refuses a count for partition 1, a Kafka error inside the transaction.
+    narrow = f"{sink.topics.output}-narrow"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(narrow, 1, 1)])[narrow].result(timeout=30)
+    mismatched = pa.Table.from_pylist([result("/a", 1), result("/z", 1, partition=1)])
+    wide = sink.topics
+    sink.topics = replace(wide, output=narrow)
+    try:
+        with pytest.raises(TransactionAbortedError):
+            sink._transaction(1, mismatched, {0: 1, 1: 1})
+    finally:
+        sink.topics = wide
     assert transactions(sink, "aborted") == 1
+    assert read_committed(bootstrap, narrow) == []  # "/a" was aborted with it
 
     written, _ = sink._transaction(1, counts({"/a": 1}), {0: 1})  # the replay commits
     assert written[sink.topics.output] == 1
