@@ -183,7 +183,8 @@ def produce_backlog(pipeline: LocalPipeline, params: ThroughputParams) -> None:
     """`params.backlog` records into the pipeline's input, as fast as the producer goes, folded
     into the pipeline's truth untimed (no latency for them)."""
     summary = pipeline.load(
-        LoadSettings(rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed)
+        LoadSettings(rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed),
+        progress=lambda counts: log.info("backlog: %s of %d", counts, params.backlog),
     ).join()
     if summary.failed:
         raise RuntimeError(f"producing the backlog failed: {summary.first_error}")

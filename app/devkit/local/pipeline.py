@@ -14,7 +14,7 @@ import logging
 import shutil
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -304,12 +304,16 @@ class LocalPipeline:
         finally:
             tail.stop()
 
-    def load(self, settings: LoadSettings) -> LoadThread:
-        """Start the load generator on a thread, its records folded into the run's truth."""
+    def load(
+        self, settings: LoadSettings, progress: Callable[[str], None] | None = None
+    ) -> LoadThread:
+        """Start the load generator on a thread, its records folded into the run's truth;
+        `progress` gets its counts every few seconds."""
         settings = replace(settings, topic=self.names.input_topic)
         generator = LoadGenerator(
             settings,
             producer_config(self.bootstrap_servers, client_config=self.setup.client.resolved),
+            progress=progress,
             truth=self.truth or self.start_truth(),
         )
         return LoadThread(generator).start()
