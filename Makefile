@@ -58,9 +58,10 @@ run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 
 ## All tests: program, manifests and policies in the infra environment, the application in its
 ## own, on a 3-node Apache Kafka it starts (KAFKA_BOOTSTRAP_SERVERS: a running one instead).
+## The slowest tests are listed at the end of each run: CI must stay under an hour on 2 cores.
 test: setup
-	$(INFRA_PY) -m pytest tests/infra tests/policies
-	$(APP_PY) -m pytest tests/app
+	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies
+	$(APP_PY) -m pytest --durations=30 tests/app
 
 render: $(VENV)/infra/.synced
 	$(INFRA_PY) -m infra.render --stack $(STACK) --out build/manifests/$(STACK)
