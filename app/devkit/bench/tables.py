@@ -87,6 +87,14 @@ TABLES: tuple[DocTable, ...] = (
         "--set spark.driver.memory=1g,spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
     ),
     DocTable(
+        "initial-heap",
+        "Memory",
+        "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
+        "--latency-rate 1000 --latency-s 30 --restores 5 "
+        "--set 'spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m' "
+        "--set 'spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms192m'",
+    ),
+    DocTable(
         "gc-freeze",
         "Restore",
         "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
