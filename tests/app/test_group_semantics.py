@@ -225,10 +225,10 @@ def form_group(group: ConsumerGroup, static: bool) -> tuple[Member, Member]:
         60,
         "A and B sharing the partitions",
     )
-    split = {m.name: len(m.join_states) for m in (a, b)}
+    a_seen, b_seen = len(a.join_states), len(b.join_states)
     settled = poll_until(
         [a, b],
-        lambda: a.settled_since(split[a.name]) and b.settled_since(split[b.name]),
+        lambda: a.settled_since(a_seen) and b.settled_since(b_seen),
         60,
         "A and B settling in the split",
     )
