@@ -184,7 +184,7 @@ def produce_backlog(pipeline: LocalPipeline, params: ThroughputParams) -> None:
     into the pipeline's truth untimed (no latency for them)."""
     summary = pipeline.load(
         LoadSettings(rate=1e9, keys=params.keys, count=params.backlog, seed=params.seed),
-        progress=lambda counts: log.info("backlog: %s of %d", counts, params.backlog),
+        progress=lambda counts: log.info("backlog of %d records: %s", params.backlog, counts),
     ).join()
     if summary.failed:
         raise RuntimeError(f"producing the backlog failed: {summary.first_error}")
