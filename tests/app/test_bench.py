@@ -22,7 +22,7 @@ from app.devkit.bench.ceiling import measure_ceiling, parse_perf_test
 from app.devkit.bench.measure import PeriodicSampler
 from app.devkit.bench.plots import rate_labels, throughput_bars
 from app.devkit.bench.rolling_restart import CASES, BenchParams, run_matrix
-from app.devkit.bench.throughput import Variant
+from app.devkit.bench.variant import Variant
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.waiting import wait_until
 
@@ -219,10 +219,15 @@ def test_a_broker_roll_under_load_keeps_every_instance_up_and_counts_exact(
 def test_a_broker_roll_needs_brokers_the_bench_can_restart(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    run_matrix([BY_NAME["broker-roll"]], SHORT, tmp_path, kafka_bootstrap, "a given cluster")
-    row = read_table(tmp_path)["broker-roll"]
-    assert row["note"].startswith("not run: needs brokers the bench can restart"), row
-    assert row["broker"] == "a given cluster"
+    """And a case runs once per `--set` variant, each row naming its settings."""
+    params = replace(SHORT, variants=(Variant(), Variant({"trigger.interval.ms": "500"})))
+    run_matrix([BY_NAME["broker-roll"]], params, tmp_path, kafka_bootstrap, "a given cluster")
+    with (tmp_path / "rolling-restart.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["settings"] for r in rows] == ["defaults", "trigger.interval.ms=500"], rows
+    for row in rows:
+        assert row["note"].startswith("not run: needs brokers the bench can restart"), row
+        assert row["broker"] == "a given cluster"
 
 
 def test_bench_options_default_to_the_params_and_name_what_is_wrong(
@@ -238,12 +243,13 @@ def test_bench_options_default_to_the_params_and_name_what_is_wrong(
     assert "unknown case(s) rolling; allowed: static-kept" in capsys.readouterr().err
 
 
-def test_throughput_variants_set_processor_keys_and_refuse_unknown_ones(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize("bench", ["throughput", "rolling-restart"])
+def test_bench_variants_set_processor_keys_and_refuse_unknown_ones(
+    capsys: pytest.CaptureFixture[str], bench: str
 ) -> None:
     args = parse_args(
         [
-            "throughput",
+            bench,
             "--set", "spark.driver.memory=512m,max.records.per.batch=50000",
             "--set", "consumer.fetch.max.bytes=8388608",
         ]
@@ -254,7 +260,7 @@ def test_throughput_variants_set_processor_keys_and_refuse_unknown_ones(
     ]
     assert Variant().label == "defaults"
     with pytest.raises(SystemExit):
-        parse_args(["throughput", "--set", "max.record.per.batch=5"])
+        parse_args([bench, "--set", "max.record.per.batch=5"])
     assert "'max.record.per.batch=5' is not KEY=VALUE with KEY a processor key" in (
         capsys.readouterr().err
     )

@@ -34,12 +34,8 @@ from app.clients import client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
 from app.devkit.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
 from app.devkit.bench.tables import TABLE_NAMES, TABLES
-from app.devkit.bench.throughput import (
-    DEFAULT_CONFIGS,
-    ThroughputParams,
-    Variant,
-    run_throughput,
-)
+from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
+from app.devkit.bench.variant import Variant
 from app.devkit.kraft_cluster import KraftCluster
 from policies.contract.processor_keys import (
     DEFAULTS,
@@ -114,6 +110,20 @@ def _add_numbers(parser: argparse.ArgumentParser, defaults: object, helps: dict[
         )
 
 
+def _add_variants(parser: argparse.ArgumentParser, unit: str, example: str) -> None:
+    """`--set`, repeatable: every `unit` runs again per variant of contract keys."""
+    parser.add_argument(
+        "--set",
+        dest="variants",
+        type=_variant,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help=f"a variant: every {unit} runs again with these contract keys set, one row each "
+        f"beside the defaults' (repeat for more variants), e.g. --set {example}",
+    )
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(
@@ -147,6 +157,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run every case under each, side by side in the table: classic, consumer "
         "(KIP-848), or classic,consumer (default classic)",
     )
+    _add_variants(restart, "case", "trigger.interval.ms=500")
     _add_numbers(
         restart,
         BenchParams(),
@@ -174,16 +185,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ",".join(f"{r}:{t}" for r, t in DEFAULT_CONFIGS)
         + ")",
     )
-    throughput.add_argument(
-        "--set",
-        dest="variants",
-        type=_variant,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE[,KEY=VALUE]",
-        help="a variant: every configuration runs again with these contract keys set, one row "
-        "each beside the defaults' (repeat for more variants), e.g. --set spark.driver.memory=512m",
-    )
+    _add_variants(throughput, "configuration", "spark.driver.memory=512m")
     _add_numbers(
         throughput,
         ThroughputParams(),
@@ -279,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ready_timeout_s=args.ready_timeout_s,
                 broker_down_s=args.broker_down_s,
                 group_protocols=tuple(args.group_protocols),
+                variants=(Variant(), *args.variants),
             )
             chosen = [c for c in CASES if c.name in args.cases]
             results = run_matrix(chosen, params, out, bootstrap, broker, brokers, client)

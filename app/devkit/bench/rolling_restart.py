@@ -47,6 +47,7 @@ from app.devkit.bench.measure import (
     zero_output_gaps,
 )
 from app.devkit.bench.table import Row, write_table
+from app.devkit.bench.variant import Variant
 from app.devkit.kraft_cluster import HOST, KraftCluster
 from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import (
@@ -216,6 +217,10 @@ class BenchParams:
     # `consumer`: the session and heartbeat are the group's own configs).
     group_protocols: tuple[str, ...] = (DEFAULTS["consumer.group.protocol"],)
     group_protocol: str = DEFAULTS["consumer.group.protocol"]  # the one a pipeline runs
+    # Contract keys to run every case under, one variant after another (the defaults alone
+    # unless `--set` adds more): a setting's effect on a restart, measured in one run.
+    variants: tuple[Variant, ...] = field(default_factory=lambda: (Variant(),))
+    variant: Variant = field(default_factory=Variant)  # the one a pipeline runs
     # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
     standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart
@@ -252,6 +257,7 @@ LATE_S = 10.0
 COLUMNS = (
     "case",
     "group protocol",
+    "settings",
     "broker",
     "standby replicas",
     "produced",
@@ -293,23 +299,26 @@ def run_matrix(
     it; write the table (Markdown, CSV) and a graph per case; the results. `broker` names the
     cluster in every row; `brokers`: the local cluster behind `bootstrap_servers`, which the
     broker-roll case restarts."""
-    results: dict[tuple[str, str], CaseResult] = {}
+    results: dict[tuple[str, str, int], CaseResult] = {}
 
     def kind(case: Case) -> tuple[bool, str, int, bool]:
         return case.stateful, case.membership_mode, case.standby_replicas(params), case.pair
 
-    for protocol in params.group_protocols:
-        run = replace(params, group_protocol=protocol)
+    runs = [(p, i) for p in params.group_protocols for i in range(len(params.variants))]
+    for protocol, index in runs:
+        variant = params.variants[index]
+        run = replace(params, group_protocol=protocol, variant=variant)
         runnable = []
         for case in cases:
             if case.broker_roll and brokers is None:
                 row = {
                     "case": case.name,
                     "group protocol": protocol,
+                    "settings": variant.label,
                     "broker": broker,
                     "note": f"not run: {NEEDS_BROKERS}",
                 }
-                results[case.name, protocol] = CaseResult(case, row)
+                results[case.name, protocol, index] = CaseResult(case, row)
             else:
                 runnable.append(case)
         for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
@@ -317,19 +326,23 @@ def run_matrix(
             for result in run_group(
                 group, run, out_dir, bootstrap_servers, broker, brokers, client
             ):
-                results[result.case.name, protocol] = result
-    # Each case's rows side by side, one per protocol.
-    ordered = [results[c.name, p] for c in cases for p in params.group_protocols]
+                results[result.case.name, protocol, index] = result
+    # Each case's rows side by side, one per protocol and variant.
+    ordered = [results[c.name, p, i] for c in cases for p, i in runs]
     text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
     print(text, flush=True)
     print(f"table: {out_dir / 'rolling-restart.md'} and .csv; graphs: {out_dir}/*.png", flush=True)
     return ordered
 
 
-def _protocol_suffix(params: BenchParams) -> str:
-    """A graph's name suffix: none for the classic protocol (the names the docs link)."""
+def _graph_suffix(params: BenchParams) -> str:
+    """A graph's name suffix: none for the classic protocol and the defaults (the names the docs
+    link), else the protocol and the variant's place among `--set`'s (`-set1` for the first)."""
     classic = params.group_protocol == DEFAULTS["consumer.group.protocol"]
-    return "" if classic else f"-{params.group_protocol}"
+    suffix = "" if classic else f"-{params.group_protocol}"
+    if params.variant.settings:
+        suffix += f"-set{params.variants.index(params.variant)}"
+    return suffix
 
 
 @dataclass
@@ -374,6 +387,7 @@ def run_group(
             session_timeout_ms=params.session_timeout_ms,
             heartbeat_interval_ms=params.heartbeat_interval_ms,
             group_protocol=params.group_protocol,
+            extra=dict(params.variant.settings),
         ),
     )
     load = LoadSettings(
@@ -450,7 +464,7 @@ def run_group(
                     None, [str(row["note"]), f"produced, output keys, duplicates: the run {prefix}"]
                 )
             )
-        plot = out_dir / f"rolling-restart-{event.case.name}{_protocol_suffix(params)}.png"
+        plot = out_dir / f"rolling-restart-{event.case.name}{_graph_suffix(params)}.png"
         end = (event.recovered_at or time.time()) + params.tail_s + 5
         plots.lag_and_output(
             plot,
@@ -695,6 +709,7 @@ def _row(
     return {
         "case": event.case.name,
         "group protocol": params.group_protocol,
+        "settings": params.variant.label,
         "broker": broker,
         "standby replicas": event.case.standby_replicas(params),
         "produced": check.produced,

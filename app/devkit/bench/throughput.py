@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.clients.client_properties import ClientConfig
@@ -36,6 +36,7 @@ from app.devkit.bench.ceiling import Ceiling, measure_ceiling
 from app.devkit.bench.measure import Timeline, percentile
 from app.devkit.bench.memory import MemorySampler
 from app.devkit.bench.table import write_table
+from app.devkit.bench.variant import Variant
 from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import InstanceOptions
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
@@ -89,18 +90,6 @@ class ThroughputParams:
     ready_timeout_s: float = 300.0
     seed: int = 7
     restores: int = 1
-
-
-@dataclass(frozen=True)
-class Variant:
-    """Contract keys an instance gets beside the defaults (none: the defaults themselves)."""
-
-    settings: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        """The row's `settings` cell."""
-        return ", ".join(f"{k}={v}" for k, v in self.settings.items()) or "defaults"
 
 
 def run_throughput(
