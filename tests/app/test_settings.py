@@ -63,7 +63,7 @@ CONTRACT_DEFAULTS = {
     "producer.acks": "all",
     "producer.enable.idempotence": "true",
     "spark.master": "local[2]",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m",
     "spark.driver.memory": "512m",
     "spark.sql.shuffle.partitions": "2",
     "spark.sql.streaming.stateStore.providerClass": (

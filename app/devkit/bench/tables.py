@@ -50,6 +50,13 @@ TABLES: tuple[DocTable, ...] = (
         "--keys 10000 --session-timeout-ms 10000",
     ),
     DocTable(
+        "trigger-interval",
+        "Where a hand-off's time goes",
+        "rolling-restart --cases rollout-handoff --instances 3 --partitions 6 --rate 1000 "
+        "--keys 10000 --session-timeout-ms 10000 --set trigger.interval.ms=250 "
+        "--set trigger.interval.ms=1000",
+    ),
+    DocTable(
         "warm-copies-1",
         "Warm copies",
         "rolling-restart --cases rollout-handoff,standby-failover --instances 3 --partitions 6 "
@@ -91,8 +98,13 @@ TABLES: tuple[DocTable, ...] = (
         "Memory",
         "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
         "--latency-rate 1000 --latency-s 30 --restores 5 "
-        "--set 'spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m' "
-        "--set 'spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms192m'",
+        "--set 'spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' "
+        "--set 'spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
+        "-Xms192m -Xmn32m' "
+        "--set 'spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
+        "-Xms192m -Xmn64m' "
+        "--set 'spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
+        "-Xms192m -Xmn128m'",
     ),
     DocTable(
         "gc-freeze",
