@@ -50,6 +50,12 @@ TABLES: tuple[DocTable, ...] = (
         "--keys 10000 --session-timeout-ms 10000",
     ),
     DocTable(
+        "handoff-5000",
+        "Where a hand-off's time goes",
+        "rolling-restart --cases rollout-handoff --instances 3 --partitions 6 --rate 5000 "
+        "--keys 10000 --session-timeout-ms 10000",
+    ),
+    DocTable(
         "trigger-interval",
         "Where a hand-off's time goes",
         "rolling-restart --cases rollout-handoff --instances 3 --partitions 6 --rate 1000 "
