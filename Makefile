@@ -70,7 +70,7 @@ check: $(VENV)/infra/.synced
 	$(INFRA_PY) -m infra.policy_check --stack $(STACK)
 
 ## The commands behind every table of docs/benchmarks.md, one after another, alone on the machine
-## (about an hour on 2 cores; tables and graphs in build/bench/<table>/). One table:
+## (about three hours on 2 cores; tables and graphs in build/bench/<table>/). One table:
 ## make bench ARGS="--only crashes"; the list: app/devkit/bench/tables.py.
 bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 	$(APP_PY) -m app.devkit.bench tables $(ARGS)
