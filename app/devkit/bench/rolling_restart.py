@@ -220,7 +220,7 @@ class BenchParams:
     # Contract keys to run every case under, one variant after another (the defaults alone
     # unless `--set` adds more): a setting's effect on a restart, measured in one run.
     variants: tuple[Variant, ...] = field(default_factory=lambda: (Variant(),))
-    variant: Variant = field(default_factory=Variant)  # the one a pipeline runs
+    variant_index: int = 0  # the one a pipeline runs
     # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
     standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart
@@ -234,6 +234,11 @@ class BenchParams:
     recovery_timeout_s: float = 240.0
     drain_timeout_s: float = 300.0
     seed: int = 42
+
+    @property
+    def variant(self) -> Variant:
+        """The variant a pipeline runs."""
+        return self.variants[self.variant_index]
 
 
 @dataclass
@@ -306,15 +311,14 @@ def run_matrix(
 
     runs = [(p, i) for p in params.group_protocols for i in range(len(params.variants))]
     for protocol, index in runs:
-        variant = params.variants[index]
-        run = replace(params, group_protocol=protocol, variant=variant)
+        run = replace(params, group_protocol=protocol, variant_index=index)
         runnable = []
         for case in cases:
             if case.broker_roll and brokers is None:
                 row = {
                     "case": case.name,
                     "group protocol": protocol,
-                    "settings": variant.label,
+                    "settings": run.variant.label,
                     "broker": broker,
                     "note": f"not run: {NEEDS_BROKERS}",
                 }
@@ -336,13 +340,12 @@ def run_matrix(
 
 
 def _graph_suffix(params: BenchParams) -> str:
-    """A graph's name suffix: none for the classic protocol and the defaults (the names the docs
-    link), else the protocol and the variant's place among `--set`'s (`-set1` for the first)."""
+    """A graph's name suffix: none for the classic protocol and the first variant (the
+    defaults': the names the docs link), else the protocol and the variant's place (`-set1` for
+    the first `--set`), so two equal variants still get a graph each."""
     classic = params.group_protocol == DEFAULTS["consumer.group.protocol"]
     suffix = "" if classic else f"-{params.group_protocol}"
-    if params.variant.settings:
-        suffix += f"-set{params.variants.index(params.variant)}"
-    return suffix
+    return suffix + (f"-set{params.variant_index}" if params.variant_index else "")
 
 
 @dataclass
