@@ -58,7 +58,8 @@ def test_static_restart_keeps_counts_exact_and_restores_only_a_lost_state(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     cases = [BY_NAME["static-kept"], BY_NAME["static-wiped"]]
-    results = run_matrix(cases, SHORT, tmp_path, kafka_bootstrap, BROKER)
+    params = replace(SHORT, down_s=4.0)
+    results = run_matrix(cases, params, tmp_path, kafka_bootstrap, BROKER)
     rows = read_table(tmp_path)
     for name in ("static-kept", "static-wiped"):
         row = rows[name]
@@ -66,6 +67,9 @@ def test_static_restart_keeps_counts_exact_and_restores_only_a_lost_state(
         assert row["duplicates"] == "0", row
         assert int(row["produced"]) > 0
         assert row["processed again s"], f"{name}: never processed again: {row}"
+        # Kept down for --down-s from its stop, then timed by its own clock to a committed batch.
+        assert float(row["down s"]) >= params.down_s, row
+        assert float(row["start to first batch s"]) > 0, row
         assert row["broker"] == BROKER, row
         assert (tmp_path / f"rolling-restart-{name}.png").stat().st_size > 0
     assert rows["static-kept"]["restored records"] == "0"

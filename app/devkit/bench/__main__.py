@@ -174,6 +174,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--ready-timeout-s": "how long the instances may take to be ready and caught up "
             "before a case (a busy machine needs more)",
             "--broker-down-s": "how long the broker-kill case keeps its broker down",
+            "--down-s": "how long a restarted instance stays down, from its stop to its start "
+            "(a replaced pod's termination and scheduling)",
         },
     )
     throughput = sub.add_parser("throughput", parents=[common], help="one instance's rate")
@@ -280,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 min_ready_s=args.min_ready_s,
                 ready_timeout_s=args.ready_timeout_s,
                 broker_down_s=args.broker_down_s,
+                down_s=args.down_s,
                 group_protocols=tuple(args.group_protocols),
                 variants=(Variant(), *args.variants),
             )

@@ -231,6 +231,10 @@ class BenchParams:
     tail_s: float = 10.0  # after recovery, before the load stops
     ready_timeout_s: float = 240.0
     broker_down_s: float = 120.0  # how long the broker-kill case keeps its broker down
+    # How long a restarted instance stays down from its stop to its start: 0 restarts it as
+    # soon as it has exited (the kubelet's restart of a container); a pod replaced in a roll is
+    # down while it terminates and is scheduled again (Kafka Streams' restart in issue 31: 5 s).
+    down_s: float = 0.0
     recovery_timeout_s: float = 240.0
     drain_timeout_s: float = 300.0
     seed: int = 42
@@ -252,6 +256,7 @@ class CaseResult:
 
 
 RESTORED = "processor_restore_records_total"
+START_DURATION = "processor_start_duration_seconds"
 # A pair's switch is reported on its own: the output from this long before its record to this
 # long after it.
 SWITCH_BEFORE_S = 5.0
@@ -281,6 +286,7 @@ COLUMNS = (
     "restored records",
     "instance exits",
     "down s",
+    "start to first batch s",
     "processed again s",
     "moved partitions: longest gap by the logs, s",
     "moves onto a copy",
@@ -512,6 +518,8 @@ def restart(
         target.wipe_state()
     if case.outlive_session:
         time.sleep(max(0.0, stopped_at + params.session_timeout_ms / 1000 + 10 - time.time()))
+    elif not case.stays_down:
+        time.sleep(max(0.0, stopped_at + params.down_s - time.time()))
     recovered = None
     if case.stays_down:
         recovered = first_sample(
@@ -740,6 +748,12 @@ def _row(
         "restored records": None if _restarts_all(event.case) else int(restored_records),
         "instance exits": len(event.exited) if event.case.broker_roll else None,
         "down s": None if event.case.pair else event.started_at - event.stopped_at,
+        # The restarted instance's own clock: process start to its first committed batch.
+        "start to first batch s": (
+            (restored.metric(START_DURATION) or None)
+            if restored and not _restarts_all(event.case)
+            else None
+        ),
         "processed again s": (
             event.recovered_at - event.stopped_at if event.recovered_at is not None else None
         ),

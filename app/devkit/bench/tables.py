@@ -31,6 +31,10 @@ class DocTable:
         return f"python -m app.devkit.bench {self.arguments}"
 
 
+# Issue 31's targets, measured together: its restart of one of 2 instances (5 s down, as its
+# Kafka Streams case) and its one-instance throughput, restore and memory workload.
+TARGETS_HEADING = "Issue 31's targets in one run"
+
 TABLES: tuple[DocTable, ...] = (
     DocTable(
         "static-restart",
@@ -124,6 +128,18 @@ TABLES: tuple[DocTable, ...] = (
         "Restore",
         "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
         "--latency-rate 1000 --latency-s 30 --restores 5 --set consumer.fetch.wait.max.ms=500",
+    ),
+    DocTable(
+        "targets-restart",
+        TARGETS_HEADING,
+        "rolling-restart --cases static-kept,handoff --instances 2 --partitions 6 --rate 1000 "
+        "--keys 10000 --down-s 5",
+    ),
+    DocTable(
+        "targets-throughput",
+        TARGETS_HEADING,
+        "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
+        "--latency-rate 1000 --latency-s 30 --restores 5",
     ),
     DocTable(
         "group-protocols",
