@@ -516,15 +516,15 @@ def restart(
     )
     if case.wipe_state:
         target.wipe_state()
-    if case.outlive_session:
-        time.sleep(max(0.0, stopped_at + params.session_timeout_ms / 1000 + 10 - time.time()))
-    elif not case.stays_down:
-        time.sleep(max(0.0, stopped_at + params.down_s - time.time()))
     recovered = None
     if case.stays_down:
         recovered = first_sample(
             timeline, params.recovery_timeout_s, lambda s: _advanced(s, passed, moved)
         )
+    else:
+        # Down past the session timeout (a failover), else for `down_s` (a restart).
+        down_s = params.session_timeout_ms / 1000 + 10 if case.outlive_session else params.down_s
+        time.sleep(max(0.0, stopped_at + down_s - time.time()))
     started_at = time.time()
     target.start()
     event = Restart(case, target.name, moved, before, stopped_at, started_at)
@@ -696,8 +696,8 @@ def _row(
     gaps = zero_output_gaps(records, event.moved, *window)
     during = [lat for lat in latencies if window[0] <= lat.output_ms <= window[1]]
     others = [n for n in event.before if n != event.target]
-    restored = event.after.get(event.target)
-    restored_records = (restored.metric(RESTORED) if restored else 0.0) + sum(
+    target_after = event.after.get(event.target)
+    restored_records = (target_after.metric(RESTORED) if target_after else 0.0) + sum(
         metric_delta(event.before.get(n), event.after.get(n), RESTORED) for n in others
     )
     # A pair's sides never hand a partition to each other through the group.
@@ -750,8 +750,8 @@ def _row(
         "down s": None if event.case.pair else event.started_at - event.stopped_at,
         # The restarted instance's own clock: process start to its first committed batch.
         "start to first batch s": (
-            (restored.metric(START_DURATION) or None)
-            if restored and not _restarts_all(event.case)
+            (target_after.metric(START_DURATION) or None)
+            if target_after and not _restarts_all(event.case)
             else None
         ),
         "processed again s": (
