@@ -17,6 +17,7 @@ instance exits non-zero rather than fence it back.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import threading
@@ -60,6 +61,11 @@ WARM_UP_TIMEOUT_S = 180.0
 # a slower one (the first: Python workers, plans) is followed by another, at most this many.
 CAUGHT_UP_ROUND_S = 5.0
 MAX_WARM_UP_ROUNDS = 4
+
+# A stop still running this long after shutdown.timeout.ms dumps every Python thread's stack to
+# the log (stderr): a shutdown that hangs says where, before the kubelet's SIGKILL at
+# terminationGracePeriodSeconds erases it.
+STOP_OVERRUN_DUMP_S = 10.0
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -116,6 +122,10 @@ class ProcessorInstance:
         log.info(
             "%s received: finishing the current batch, then stopping", signal.Signals(signum).name
         )
+        if not self._stop.is_set():
+            faulthandler.dump_traceback_later(
+                self.settings.shutdown_timeout_ms / 1000 + STOP_OVERRUN_DUMP_S, exit=False
+            )
         self._stop.set()
 
     def run(self) -> int:
@@ -173,6 +183,7 @@ class ProcessorInstance:
             if forkserver is not None:
                 forkserver.close()
             self.health.stop()
+            faulthandler.cancel_dump_traceback_later()
             log.info("processor stopped")
 
     def _pair_control(self) -> PairControl | None:

@@ -208,6 +208,12 @@ class GroupMember:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=CLIENT_TIMEOUT_S)
+            if self._thread.is_alive():
+                log.warning(
+                    "group member: its consumer did not close within %.0f s; going on without "
+                    "it (the group expires the member after session.timeout.ms)",
+                    CLIENT_TIMEOUT_S,
+                )
         with self._offsets_lock:
             if not self._offsets_closed:
                 self._offsets_client.close()
@@ -316,6 +322,8 @@ class GroupMember:
             raise
         finally:
             self._view.close()
+            if "group.instance.id" not in self._config:
+                self._give_back(consumer)
             consumer.close()
             log.info(
                 "group member closed: %s",
@@ -323,6 +331,27 @@ class GroupMember:
                 if "group.instance.id" in self._config
                 else "left the group, its partitions move to the other instances now",
             )
+
+    def _give_back(self, consumer: Consumer) -> None:
+        """Leave the group before closing (a dynamic member): unsubscribe, and poll until the
+        revocation has run (after the running batch's commit), as librdkafka's maintainers
+        advise; a close that an assignment reaches half-way through, when the other members
+        leave at the same moment, can hang (confluentinc/librdkafka#4527)."""
+        try:
+            consumer.unsubscribe()
+            deadline = time.monotonic() + REVOKE_WAIT_S + CLIENT_TIMEOUT_S
+            while consumer.assignment():
+                if time.monotonic() > deadline:
+                    log.warning(
+                        "group member: partitions %s still assigned %.0f s after leaving; "
+                        "closing anyway",
+                        _names(consumer.assignment()),
+                        REVOKE_WAIT_S + CLIENT_TIMEOUT_S,
+                    )
+                    return
+                consumer.poll(POLL_TIMEOUT_S)
+        except KafkaException as exc:  # the close below still leaves the group
+            log.warning("group member: unsubscribing before the close failed: %s", exc)
 
     def _client(self) -> Consumer:
         if self._consumer is None:

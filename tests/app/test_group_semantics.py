@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -637,6 +638,53 @@ def test_a_hand_off_member_beyond_the_partition_count_settles_owning_nothing(
         member.close()
         for owner in owners:
             owner.consumer.close()
+
+
+def test_hand_off_members_leaving_at_once_hand_every_partition_over_and_close(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two of three hand-off members stop together (the end of a local run, a scale-down): each
+    gives its partitions back before it closes, however the rebalances of the other's leave
+    interleave with its own, and the third owns them all long before a session could expire."""
+    topic = create_topic(kafka_bootstrap)
+    group_id = f"group-{uuid.uuid4().hex[:8]}"
+    members = [
+        _handoff_member(kafka_bootstrap, topic, group_id, f"processor-{i}", tmp_path / str(i))
+        for i in range(3)
+    ]
+    stayer, *leavers = members
+    try:
+        wait_until(
+            lambda: (
+                sorted(p for m in members for p in m.assignment()) == list(range(PARTITIONS))
+                and all(m.assignment() for m in members)
+            ),
+            60,
+            "the 3 members sharing the partitions",
+        )
+        started = time.monotonic()
+        for member in leavers:
+            member.leave()
+        threads = [threading.Thread(target=member.close) for member in leavers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DYNAMIC_SESSION_TIMEOUT_S)
+        closed = time.monotonic() - started
+        assert not any(member._thread.is_alive() for member in leavers), "a close hung"
+        assert all(member.assignment() == set() for member in leavers)
+        wait_until(
+            lambda: stayer.assignment() == set(range(PARTITIONS)),
+            DYNAMIC_SESSION_TIMEOUT_S - HEARTBEAT_INTERVAL_S,
+            "the stayer owning every partition",
+        )
+        print(
+            f"2 hand-off members left at once: closed in {closed:.2f} s, the third owned "
+            f"everything {time.monotonic() - started:.2f} s after the leave"
+        )
+    finally:
+        for member in members:
+            member.close()
 
 
 def _describer_pids() -> set[int]:
