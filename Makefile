@@ -37,9 +37,10 @@ $(CLASS_ARCHIVE): $(VENV)/app/.synced
 	$(APP_PY) -m app.processor.class_archive_build --out $@ >$(VENV)/class-archive.log 2>&1 \
 		|| echo "no Spark class archive (see $(VENV)/class-archive.log); going on without it"
 
-# Apache Kafka's released jars (org.apache.kafka:kafka_2.13 at the version app/devkit/kafka_release.py
-# pins, with their runtime dependencies), resolved by Maven from Maven Central and checked: the
-# broker of the local run, the tests and the benchmarks. Checked again at every use; a partial
+# Apache Kafka's released jars (org.apache.kafka:kafka_2.13, kafka-tools and kafka-streams at the
+# version app/devkit/kafka_release.py pins, with their runtime dependencies), resolved by Maven from
+# Maven Central and checked: the broker of the local run, the tests and the benchmarks, and the
+# Kafka Streams reference the benchmarks run beside the processor. Checked again at every use; a partial
 # or corrupt cache is fetched again.
 KAFKA_RELEASE := $(VENV)/kafka/.resolved
 $(KAFKA_RELEASE): app/devkit/kafka_release.py $(VENV)/app/.synced

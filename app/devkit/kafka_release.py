@@ -4,8 +4,9 @@ Apache Kafka publishes every release's broker (`org.apache.kafka:kafka_2.13`) wi
 dependencies on Maven Central; the broker and `kafka.tools.StorageTool` run from those jars alone
 (`java -cp 'libs/*' kafka.Kafka server.properties`), which is all `app.devkit.kraft_cluster` needs,
 and `org.apache.kafka:kafka-tools` adds the command-line tools the brokers' pods run (`AclCommand`,
-what the image's `kafka-acls.sh` starts). So the embedded default is the real broker, resolved by
-Maven itself, the ordinary client:
+what the image's `kafka-acls.sh` starts), and `org.apache.kafka:kafka-streams` the reference the
+benchmarks run beside the processor (`app.devkit.kafka_streams`). So the embedded default is the
+real broker, resolved by Maven itself, the ordinary client:
 
     python -m app.devkit.kafka_release  # resolve (once) and print the folder
     release = kafka_release.ensure()    # the same from Python: a `KafkaRelease`
@@ -48,9 +49,15 @@ DEFAULT_CACHE = REPO_ROOT / ".venv" / "kafka"
 MANIFEST = "MANIFEST.sha256"
 MIN_JAVA = 17
 MAVEN_TIMEOUT_S = 900.0
-# The jars a usable release holds: the broker (and StorageTool), and the tools the brokers' pods
-# run (kafka-acls.sh's AclCommand). A cache resolved before one was added is fetched again.
-REQUIRED_JARS = (f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar")
+# The jars a usable release holds: the broker (and StorageTool), the tools the brokers' pods
+# run (kafka-acls.sh's AclCommand), and Kafka Streams (the benchmarks' reference beside the
+# processor; the distribution ships it too). A cache resolved before one was added is fetched
+# again.
+REQUIRED_JARS = (
+    f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar",
+    f"kafka-tools-{KAFKA_VERSION}.jar",
+    f"kafka-streams-{KAFKA_VERSION}.jar",
+)
 
 POM = f"""<?xml version="1.0" encoding="UTF-8"?>
 <!-- Written by app/devkit/kafka_release.py: Apache Kafka {KAFKA_VERSION}'s broker and tools. -->
@@ -69,6 +76,11 @@ POM = f"""<?xml version="1.0" encoding="UTF-8"?>
     <dependency>
       <groupId>org.apache.kafka</groupId>
       <artifactId>kafka-tools</artifactId>
+      <version>{KAFKA_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka-streams</artifactId>
       <version>{KAFKA_VERSION}</version>
     </dependency>
     <dependency>
@@ -205,7 +217,8 @@ def _resolve(cache: Path) -> None:
         ]  # fmt: skip
         print(
             f"resolving Apache Kafka {KAFKA_VERSION} (org.apache.kafka:kafka_{SCALA_VERSION}, "
-            f"kafka-tools and their runtime jars, about 50 MB) from Maven Central into {cache} "
+            f"kafka-tools, kafka-streams and their runtime jars, about 130 MB) from Maven Central "
+            f"into {cache} "
             "...",
             file=sys.stderr,
             flush=True,

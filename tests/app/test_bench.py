@@ -1,8 +1,9 @@
 """The rolling-restart benchmark in short form: its invariants, never its timings.
 
-LONG: each pipeline starts two real processor instances (Spark JVMs) and restarts one of them,
-so each test takes a few minutes on 2 cores. The static cases share one pipeline (a restart
-with state kept, then one with the state wiped), as the benchmark itself does.
+LONG: each pipeline starts two real processor instances (Spark JVMs; or Kafka Streams', the
+benchmarks' reference) and restarts one of them, so each test takes a few minutes on 2 cores.
+The static cases share one pipeline (a restart with state kept, then one with the state wiped),
+as the benchmark itself does.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from app.devkit.bench.measure import PeriodicSampler
 from app.devkit.bench.plots import rate_labels, throughput_bars
 from app.devkit.bench.rolling_restart import CASES, BenchParams, run_matrix
 from app.devkit.bench.variant import Variant
+from app.devkit.kafka_streams import LABEL as KAFKA_STREAMS
 from app.devkit.kraft_cluster import KraftCluster
+from app.devkit.local.pipeline import ENGINE_KAFKA_STREAMS
 from app.devkit.waiting import wait_until
 
 SHORT = BenchParams(
@@ -75,6 +78,35 @@ def test_static_restart_keeps_counts_exact_and_restores_only_a_lost_state(
     assert rows["static-kept"]["restored records"] == "0"
     assert int(rows["static-wiped"]["restored records"]) > 0
     assert [r.ok for r in results] == [True, True]
+
+
+def test_kafka_streams_restarted_in_the_bench_counts_exactly_and_restores_only_a_lost_state(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Kafka Streams beside the processor on the same brokers (`--engines`): the same bench
+    and truth judge its restarts, and a pair, which it does not run, is a row saying so."""
+    params = replace(SHORT, down_s=2.0, engines=(ENGINE_KAFKA_STREAMS,))
+    cases = [BY_NAME["static-kept"], BY_NAME["static-wiped"], BY_NAME["pair-switch"]]
+    results = run_matrix(cases, params, tmp_path, kafka_bootstrap, BROKER)
+    with (tmp_path / "rolling-restart.csv").open(newline="") as f:
+        rows = {row["case"]: row for row in csv.DictReader(f)}
+    for name in ("static-kept", "static-wiped"):
+        row = rows[name]
+        assert row["engine"] == KAFKA_STREAMS, row
+        assert row["match"] == "yes" and row["duplicates"] == "0", row
+        assert row["processed again s"], f"{name}: never processed again: {row}"
+        assert float(row["down s"]) >= params.down_s, row
+        # From the JVM's start to its first output record.
+        assert float(row["start to first batch s"]) > 0, row
+    # Its counts go out when produced, into their views' partitions: none while it is down.
+    assert float(rows["static-kept"]["zero output s (max)"]) >= params.down_s
+    assert rows["static-kept"]["restored records"] == "0"
+    assert int(rows["static-wiped"]["restored records"]) > 0
+    assert (
+        "not run: the Kafka Streams reference runs a single deployment"
+        in (rows["pair-switch"]["note"])
+    )
+    assert [r.ok for r in results[:2]] == [True, True]
 
 
 def test_dynamic_members_leave_and_counts_stay_exact(kafka_bootstrap: str, tmp_path: Path) -> None:

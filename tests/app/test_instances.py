@@ -27,6 +27,6 @@ def test_a_health_answer_cut_off_by_a_stopping_process_reads_as_no_answer(
     thread.start()
     instance = ProcessorProcess(0, tmp_path, PipelineNames(), "127.0.0.1:9", InstanceOptions())
     instance.health_port = port
-    assert instance._get("/ready") is None
+    assert instance.get("/ready") is None
     thread.join(10)
     server.close()

@@ -37,6 +37,7 @@ from app.devkit.bench.tables import TABLE_NAMES, TABLES
 from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
 from app.devkit.bench.variant import Variant
 from app.devkit.kraft_cluster import KraftCluster
+from app.devkit.local.pipeline import ENGINE_PROCESSOR, ENGINES
 from policies.contract.processor_keys import (
     DEFAULTS,
     KNOWN_KEYS,
@@ -67,6 +68,7 @@ def _choices(what: str, allowed: Sequence[str]) -> Callable[[str], list[str]]:
 _cases = _choices("case", CASE_NAMES)
 _tables = _choices("table", TABLE_NAMES)
 _protocols = _choices("group protocol", (PROTOCOL_CLASSIC, PROTOCOL_CONSUMER))
+_engines = _choices("engine", ENGINES)
 
 
 PASSED_ON = ("spark.", "consumer.", "producer.")
@@ -108,6 +110,18 @@ def _add_numbers(parser: argparse.ArgumentParser, defaults: object, helps: dict[
         parser.add_argument(
             flag, type=type(default), default=default, help=f"{text} (default {default:g})"
         )
+
+
+def _add_engines(parser: argparse.ArgumentParser, unit: str) -> None:
+    """`--engines`: every `unit` runs under each, the processor and Kafka Streams beside it."""
+    parser.add_argument(
+        "--engines",
+        type=_engines,
+        default=[ENGINE_PROCESSOR],
+        help=f"run every {unit} under each, side by side in the table: processor, kafka-streams "
+        "(the field's reference on the same brokers: exactly_once_v2, 2 threads, its own "
+        "defaults; classic protocol, no --set), or processor,kafka-streams (default processor)",
+    )
 
 
 def _add_variants(parser: argparse.ArgumentParser, unit: str, example: str) -> None:
@@ -157,6 +171,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run every case under each, side by side in the table: classic, consumer "
         "(KIP-848), or classic,consumer (default classic)",
     )
+    _add_engines(restart, "case")
     _add_variants(restart, "case", "trigger.interval.ms=500")
     _add_numbers(
         restart,
@@ -187,6 +202,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ",".join(f"{r}:{t}" for r, t in DEFAULT_CONFIGS)
         + ")",
     )
+    _add_engines(throughput, "configuration (Kafka Streams: one row, it has none)")
     _add_variants(throughput, "configuration", "spark.driver.memory=512m")
     _add_numbers(
         throughput,
@@ -284,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 broker_down_s=args.broker_down_s,
                 down_s=args.down_s,
                 group_protocols=tuple(args.group_protocols),
+                engines=tuple(args.engines),
                 variants=(Variant(), *args.variants),
             )
             chosen = [c for c in CASES if c.name in args.cases]
@@ -299,7 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             restores=args.restores,
         )
         variants = [Variant(), *args.variants]
-        run_throughput(args.configs, params_tp, out, bootstrap, broker, client, variants)
+        run_throughput(
+            args.configs, params_tp, out, bootstrap, broker, client, variants, args.engines
+        )
         return 0
 
 

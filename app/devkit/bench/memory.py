@@ -58,14 +58,15 @@ def tree_pss_bytes(pid: int) -> int:
 
 
 def process_kind(pid: int, root: int) -> str:
-    """What a process of an instance's tree is: "JVM", "main" (the root) or "Python"."""
-    if pid == root:
-        return "main"
+    """What a process of an instance's tree is: "JVM" (a java process, the root too: a Kafka
+    Streams instance), "main" (the Python root) or "Python"."""
     try:
         executable = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0", 1)[0]
     except OSError:
-        return "Python"
-    return "JVM" if executable.rsplit(b"/", 1)[-1] == b"java" else "Python"
+        return "main" if pid == root else "Python"
+    if executable.rsplit(b"/", 1)[-1] == b"java":
+        return "JVM"
+    return "main" if pid == root else "Python"
 
 
 def tree_pss_by_kind(pid: int) -> dict[str, list[int]]:

@@ -56,11 +56,22 @@ from app.devkit.local.instances import (
     InstanceStatus,
 )
 from app.devkit.local.observe import PartitionLag
-from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
+from app.devkit.local.pipeline import (
+    ENGINE_KAFKA_STREAMS,
+    ENGINE_PROCESSOR,
+    LocalPipeline,
+    PipelineSetup,
+    engine_label,
+)
 from app.devkit.local.roll import RollFailed, RollStep, roll_instances
 from app.devkit.truth import Latency, OutputCheck, OutputRecord, check_output
 from app.devkit.waiting import poll_until
-from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
+from policies.contract.processor_keys import (
+    DEFAULTS,
+    MEMBERSHIP_HANDOFF,
+    MEMBERSHIP_STATIC,
+    PROTOCOL_CLASSIC,
+)
 from policies.contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.bench")
@@ -221,6 +232,10 @@ class BenchParams:
     # unless `--set` adds more): a setting's effect on a restart, measured in one run.
     variants: tuple[Variant, ...] = field(default_factory=lambda: (Variant(),))
     variant_index: int = 0  # the one a pipeline runs
+    # What the instances run, every case under each: the processor, and Kafka Streams beside it
+    # on the same brokers (`app.devkit.kafka_streams`; the classic protocol, no --set).
+    engines: tuple[str, ...] = (ENGINE_PROCESSOR,)
+    engine: str = ENGINE_PROCESSOR  # the one a pipeline runs
     # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
     standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart
@@ -266,6 +281,7 @@ LATE_S = 10.0
 
 COLUMNS = (
     "case",
+    "engine",
     "group protocol",
     "settings",
     "broker",
@@ -310,25 +326,34 @@ def run_matrix(
     it; write the table (Markdown, CSV) and a graph per case; the results. `broker` names the
     cluster in every row; `brokers`: the local cluster behind `bootstrap_servers`, which the
     broker-roll case restarts."""
-    results: dict[tuple[str, str, int], CaseResult] = {}
+    results: dict[tuple[str, str, str, int], CaseResult] = {}
 
     def kind(case: Case) -> tuple[bool, str, int, bool]:
         return case.stateful, case.membership_mode, case.standby_replicas(params), case.pair
 
-    runs = [(p, i) for p in params.group_protocols for i in range(len(params.variants))]
-    for protocol, index in runs:
-        run = replace(params, group_protocol=protocol, variant_index=index)
+    runs = [
+        (e, p, i)
+        for e in params.engines
+        for p in params.group_protocols
+        for i in range(len(params.variants))
+        # Kafka Streams runs with its own defaults, under the classic protocol.
+        if e == ENGINE_PROCESSOR or (p == PROTOCOL_CLASSIC and i == 0)
+    ]
+    for engine, protocol, index in runs:
+        run = replace(params, engine=engine, group_protocol=protocol, variant_index=index)
         runnable = []
         for case in cases:
-            if case.broker_roll and brokers is None:
+            reason = _not_runnable(case, engine, brokers)
+            if reason is not None:
                 row = {
                     "case": case.name,
+                    "engine": engine_label(engine),
                     "group protocol": protocol,
                     "settings": run.variant.label,
                     "broker": broker,
-                    "note": f"not run: {NEEDS_BROKERS}",
+                    "note": f"not run: {reason}",
                 }
-                results[case.name, protocol, index] = CaseResult(case, row)
+                results[case.name, engine, protocol, index] = CaseResult(case, row)
             else:
                 runnable.append(case)
         for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
@@ -336,13 +361,22 @@ def run_matrix(
             for result in run_group(
                 group, run, out_dir, bootstrap_servers, broker, brokers, client
             ):
-                results[result.case.name, protocol, index] = result
-    # Each case's rows side by side, one per protocol and variant.
-    ordered = [results[c.name, p, i] for c in cases for p, i in runs]
+                results[result.case.name, engine, protocol, index] = result
+    # Each case's rows side by side, one per engine, protocol and variant.
+    ordered = [results[c.name, e, p, i] for c in cases for e, p, i in runs]
     text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
     print(text, flush=True)
     print(f"table: {out_dir / 'rolling-restart.md'} and .csv; graphs: {out_dir}/*.png", flush=True)
     return ordered
+
+
+def _not_runnable(case: Case, engine: str, brokers: KraftCluster | None) -> str | None:
+    """Why `case` cannot run under `engine` here (None: it can)."""
+    if case.broker_roll and brokers is None:
+        return NEEDS_BROKERS
+    if case.pair and engine == ENGINE_KAFKA_STREAMS:
+        return "the Kafka Streams reference runs a single deployment, no pair"
+    return None
 
 
 def _graph_suffix(params: BenchParams) -> str:
@@ -351,6 +385,7 @@ def _graph_suffix(params: BenchParams) -> str:
     the first `--set`), so two equal variants still get a graph each."""
     classic = params.group_protocol == DEFAULTS["consumer.group.protocol"]
     suffix = "" if classic else f"-{params.group_protocol}"
+    suffix += "" if params.engine == ENGINE_PROCESSOR else f"-{params.engine}"
     return suffix + (f"-set{params.variant_index}" if params.variant_index else "")
 
 
@@ -380,6 +415,7 @@ def run_group(
     stateful, mode = cases[0].stateful, cases[0].membership_mode
     kind = (mode if stateful else "dynamic") + ("-standby" if cases[0].standbys else "")
     kind += "-pair" if cases[0].pair else ""
+    kind += "" if params.engine == ENGINE_PROCESSOR else f"-{params.engine}"
     prefix = f"bench-{kind}-{params.group_protocol}-{uuid.uuid4().hex[:6]}"
     setup = PipelineSetup(
         base_dir=out_dir / "state" / prefix,
@@ -389,6 +425,7 @@ def run_group(
         client=client or ClientConfig(),
         names=PipelineNames(prefix, f"{prefix}-page-views", f"{prefix}-page-view-counts"),
         pair=cases[0].pair,
+        engine=params.engine,
         options=InstanceOptions(
             stateful=stateful,
             membership_mode=mode,
@@ -719,6 +756,7 @@ def _row(
         )
     return {
         "case": event.case.name,
+        "engine": engine_label(params.engine),
         "group protocol": params.group_protocol,
         "settings": params.variant.label,
         "broker": broker,

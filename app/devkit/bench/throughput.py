@@ -39,7 +39,13 @@ from app.devkit.bench.table import write_table
 from app.devkit.bench.variant import Variant
 from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import InstanceOptions
-from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
+from app.devkit.local.pipeline import (
+    ENGINE_KAFKA_STREAMS,
+    ENGINE_PROCESSOR,
+    LocalPipeline,
+    PipelineSetup,
+    engine_label,
+)
 from app.devkit.truth import check_output
 from app.devkit.waiting import poll_until
 from policies.contract.topic_specs import PipelineNames
@@ -55,6 +61,7 @@ DEFAULT_CONFIGS: tuple[tuple[int, int], ...] = (
 )
 
 COLUMNS = (
+    "engine",
     "max.records.per.batch",
     "trigger.interval.ms",
     "settings",
@@ -100,16 +107,26 @@ def run_throughput(
     broker: str,
     client: ClientConfig | None = None,
     variants: Sequence[Variant] = (Variant(),),
+    engines: Sequence[str] = (ENGINE_PROCESSOR,),
 ) -> list[dict[str, float | str | None]]:
-    """Run every configuration under every variant; write the table and the graph (`broker`
-    names the cluster in every row); the rows."""
+    """Run every configuration under every variant, and Kafka Streams once when `engines` has
+    it; write the table and the graph (`broker` names the cluster in every row); the rows."""
     client = client or ClientConfig()
     run_id = uuid.uuid4().hex[:6]
     rows: list[dict[str, float | str | None]] = []
     ceiling: Ceiling | None = None
-    runs = [(c, i, v) for c in configs for i, v in enumerate(variants)]
-    for (max_records, trigger_ms), index, variant in runs:
-        prefix = f"tp-{run_id}-{max_records}-{trigger_ms}" + (f"-v{index}" if index else "")
+    runs: list[tuple[str, tuple[int, int] | None, int, Variant]] = [
+        (ENGINE_PROCESSOR, c, i, v)
+        for c in configs
+        for i, v in enumerate(variants)
+        if ENGINE_PROCESSOR in engines
+    ]
+    if ENGINE_KAFKA_STREAMS in engines:
+        runs.append((ENGINE_KAFKA_STREAMS, None, 0, Variant()))
+    for engine, config, index, variant in runs:
+        max_records, trigger_ms = config or DEFAULT_CONFIGS[0]
+        prefix = f"tp-{run_id}-" + (f"{max_records}-{trigger_ms}" if config else "ks")
+        prefix += f"-v{index}" if index else ""
         input_topic = f"{prefix}-page-views"
         setup = PipelineSetup(
             base_dir=out_dir / "state" / prefix,
@@ -118,6 +135,7 @@ def run_throughput(
             bootstrap_servers=bootstrap_servers,
             client=client,
             names=PipelineNames(prefix, input_topic, f"{prefix}-page-view-counts"),
+            engine=engine,
             options=InstanceOptions(
                 trigger_interval_ms=trigger_ms,
                 max_records_per_batch=max_records,
@@ -142,8 +160,9 @@ def run_throughput(
         by, best = ceiling.best
         rows.append(
             {
-                "max.records.per.batch": max_records,
-                "trigger.interval.ms": trigger_ms,
+                "engine": engine_label(engine),
+                "max.records.per.batch": max_records if config else None,
+                "trigger.interval.ms": trigger_ms if config else None,
                 "settings": variant.label,
                 **row,
                 "ceiling/s": round(best),
@@ -156,16 +175,20 @@ def run_throughput(
     print(text, flush=True)
     plots.throughput_bars(
         out_dir / "throughput.png",
-        [
-            f"{r['max.records.per.batch']}/{r['trigger.interval.ms']}ms"
-            + ("" if r["settings"] == "defaults" else f"\n{r['settings']}")
-            for r in rows
-        ],
+        [_bar_label(r) for r in rows],
         [float(r["events/s"] or 0) for r in rows],
         ceiling.best[1] if ceiling is not None else 0.0,
     )
     print(f"table: {out_dir / 'throughput.md'} and .csv; graph: {out_dir / 'throughput.png'}")
     return rows
+
+
+def _bar_label(row: dict[str, float | str | None]) -> str:
+    """A row's name under its bar."""
+    if row["max.records.per.batch"] is None:
+        return "Kafka Streams"
+    label = f"{row['max.records.per.batch']}/{row['trigger.interval.ms']}ms"
+    return label + ("" if row["settings"] == "defaults" else f"\n{row['settings']}")
 
 
 def produce_backlog(pipeline: LocalPipeline, params: ThroughputParams) -> None:

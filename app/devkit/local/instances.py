@@ -216,7 +216,7 @@ class ProcessorProcess:
             ),
         }
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "app.processor", "--properties", str(self.properties_path)],
+            self.command(),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -226,6 +226,10 @@ class ProcessorProcess:
             start_new_session=True,
         )
         self.starts += 1
+
+    def command(self) -> list[str]:
+        """The process's command line."""
+        return [sys.executable, "-m", "app.processor", "--properties", str(self.properties_path)]
 
     def terminate(self) -> None:
         """Send SIGTERM and return at once (the instance finishes its batch and stops)."""
@@ -276,12 +280,14 @@ class ProcessorProcess:
             running=running,
             ready=running and self._ready(),
             partitions=known.partitions if known is not None else None,
-            metrics=self._metrics() if running else {},
+            metrics=self.metrics() if running else {},
             standby=known.standby if known is not None else (),
             copies=frozenset(read_copies(copies_path(checkpoint_dir(self.state_dir)))),
         )
 
-    def _get(self, path: str) -> tuple[int, bytes] | None:
+    def get(self, path: str) -> tuple[int, bytes] | None:
+        """GET `path` from the instance's health port: (status, body), None when it does not
+        answer."""
         url = f"http://127.0.0.1:{self.health_port}{path}"
         try:
             with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
@@ -295,11 +301,12 @@ class ProcessorProcess:
             return None  # not listening yet, or gone
 
     def _ready(self) -> bool:
-        answer = self._get("/ready")
+        answer = self.get("/ready")
         return answer is not None and answer[0] == 200 and json.loads(answer[1])["ready"]
 
-    def _metrics(self) -> dict[str, float]:
-        answer = self._get("/metrics")
+    def metrics(self) -> dict[str, float]:
+        """The instance's /metrics samples (empty when it does not answer)."""
+        answer = self.get("/metrics")
         if answer is None or answer[0] != 200:
             return {}
         return parse_metrics(answer[1].decode("utf-8"))

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from app.admin import topics as topics_cli
 from app.clients.client_properties import ClientConfig
+from app.devkit import kafka_streams
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.loadgen import LoadGenerator, LoadSettings, ProducedSummary, producer_config
 from app.devkit.local.instances import InstanceOptions, ProcessorProcess, group_configs
@@ -46,6 +47,14 @@ CHANGELOG_SEGMENT_BYTES = 64 * 1024 * 1024
 # The stacks' replication factor; a smaller cluster gets one replica per broker.
 STACK_REPLICATION_FACTOR = 3
 BROKER_COUNT_TIMEOUT_S = 30.0
+ENGINE_PROCESSOR = "processor"
+ENGINE_KAFKA_STREAMS = "kafka-streams"
+ENGINES = (ENGINE_PROCESSOR, ENGINE_KAFKA_STREAMS)
+
+
+def engine_label(engine: str) -> str:
+    """How the benchmarks' tables name what the instances run."""
+    return kafka_streams.LABEL if engine == ENGINE_KAFKA_STREAMS else "processor"
 
 
 @dataclass(frozen=True)
@@ -72,12 +81,19 @@ class PipelineSetup:
     # An active/standby pair: `instances` per side (a and b), each side its own group and
     # changelog, side a publishing first (`app/processor/pair.py`).
     pair: bool = False
+    # What the instances run: the processor, or Kafka Streams' page-view count on the same
+    # topics (`app.devkit.kafka_streams`: the benchmarks' reference).
+    engine: str = ENGINE_PROCESSOR
 
     def __post_init__(self) -> None:
         if self.instances < 1:
             raise ValueError(f"instances={self.instances}: must be >= 1")
         if self.partitions < 1:
             raise ValueError(f"partitions={self.partitions}: must be >= 1")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine={self.engine!r}: must be one of {', '.join(ENGINES)}")
+        if self.engine == ENGINE_KAFKA_STREAMS and self.pair:
+            raise ValueError("engine=kafka-streams runs a single deployment: no pair")
 
 
 class LoadThread:
@@ -233,8 +249,13 @@ class LocalPipeline:
         """The instances: one deployment's, or both sides' of a pair (side a first)."""
         setup = self.setup
         if not setup.pair:
+            kind = (
+                kafka_streams.StreamsProcess
+                if setup.engine == ENGINE_KAFKA_STREAMS
+                else ProcessorProcess
+            )
             return [
-                ProcessorProcess(i, setup.base_dir, self.names, self.bootstrap_servers, options)
+                kind(i, setup.base_dir, self.names, self.bootstrap_servers, options)
                 for i in range(setup.instances)
             ]
         for deployment in self.names.deployments(pair=True):

@@ -1,0 +1,64 @@
+"""The benchmarks' Kafka Streams reference (`app.devkit.kafka_streams`) runs with the
+configuration the comparison names and refuses what it would not honour; `test_bench.py` runs it
+through the bench on the same brokers as the processor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.devkit import kafka_streams
+from app.devkit.bench.__main__ import parse_args
+from app.devkit.local.instances import InstanceOptions
+from app.devkit.local.pipeline import ENGINE_KAFKA_STREAMS, ENGINE_PROCESSOR, PipelineSetup
+from policies.contract.processor_keys import MEMBERSHIP_HANDOFF
+from policies.contract.topic_specs import PipelineNames
+
+
+def streams_instance(tmp_path: Path, options: InstanceOptions) -> kafka_streams.StreamsProcess:
+    return kafka_streams.StreamsProcess(0, tmp_path, PipelineNames(), "127.0.0.1:9092", options)
+
+
+def test_the_reference_runs_exactly_once_v2_on_2_threads_and_static_keeps_its_partitions(
+    tmp_path: Path,
+) -> None:
+    static = kafka_streams.streams_properties(
+        streams_instance(tmp_path, InstanceOptions(num_standby_replicas=1))
+    )
+    assert static["processing.guarantee"] == "exactly_once_v2"
+    assert static["num.stream.threads"] == "2"
+    assert static["num.standby.replicas"] == "1"
+    assert static["group.instance.id"] == "page-view-counter-0"
+    assert static["leave.group.on.close"] == "false"
+    # Its changelog is Kafka Streams' own name for the store: the topic the pipeline creates.
+    assert f"{static['application.id']}-counts-changelog" == PipelineNames().changelog_topic
+    dynamic = kafka_streams.streams_properties(
+        streams_instance(tmp_path, InstanceOptions(membership_mode=MEMBERSHIP_HANDOFF))
+    )
+    assert "group.instance.id" not in dynamic
+    assert dynamic["leave.group.on.close"] == "true"
+
+
+def test_the_reference_refuses_the_processors_settings_by_name(tmp_path: Path) -> None:
+    options = InstanceOptions(extra={"trigger.interval.ms": "500"})
+    with pytest.raises(ValueError, match=r"\['trigger.interval.ms'\] are the processor's"):
+        kafka_streams.streams_properties(streams_instance(tmp_path, options))
+
+
+def test_a_pipeline_names_its_engines_and_runs_no_kafka_streams_pair(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="engine='flink': must be one of processor, kafka-str"):
+        PipelineSetup(base_dir=tmp_path, engine="flink")
+    with pytest.raises(ValueError, match="no pair"):
+        PipelineSetup(base_dir=tmp_path, engine=ENGINE_KAFKA_STREAMS, pair=True)
+
+
+def test_bench_engines_default_to_the_processor_and_name_what_is_wrong(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse_args(["rolling-restart"]).engines == [ENGINE_PROCESSOR]
+    both = parse_args(["throughput", "--engines", "processor,kafka-streams"])
+    assert both.engines == [ENGINE_PROCESSOR, ENGINE_KAFKA_STREAMS]
+    with pytest.raises(SystemExit):
+        parse_args(["rolling-restart", "--engines", "spark"])
+    assert "unknown engine(s) spark; allowed: processor, kafka-streams" in capsys.readouterr().err
