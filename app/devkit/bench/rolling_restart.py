@@ -270,6 +270,14 @@ class CaseResult:
     plot: Path | None = None
 
 
+# Read off the processor's own metrics and logs, which Kafka Streams has no public equal of.
+PROCESSOR_ONLY_COLUMNS = (
+    "assigned (others)",
+    "revoked (others)",
+    "moved partitions: longest gap by the logs, s",
+    "moves onto a copy",
+    "standby records/s",
+)
 RESTORED = "processor_restore_records_total"
 START_DURATION = "processor_start_duration_seconds"
 # A pair's switch is reported on its own: the output from this long before its record to this
@@ -486,6 +494,8 @@ def run_group(
     for event, cost in zip(restarts, costs, strict=True):
         row = _row(event, check, records, latencies, params, broker, logs)
         row.update(_cost_cells(cost))
+        if params.engine != ENGINE_PROCESSOR:
+            row.update(dict.fromkeys(PROCESSOR_ONLY_COLUMNS))
         if drained is None and not check.ok:
             # Not an exactness failure unless an output value is one the truth never had (a
             # record counted twice) or repeats.
