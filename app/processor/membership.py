@@ -322,13 +322,14 @@ class GroupMember:
             raise
         finally:
             self._view.close()
-            if "group.instance.id" not in self._config:
+            static = "group.instance.id" in self._config
+            if not static:
                 self._give_back(consumer)
             consumer.close()
             log.info(
                 "group member closed: %s",
                 "a static member stays in the group until the session timeout"
-                if "group.instance.id" in self._config
+                if static
                 else "left the group, its partitions move to the other instances now",
             )
 
@@ -337,16 +338,17 @@ class GroupMember:
         revocation has run (after the running batch's commit), as librdkafka's maintainers
         advise; a close that an assignment reaches half-way through, when the other members
         leave at the same moment, can hang (confluentinc/librdkafka#4527)."""
+        bound_s = REVOKE_WAIT_S + CLIENT_TIMEOUT_S
         try:
             consumer.unsubscribe()
-            deadline = time.monotonic() + REVOKE_WAIT_S + CLIENT_TIMEOUT_S
+            deadline = time.monotonic() + bound_s
             while consumer.assignment():
                 if time.monotonic() > deadline:
                     log.warning(
                         "group member: partitions %s still assigned %.0f s after leaving; "
                         "closing anyway",
                         _names(consumer.assignment()),
-                        REVOKE_WAIT_S + CLIENT_TIMEOUT_S,
+                        bound_s,
                     )
                     return
                 consumer.poll(POLL_TIMEOUT_S)

@@ -63,7 +63,7 @@ def process_kind(pid: int, root: int) -> str:
     try:
         executable = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0", 1)[0]
     except OSError:
-        return "main" if pid == root else "Python"
+        executable = b""  # gone meanwhile
     if executable.rsplit(b"/", 1)[-1] == b"java":
         return "JVM"
     return "main" if pid == root else "Python"

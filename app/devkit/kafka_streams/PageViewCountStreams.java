@@ -4,9 +4,9 @@
  *
  * The topology is the one the Kafka Streams documentation gives for a count:
  * stream(input) -> groupByKey -> count(store "counts") -> toStream -> to(output), the count written
- * as a UTF-8 decimal (b"42"), the processor's output contract, at the time it is produced, into its
- * views' partition. Its changelog is Kafka Streams' own
- * name for the store, <application.id>-counts-changelog, which is the processor's too.
+ * as a UTF-8 decimal (b"42"), the processor's output contract, at the time it is produced, into
+ * its views' partition. Its changelog is Kafka Streams' own name for the store,
+ * <application.id>-counts-changelog, which is the processor's too.
  *
  * Usage: java -cp <kafka libs>/*:<classes> PageViewCountStreams <properties file>
  *

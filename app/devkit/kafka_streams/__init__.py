@@ -17,6 +17,7 @@ under exactly-once, a 10 MB record cache).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -84,9 +85,19 @@ def compiled_classes(release: kafka_release.KafkaRelease | None = None) -> Path:
     return target
 
 
+@functools.cache
+def java_and_classpath() -> tuple[str, str]:
+    """The `java` and the classpath the reference runs with, found once per process: the
+    release's check hashes every jar (about 0.4 s), which must not fall inside a restart's
+    measured time."""
+    release = kafka_release.ensure()
+    return kafka_release.java_command(), f"{release.classpath}:{compiled_classes(release)}"
+
+
 def streams_properties(instance: ProcessorProcess) -> dict[str, str]:
     """The instance's Kafka Streams configuration, keyed as Kafka Streams' documentation names
-    them (`input.topic`, `output.topic` and `health.port` are the harness's own)."""
+    them (`input.topic`, `output.topic`, `health.port` and `leave.group.on.close` are the
+    harness's own)."""
     options: InstanceOptions = instance.options
     extra = {k: v for k, v in options.extra.items() if (k, v) != PAGE_VIEW_COUNT}
     if extra:
@@ -133,17 +144,9 @@ class StreamsProcess(ProcessorProcess):
 
     def command(self) -> list[str]:
         """`java -cp <the release's jars>:<the compiled class> PageViewCountStreams <file>`."""
-        release = kafka_release.ensure()
-        classpath = f"{release.classpath}:{compiled_classes(release)}"
-        return [
-            kafka_release.java_command(),
-            *HEAP_OPTS,
-            *LOG_OPTS,
-            "-cp",
-            classpath,
-            MAIN_CLASS,
-            str(self.properties_path),
-        ]
+        java, classpath = java_and_classpath()
+        arguments = ["-cp", classpath, MAIN_CLASS, str(self.properties_path)]
+        return [java, *HEAP_OPTS, *LOG_OPTS, *arguments]
 
     def status(self) -> InstanceStatus:
         """Readiness (RUNNING, no store restoring), the active and standby tasks' input
