@@ -81,7 +81,7 @@ bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies tests/cluster cluster
+	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies tests/cluster cluster tests/*.py
 	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ElectionType, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.devkit.kafka_release import KafkaRelease, java_command
@@ -556,8 +556,14 @@ class KraftCluster:
         self._wait(deleted, deadline, f"the probe topic {probe} to be deleted")
 
     def wait_until_fully_replicated(self, timeout_s: float = 120.0) -> None:
-        """Wait until every node is a broker again and every partition of every topic has all
-        its replicas in sync (what a rolling restart waits for before the next node)."""
+        """Wait until every node is a broker again, every partition of every topic has all its
+        replicas in sync (what a rolling restart waits for before the next node), and each is
+        led by its preferred replica again.
+
+        The controller would move the leaders back by itself (`auto.leader.rebalance.enable`),
+        but only at its next check, up to `leader.imbalance.check.interval.seconds` (300 s)
+        later: in the middle of whatever runs next, where a group coordinator that moves can
+        turn a consumer's LeaveGroup away or hold up its close."""
         deadline = time.monotonic() + timeout_s
         self.wait_until_ready(timeout_s)
         admin = self._admin()
@@ -571,6 +577,23 @@ class KraftCluster:
 
         self._wait(
             in_sync, deadline, "replicas to catch up", seen=lambda: f"out of sync: {lagging[:5]}"
+        )
+        moved: list[str] = []
+
+        def led_by_preferred() -> bool:
+            nonlocal moved
+            self._check_alive()
+            moved = self._not_preferred_leader(admin)
+            if moved:
+                # ELECTION_NOT_NEEDED for the partitions already there: the result is the leaders.
+                admin.elect_leaders(ElectionType.PREFERRED, None)
+            return not moved
+
+        self._wait(
+            led_by_preferred,
+            deadline,
+            "leaders to move back to their preferred replicas",
+            seen=lambda: f"not on their preferred replica: {moved[:5]}",
         )
 
     # -- diagnostics ----------------------------------------------------------------------
@@ -713,6 +736,15 @@ class KraftCluster:
             for name, metadata in topics.items()
             for partition in metadata.partitions.values()
             if set(partition.isrs) != set(partition.replicas)
+        ]
+
+    def _not_preferred_leader(self, admin: AdminClient) -> list[str]:
+        topics = admin.list_topics(timeout=10).topics
+        return [
+            f"{name}-{partition.id}"
+            for name, metadata in topics.items()
+            for partition in metadata.partitions.values()
+            if partition.replicas and partition.leader != partition.replicas[0]
         ]
 
     def _check_alive(self) -> None:

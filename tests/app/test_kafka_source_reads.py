@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import pytest
@@ -62,11 +62,18 @@ def topics(kafka_bootstrap: str) -> Iterator[tuple[str, str]]:
     admin.delete_topics([changelog, input_topic])
 
 
+def _reader(bootstrap: str, config: Mapping[str, str] | None = None) -> Consumer:
+    """A consumer that reads by `assign()` and never commits: a close needs no coordinator
+    (librdkafka's close waits for an auto-commit's coordinator without a timeout)."""
+    return Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+         **(config or {})}
+    )  # fmt: skip
+
+
 def _committed(bootstrap: str, topic: str, partition: int) -> list[Record]:
     """Every committed record of the partition, by a consumer of its own."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": "read_committed"}
-    )
+    consumer = _reader(bootstrap, {"isolation.level": "read_committed"})
     try:
         _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), TIMEOUT_S)
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
@@ -106,10 +113,9 @@ def test_ranges_of_several_partitions_read_at_once_fold_exactly_their_committed_
         for topic, count in ((changelog, 3), (input_topic, 2))
         for p in range(count)
     }
-    reader = Consumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": "unused",
-         "isolation.level": "read_committed", "fetch.wait.max.ms": "10"}
-    )  # fmt: skip
+    reader = _reader(
+        kafka_bootstrap, {"isolation.level": "read_committed", "fetch.wait.max.ms": "10"}
+    )
     in_end = [committed[(input_topic, p)][-1][0] + 1 for p in range(2)]
     ranges = [
         *(KafkaRange(changelog, p, OFFSET_BEGINNING, committed[(changelog, p)][-1][0] + 2,
@@ -147,7 +153,7 @@ def test_a_restore_of_an_empty_changelog_partition_yields_nothing(
     empty = f"{changelog}-empty"
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     admin.create_topics([NewTopic(empty, 1, 3)], operation_timeout=30)[empty].result()
-    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused"})
+    reader = _reader(kafka_bootstrap)
     try:
         work = KafkaRange(empty, 0, OFFSET_BEGINNING, 0, RESTORE, 1)
         assert list(read_ranges(reader, [work], Retrying(TIMEOUT_S), AGGREGATION)) == []
@@ -175,7 +181,7 @@ def test_a_restore_reads_from_each_partitions_log_start_after_deleted_records(
         [TopicPartition(topic, p, offset) for p, offset in deleted.items()]
     ).values():
         future.result()
-    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused"})
+    reader = _reader(kafka_bootstrap)
     try:
         ranges = [KafkaRange(topic, p, OFFSET_BEGINNING, 100, RESTORE, 1) for p in range(3)]
         batches = list(read_ranges(reader, ranges, Retrying(TIMEOUT_S), AGGREGATION))
@@ -208,7 +214,7 @@ def test_a_first_offsets_lookup_that_times_out_quickly_is_asked_again_at_once(
     kafka_bootstrap: str, topics: tuple[str, str]
 ) -> None:
     changelog, _ = topics
-    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused"})
+    reader = _reader(kafka_bootstrap)
     slow = FirstAskTimesOut(reader)
     episodes: list[str] = []
     try:

@@ -7,7 +7,7 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigEntry, ConfigResource, NewTopic
 
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.waiting import wait_until
@@ -47,7 +47,20 @@ def test_new_topic_gets_three_replicas_and_min_insync_two(kraft_cluster: KraftCl
     partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
     assert [sorted(p.replicas) for p in partitions] == [[1, 2, 3]] * 3
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = admin.describe_configs([resource])[resource].result(10)
+    described: dict[str, ConfigEntry] = {}
+
+    def describe() -> bool:
+        # Asked of any broker: one the controller has not told about the topic yet answers
+        # UNKNOWN_TOPIC_OR_PART for a moment.
+        try:
+            described.update(admin.describe_configs([resource])[resource].result(10))
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+        return bool(described)
+
+    wait_until(describe, 30, f"the configs of topic {topic}", interval_s=0.2)
+    configs = described
     assert configs["min.insync.replicas"].value == "2"
     assert configs["unclean.leader.election.enable"].value == "false"
 
@@ -113,6 +126,11 @@ def test_acks_all_produce_survives_the_loss_of_one_node(kraft_cluster: KraftClus
         kraft_cluster.start_node(victim)
         kraft_cluster.wait_until_fully_replicated()
         print(
-            f"node {victim} back and all replicas in sync after "
+            f"node {victim} back, all replicas in sync and leading again after "
             f"{time.monotonic() - restarted:.1f} s"
         )
+    # Back where they were, as the tests after this one expect: no leader (and so no group
+    # coordinator) left to move at the controller's next imbalance check, minutes later.
+    partitions = admin.list_topics(timeout=10).topics[topic].partitions.values()
+    assert victim in {p.leader for p in partitions}
+    assert all(p.leader == p.replicas[0] for p in partitions)
