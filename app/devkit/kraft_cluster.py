@@ -45,7 +45,7 @@ from pathlib import Path
 from types import TracebackType
 
 from confluent_kafka import ElectionType, KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 
 from app.devkit.kafka_release import KafkaRelease, java_command
 from app.devkit.kafka_release import ensure as ensure_release
@@ -730,22 +730,10 @@ class KraftCluster:
         return AdminClient({**configs, "log_level": 2})
 
     def _under_replicated(self, admin: AdminClient) -> list[str]:
-        topics = admin.list_topics(timeout=10).topics
-        return [
-            f"{name}-{partition.id}"
-            for name, metadata in topics.items()
-            for partition in metadata.partitions.values()
-            if set(partition.isrs) != set(partition.replicas)
-        ]
+        return _partitions_where(admin, lambda p: set(p.isrs) != set(p.replicas))
 
     def _not_preferred_leader(self, admin: AdminClient) -> list[str]:
-        topics = admin.list_topics(timeout=10).topics
-        return [
-            f"{name}-{partition.id}"
-            for name, metadata in topics.items()
-            for partition in metadata.partitions.values()
-            if partition.replicas and partition.leader != partition.replicas[0]
-        ]
+        return _partitions_where(admin, lambda p: bool(p.replicas) and p.leader != p.replicas[0])
 
     def _check_alive(self) -> None:
         # A stopped node has no process; one that has a process and exited died by itself.
@@ -770,3 +758,16 @@ class KraftCluster:
             wait_until(condition, remaining_s, what, interval_s=0.5, seen=seen)
         except TimeoutError as exc:
             raise KraftClusterError(f"{exc}\n{self.log_tails()}") from None
+
+
+def _partitions_where(
+    admin: AdminClient, matches: Callable[[PartitionMetadata], bool]
+) -> list[str]:
+    """`<topic>-<partition>` of every partition of every topic whose metadata `matches`."""
+    topics = admin.list_topics(timeout=10).topics
+    return [
+        f"{name}-{partition.id}"
+        for name, metadata in topics.items()
+        for partition in metadata.partitions.values()
+        if matches(partition)
+    ]
