@@ -5,9 +5,9 @@ pytest-timeout's signal method fails a test that runs too long by raising in the
 which only happens once that thread runs Python again. A call stuck inside librdkafka (a
 consumer's `close()` has no timeout) never does, and the stuck test would hold the run until CI's
 own limit, with nothing in the log to say where. So each test also arms faulthandler's watchdog
-thread for a grace (`hang_watchdog_grace_s`, 120 s) after pytest-timeout's limit: it writes every
-thread's stack to the terminal and exits with status 1. The brokers the tests start die with
-their parent.
+thread for a grace (`hang_watchdog_grace_s`, 120 s) after pytest-timeout's limit, through
+pytest-timeout's own timer hooks: it writes every thread's stack to the terminal and exits with
+status 1. The brokers the tests start die with their parent.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
-from collections.abc import Generator
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -47,23 +46,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _terminal = None
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    """Arm the watchdog for the test's setup, call and teardown; disarm it after."""
-    limit_s = _limit_s(item.config, item.get_closest_marker("timeout"))
-    if _terminal is None or limit_s <= 0:
-        return (yield)
-    grace_s = float(item.config.getini(GRACE_OPTION))
-    faulthandler.dump_traceback_later(limit_s + grace_s, exit=True, file=_terminal)
-    try:
-        return (yield)
-    finally:
-        faulthandler.cancel_dump_traceback_later()
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
+    """Arm the watchdog beside pytest-timeout's own timer, from its settings (command line,
+    environment, marker or ini); None, so that pytest-timeout still sets its own."""
+    if _terminal is not None:
+        grace_s = float(item.config.getini(GRACE_OPTION))
+        faulthandler.dump_traceback_later(settings.timeout + grace_s, exit=True, file=_terminal)
 
 
-def _limit_s(config: pytest.Config, marker: pytest.Mark | None) -> float:
-    """pytest-timeout's limit for a test: its `timeout` marker's, else the `timeout` ini
-    option's; 0 when there is none."""
-    if marker is not None and marker.args:
-        return float(marker.args[0] or 0)
-    return float(config.getini("timeout") or 0)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
+    """Disarm it whenever pytest-timeout cancels its own (the test's end, a debugger)."""
+    faulthandler.cancel_dump_traceback_later()
