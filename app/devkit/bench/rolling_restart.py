@@ -48,6 +48,7 @@ from app.devkit.bench.measure import (
 )
 from app.devkit.bench.table import Row, write_table
 from app.devkit.bench.variant import Variant
+from app.devkit.exactness_report import write_exactness_report
 from app.devkit.kraft_cluster import HOST, KraftCluster
 from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import (
@@ -489,6 +490,10 @@ def run_group(
             {i.name.removeprefix(f"{prefix}-"): i.log_path for i in pipeline.instances}
         )
     check = check_output(summary.truth, latest)
+    if not check.ok:
+        report = setup.base_dir / "exactness.json"
+        for line in write_exactness_report(report, summary.truth, check, records):
+            log.warning("%s: %s", prefix, line)
     latencies = summary.truth.latencies
     results = []
     for event, cost in zip(restarts, costs, strict=True):
