@@ -75,7 +75,12 @@ from app.processor.source_offsets import (
     PartitionPosition,
     SourceOffsets,
 )
-from app.processor.state_restore import next_position, read_copies
+from app.processor.state_restore import (
+    CommittedInput,
+    changelog_end_of,
+    next_position,
+    read_copies,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +131,8 @@ CONSUME_TIMEOUT_S = 0.01
 # One attempt of a planning call: a live broker answers in milliseconds, and a request to a lost
 # leader waits out this timeout before the retry asks the new one (app/clients/kafka_retry.py).
 CLIENT_TIMEOUT_S = 10.0
+# How often a gained partition's changelog end is asked again while a marker is on its way.
+END_POLL_S = 0.05
 # A planned range that yields nothing for this long was truncated under us (retention): fail
 # the batch loudly rather than wait forever.
 READ_STALL_TIMEOUT_S = 60.0
@@ -264,8 +271,8 @@ class GroupAssignedReader(DataSourceStreamReader):
                 held,
                 active=p in owned,
                 copy=copies.get(p),
-                changelog_end=partial(self._end, opts.changelog_topic, p),
-                committed=partial(self._committed_or_earliest, p),
+                changelog_end=partial(self._end_at_least, opts.changelog_topic, p),
+                committed=partial(self._committed_input, p),
                 now_ms=now_ms,
             )
             self._log_change(p, held, positions[p])
@@ -361,11 +368,38 @@ class GroupAssignedReader(DataSourceStreamReader):
         )
         return int(high)
 
-    def _committed_or_earliest(self, partition: int) -> int:
+    def _end_at_least(self, topic: str, partition: int, at_least: int) -> int:
+        """The last stable offset once it is at least `at_least`: a committed transaction's
+        marker reaches each partition on its own, after the commit returned."""
+        end = self._end(topic, partition)
+        if end >= at_least:
+            return end
+        log.info(
+            "%s-%d: waiting for its last stable offset (%d) to reach %d, where the transaction "
+            "that committed the input offset ended",
+            topic, partition, end, at_least,
+        )  # fmt: skip
+        timeout_s = self.options.task_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
+        while end < at_least:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{topic}-{partition}: the last stable offset is {end} after "
+                    f"{timeout_s:g} s (task.timeout.ms), short of {at_least}, where the "
+                    "transaction that committed the group's offset ended. Either a marker is "
+                    "late (see kafka-transactions.sh describe-producers on that partition) or "
+                    "the changelog was recreated under the group's offsets: then the counts "
+                    "are gone, and the group's offsets must be reset with it"
+                )
+            time.sleep(END_POLL_S)
+            end = self._end(topic, partition)
+        return end
+
+    def _committed_input(self, partition: int) -> CommittedInput:
         return self._committed([partition])[partition]
 
-    def _committed(self, partitions: Sequence[int]) -> dict[int, int]:
-        """The group's committed offsets (the partition's first offset where there is none)."""
+    def _committed(self, partitions: Sequence[int]) -> dict[int, CommittedInput]:
+        """The group's committed input (the partition's first offset where there is none)."""
         topic = self.options.input_topic
         consumer = self._consumer()
         retrying = self.options.retrying
@@ -375,7 +409,7 @@ class GroupAssignedReader(DataSourceStreamReader):
         result = {}
         for tp in found:
             if tp.offset >= 0:
-                result[tp.partition] = tp.offset
+                result[tp.partition] = CommittedInput(tp.offset, changelog_end_of(tp.metadata))
             else:
                 low, _ = retrying.watermark_offsets(
                     f"first offset of {topic}-{tp.partition}",
@@ -384,7 +418,7 @@ class GroupAssignedReader(DataSourceStreamReader):
                     tp.partition,
                     CLIENT_TIMEOUT_S,
                 )
-                result[tp.partition] = int(low)
+                result[tp.partition] = CommittedInput(int(low))
         return result
 
     def _moved_on(self, previous: SourceOffsets, owned: Sequence[int]) -> set[int]:
@@ -398,14 +432,14 @@ class GroupAssignedReader(DataSourceStreamReader):
         if not held:
             return set()
         committed = self._committed(held)
-        moved = {p for p in held if committed[p] != previous.positions[p].input_offset}
+        moved = {p for p in held if committed[p].offset != previous.positions[p].input_offset}
         for p in sorted(moved):
             log.info(
                 "partition %s-%d: checkpoint stopped at %d, group committed %d: restoring",
                 self.options.input_topic,
                 p,
                 previous.positions[p].input_offset,
-                committed[p],
+                committed[p].offset,
             )
         return moved
 

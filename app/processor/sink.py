@@ -8,7 +8,9 @@ Per batch, in one transaction (`transactional.id` from the pod name):
   headers `dlq.reason`, `dlq.source.topic`, `dlq.source.partition`, `dlq.source.offset`;
 - the batch's input end offsets (from `<checkpoint>/offsets/<batchId>`) committed to the group
   with `send_offsets_to_transaction` and the group member's metadata, so the broker fences the
-  commit if this instance no longer owns the partitions.
+  commit if this instance no longer owns the partitions. Each offset's commit metadata is the
+  changelog offset after the transaction's records for the partition, known from the delivery
+  reports: the partition's next owner reads its changelog that far (`state_restore`).
 
 A side of an active/standby pair (`pair.side`) writes the output and dead letters only for the
 partitions it publishes, and its take-overs and releases to the pair's control topic, in the same
@@ -47,7 +49,13 @@ from app.processor.source_offsets import (
     batch_offsets_path,
     read_batch_offsets,
 )
-from app.processor.state_restore import copies_path, read_copies, record_batch, write_copies
+from app.processor.state_restore import (
+    commit_metadata,
+    copies_path,
+    read_copies,
+    record_batch,
+    write_copies,
+)
 
 log = logging.getLogger(__name__)
 
@@ -323,12 +331,25 @@ class TransactionalSink:
                         producer, row["key"], row["value"], row["reason"], partition, row["offset"]
                     )
                 producer.poll(0)
+            # The delivery reports give where this transaction's changelog records end; the
+            # input offsets carry it, so the partition's next owner reads its changelog that
+            # far before it counts the input after them (`state_restore`).
+            _flush(producer, batch_id)
+            committing = [
+                TopicPartition(
+                    self.topics.input,
+                    p,
+                    o,
+                    metadata=commit_metadata(changelog_ends[p]) if p in changelog_ends else None,
+                )
+                for p, o in sorted(offsets.items())
+            ]
             # Bounded by our own deadline: librdkafka's is ignored while the group's
             # coordinator is lost (`app/clients/deadline.py`).
             call_with_deadline(
                 partial(
                     producer.send_offsets_to_transaction,
-                    [TopicPartition(self.topics.input, p, o) for p, o in sorted(offsets.items())],
+                    committing,
                     self.member.group_metadata(),  # read now: a revocation may be waiting for us
                     TRANSACTION_TIMEOUT_S,
                 ),
@@ -339,7 +360,6 @@ class TransactionalSink:
         except BaseException as exc:
             self._end_failed_transaction(batch_id, exc, begun)
             raise
-        producer.poll(0)  # delivery reports not served by the commit's flush
         self.metrics.transaction(committed=True)
         return written, changelog_ends
 
@@ -487,6 +507,19 @@ class TransactionalSink:
                 records[p] / read if read else 0.0,
                 seconds,
             )
+
+
+def _flush(producer: Producer, batch_id: int) -> None:
+    """Wait until every record of the transaction is acknowledged (its delivery reports run)."""
+    left = producer.flush(TRANSACTION_TIMEOUT_S)
+    if left:
+        raise KafkaException(
+            KafkaError(
+                KafkaError._TIMED_OUT,
+                f"batch {batch_id}: {left} records not acknowledged within "
+                f"{TRANSACTION_TIMEOUT_S:g} s; the transaction is aborted and the batch replayed",
+            )
+        )
 
 
 def _records_by_partition(rows: pa.Table, kind: str) -> Counter[int]:

@@ -17,6 +17,16 @@ state is built from its changelog (`SourceOffsets` holds the positions):
   that stays a standby reads its changelog's new records each batch; any other partition that
   must be kept (gained by the group, or newly a standby) reads its changelog after its copy's
   offset, under the copy's epoch, or, without a copy, from the beginning under a new epoch.
+- **A gained partition's state matches its committed offset.** Its input is read from the
+  group's committed offset, so its changelog must be read up to the end of the transaction that
+  committed it, no further back: the previous owner's last batch may still be committing when the
+  partition arrives. So the committed offset is asked first (a `read_committed` client's
+  OffsetFetch waits while a transaction holds it, KIP-447), and its commit metadata names the
+  changelog offset that transaction wrote up to (`commit_metadata`). The changelog's last stable
+  offset is read once it has reached that offset: the transaction's markers reach each
+  partition on their own, after the commit returned. Read before the committed offset, or
+  before the marker, it left out the last batch's changelog records while its input was counted
+  as done: the counts of that batch were lost.
 - **Who keeps which standby** (`standby_partitions`): the group's members in order of their
   names (`group.instance.id`, else `client.id`, which the processor sets to its pod name), as a
   ring; the `num.standby.replicas` members after a partition's owner keep its copies. With
@@ -39,6 +49,32 @@ from app.processor.atomic_file import replace_text
 from app.processor.source_offsets import FROM_BEGINNING, PartitionPosition
 
 COPIES_FILE = "state-copies.json"
+CHANGELOG_END_KEY = "changelog_end"
+
+
+@dataclass(frozen=True)
+class CommittedInput:
+    """The group's committed offset of an input partition, and the changelog offset after the
+    records of the transaction that committed it (None: not recorded, as in commits that wrote
+    no changelog record for the partition)."""
+
+    offset: int
+    changelog_end: int | None = None
+
+
+def commit_metadata(changelog_end: int) -> str:
+    """The metadata a transaction commits an input partition's offset with."""
+    return json.dumps({CHANGELOG_END_KEY: changelog_end})
+
+
+def changelog_end_of(metadata: str | None) -> int | None:
+    """The changelog offset recorded by `commit_metadata`; None for any other metadata (an
+    older version's commit, a tool's reset)."""
+    try:
+        value = json.loads(metadata or "")[CHANGELOG_END_KEY]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -102,17 +138,19 @@ def next_position(
     previous: PartitionPosition | None,
     active: bool,
     copy: StateCopy | None,
-    changelog_end: Callable[[], int],
-    committed: Callable[[], int],
+    changelog_end: Callable[[int], int],
+    committed: Callable[[], CommittedInput],
     now_ms: int,
 ) -> PartitionPosition:
     """Where a kept partition that does not simply go on reading input stands after this batch.
 
-    `active`: owned now (else a standby); `copy`: its entry in the copies file; `changelog_end`
-    and `committed` ask Kafka (the changelog's last stable offset, the group's committed input
-    offset) and are called only when needed.
+    `active`: owned now (else a standby); `copy`: its entry in the copies file; `committed` asks
+    for the group's committed input (stable), `changelog_end(at_least)` for the changelog's last
+    stable offset once it is at least `at_least`. An active partition's committed input is asked
+    first (see the module docstring); each is asked only when needed.
     """
-    end = changelog_end()
+    source = committed() if active else None
+    end = changelog_end((source.changelog_end or 0) if source is not None else 0)
     if previous is not None and not previous.active:
         # A standby: its copy is exactly what the previous (committed) batch read.
         if not active and end <= previous.changelog_offset:
@@ -123,7 +161,9 @@ def next_position(
     else:
         # No copy (or one beyond the changelog's end: the topic was recreated).
         start, epoch = FROM_BEGINNING, now_ms
-    return PartitionPosition(committed() if active else None, end, epoch, restore_from=start)
+    return PartitionPosition(
+        source.offset if source is not None else None, end, epoch, restore_from=start
+    )
 
 
 @dataclass(frozen=True)

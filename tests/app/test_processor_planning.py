@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING
 
 from app.processor import assignment_file
@@ -34,7 +35,7 @@ from app.processor.source_offsets import (
     read_batch_offsets,
     running_batch,
 )
-from app.processor.state_restore import StateCopy, copies_path, write_copies
+from app.processor.state_restore import CommittedInput, StateCopy, copies_path, write_copies
 from policies.contract.processor_keys import DEFAULTS
 
 INPUT_TOPIC = "page-views"
@@ -195,12 +196,14 @@ def test_held_partitions_are_those_of_the_last_committed_batch(tmp_path: Path) -
 
 
 def planner(
-    tmp_path: Path, ends: dict[tuple[str, int], int], committed: int = 0
+    tmp_path: Path, ends: dict[tuple[str, int], int], committed: int | CommittedInput = 0
 ) -> GroupAssignedReader:
-    """A reader whose Kafka answers are `ends` (topic, partition -> last stable offset)."""
+    """A reader whose Kafka answers are `ends` (topic, partition -> last stable offset) and the
+    group's `committed` input."""
     source = reader(tmp_path)
+    answer = committed if isinstance(committed, CommittedInput) else CommittedInput(committed)
     source._end = lambda topic, partition: ends[(topic, partition)]  # type: ignore[method-assign]
-    source._committed_or_earliest = lambda partition: committed  # type: ignore[method-assign]
+    source._committed_input = lambda partition: answer  # type: ignore[method-assign]
     return source
 
 
@@ -245,6 +248,42 @@ def test_a_gained_partition_with_a_copy_reads_only_the_changelog_after_it(tmp_pa
     assert SourceOffsets.from_dict(gained.settled().to_dict(), INPUT_TOPIC, CHANGELOG).input_ranges(
         gained
     ) == {1: (4100, 4100)}
+
+
+def test_a_gained_partition_reads_its_changelog_up_to_where_the_committing_transaction_ended(
+    tmp_path: Path,
+) -> None:
+    # The previous owner's last transaction committed input offset 4000 with its changelog
+    # records ending at 905; that marker reaches the changelog after the planner first asks.
+    source = planner(tmp_path, {}, CommittedInput(4000, changelog_end=905))
+    asked: list[str] = []
+    stable_offsets = iter([900, 900, 905])
+
+    def committed(partition: int) -> CommittedInput:
+        asked.append("committed")
+        return CommittedInput(4000, changelog_end=905)
+
+    def end(topic: str, partition: int) -> int:
+        asked.append(topic)
+        return next(stable_offsets) if topic == CHANGELOG else 4100
+
+    source._committed_input = committed  # type: ignore[method-assign]
+    source._end = end  # type: ignore[method-assign]
+    gained = plan(source, offsets(p1=(None, 850, 5)), Assignment(INPUT_TOPIC, (1,), generation=1))
+    # Not 900: the input after 4000 would then be counted on a state without that batch.
+    assert gained.positions == {
+        1: PartitionPosition(4100, 905, 5, restore_from=850, input_from=4000)
+    }
+    # The committed input first: a changelog end read before it may predate the transaction.
+    assert asked == ["committed", CHANGELOG, CHANGELOG, CHANGELOG, INPUT_TOPIC]
+
+
+def test_a_changelog_that_never_reaches_the_committed_transaction_fails_the_plan_by_name(
+    tmp_path: Path,
+) -> None:
+    source = planner(tmp_path, {(CHANGELOG, 1): 900}, CommittedInput(4000, changelog_end=905))
+    with pytest.raises(TimeoutError, match=rf"{CHANGELOG}-1: the last stable offset is 900 .*905"):
+        plan(source, {}, Assignment(INPUT_TOPIC, (1,), generation=1))
 
 
 def test_a_gained_partition_without_a_copy_restores_from_the_beginning(tmp_path: Path) -> None:

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.devkit.waiting import wait_until
+from app.processor import assignment_file
 from app.processor import sink as sink_module
+from app.processor.assignment_file import Assignment
+from app.processor.kafka_source import GroupAssignedReader, SourceOptions
 from app.processor.keyed_state import RESULT
 from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
@@ -30,6 +33,9 @@ from app.processor.sink import (
     TransactionAbortedError,
     TransactionalSink,
 )
+from app.processor.source_offsets import SourceOffsets
+from app.processor.state_restore import CommittedInput, changelog_end_of
+from policies.contract.processor_keys import DEFAULTS
 from tests.app.processor_harness import read_committed
 
 PARTITIONS = 2
@@ -232,3 +238,95 @@ def test_a_fenced_producer_is_known_by_its_error_code_and_never_replaced(
             sink._transaction(2, counts({"/a": 2}), {0: 2})
         assert sink.fenced is not None and sink.fenced.code() in FENCED_CODES, sink.fenced
         assert sink._producer is not None  # kept: a new one would fence the successor back
+
+
+def test_committed_offsets_carry_where_the_transaction_s_changelog_records_end(
+    sink: TransactionalSink,
+) -> None:
+    _, ends = sink._transaction(1, counts({"/a": 1, "/b": 1}), {0: 1})
+    assert ends == {0: 2}  # changelog records at offsets 0 and 1
+    found = sink.member._offsets_client.committed([TopicPartition(sink.topics.input, 0)], 30)
+    assert (found[0].offset, changelog_end_of(found[0].metadata)) == (1, 2)
+
+
+class _HeldCommit:
+    """The sink's producer, except that `commit_transaction` waits until released: the
+    previous owner's last transaction, its offsets sent, not committed yet."""
+
+    def __init__(self, producer: object, release: threading.Event) -> None:
+        self._producer, self._release = producer, release
+        self.offsets_sent = threading.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._producer, name)
+
+    def send_offsets_to_transaction(self, *args: object) -> None:
+        self._producer.send_offsets_to_transaction(*args)  # type: ignore[attr-defined]
+        self.offsets_sent.set()
+
+    def commit_transaction(self, *args: object) -> None:
+        self._release.wait(60)
+        self._producer.commit_transaction(*args)  # type: ignore[attr-defined]
+
+
+def test_a_partition_gained_while_its_last_transaction_commits_is_planned_from_that_commit(
+    sink: TransactionalSink, bootstrap: str, tmp_path: Path
+) -> None:
+    """The next owner's plan: input from the committed offset, changelog at least to the end of
+    the transaction that committed it; never the input after a batch on a state without it."""
+    sink._transaction(1, counts({"/a": 1}), {0: 1})
+    release = threading.Event()
+    held = _HeldCommit(sink._producer, release)
+    sink._producer = held  # type: ignore[assignment]
+    last: dict[str, dict[int, int]] = {}
+    committing = threading.Thread(
+        target=lambda: last.setdefault("ends", sink._transaction(2, counts({"/a": 2}), {0: 2})[1])
+    )
+    committing.start()
+    planned: dict[str, SourceOffsets] = {}
+    try:
+        assert held.offsets_sent.wait(DEADLINE_S)
+        source = GroupAssignedReader(
+            SourceOptions(
+                input_topic=sink.topics.input,
+                changelog_topic=sink.topics.changelog,
+                assignment_path=str(tmp_path / "gained.json"),
+                copies_path=str(tmp_path / "gained-checkpoint" / "state-copies.json"),
+                max_records_per_batch=1000,
+                read_tasks=1,
+                consumer_config={
+                    "bootstrap.servers": bootstrap,
+                    "group.id": sink.member._config["group.id"],
+                    "isolation.level": "read_committed",
+                },
+                task_timeout_ms=int(DEADLINE_S * 1000),
+                aggregation_class=DEFAULTS["aggregation.class"],
+            )
+        )
+        asked = threading.Event()
+        committed_input = source._committed_input
+
+        def asking(partition: int) -> CommittedInput:
+            asked.set()
+            return committed_input(partition)
+
+        source._committed_input = asking  # type: ignore[method-assign]
+        assignment_file.publish(
+            Path(source.options.assignment_path),
+            Assignment(sink.topics.input, (0,), generation=1),
+        )
+
+        def plan() -> None:
+            end = source.latestOffset({}, source.getDefaultReadLimit())
+            planned["end"] = SourceOffsets.from_dict(end, sink.topics.input, sink.topics.changelog)
+
+        planning = threading.Thread(target=plan)
+        planning.start()
+        assert asked.wait(DEADLINE_S)
+    finally:
+        release.set()
+        committing.join(DEADLINE_S)
+    planning.join(DEADLINE_S)
+    position = planned["end"].positions[0]
+    assert position.input_from == 2
+    assert position.changelog_offset >= last["ends"][0], (position, last)

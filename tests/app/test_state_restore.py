@@ -8,6 +8,8 @@ from app.processor.source_offsets import FROM_BEGINNING, PartitionPosition
 from app.processor.state_restore import (
     Member,
     StateCopy,
+    changelog_end_of,
+    commit_metadata,
     read_copies,
     record_batch,
     standby_partitions,
@@ -64,3 +66,9 @@ def test_the_copies_file_round_trips_and_starts_empty(tmp_path: Path) -> None:
     write_copies(path, {3: StateCopy(1767225600000, 42)})
     assert read_copies(path) == {3: StateCopy(1767225600000, 42)}
     assert [p.name for p in path.parent.iterdir()] == ["state-copies.json"]
+
+
+def test_commit_metadata_carries_the_changelog_end_and_anything_else_reads_as_unknown() -> None:
+    assert changelog_end_of(commit_metadata(905)) == 905
+    for other in (None, "", "not json", "[1]", '{"changelog_end": -1}', '{"changelog_end": "9"}'):
+        assert changelog_end_of(other) is None
