@@ -380,9 +380,9 @@ class GroupAssignedReader(DataSourceStreamReader):
             topic, partition, end, at_least,
         )  # fmt: skip
         timeout_s = self.options.task_timeout_ms / 1000
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
         while end < at_least:
-            if time.monotonic() > deadline:
+            if time.monotonic() - started > timeout_s:
                 raise TimeoutError(
                     f"{topic}-{partition}: the last stable offset is {end} after "
                     f"{timeout_s:g} s (task.timeout.ms), short of {at_least}, where the "
@@ -393,6 +393,10 @@ class GroupAssignedReader(DataSourceStreamReader):
                 )
             time.sleep(END_POLL_S)
             end = self._end(topic, partition)
+        log.info(
+            "%s-%d: last stable offset %d after %.2f s",
+            topic, partition, end, time.monotonic() - started,
+        )  # fmt: skip
         return end
 
     def _committed_input(self, partition: int) -> CommittedInput:
