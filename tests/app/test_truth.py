@@ -4,8 +4,12 @@ it covers (their latency), and any output that repeats or goes back found."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import orjson
 
+from app.devkit.exactness_report import write_exactness_report
 from app.devkit.truth import OutputRecord, Truth, check_output
 from app.pipelines.distinct_users import DistinctUsers
 from app.pipelines.page_view_count import PageViewCount
@@ -114,3 +118,35 @@ def test_a_reused_cluster_starts_the_truth_from_the_changelog() -> None:
     truth.add("p-1", orjson.dumps({"user": "u2"}), None)
     truth.add("p-1", orjson.dumps({"user": "u3"}), None)
     assert truth.expected() == {"p-1": b"3"}
+
+
+def test_the_exactness_report_names_each_broken_record_and_its_key_s_whole_output(
+    tmp_path: Path,
+) -> None:
+    truth = Truth(PageViewCount())
+    for page in ("/a", "/a", "/b"):
+        truth.add(page, _view(page), None)
+    outputs = [
+        OutputRecord(2, 10, 1, "/a", b"2"),
+        OutputRecord(2, 11, 2, "/a", b"1"),  # a state restored without the last batch
+        OutputRecord(0, 5, 1, "/b", b"1"),
+    ]
+    for record in outputs:
+        truth.observe(record)
+    check = check_output(truth, {"/a": b"1", "/b": b"1"})
+    lines = write_exactness_report(tmp_path / "exactness.json", truth, check, outputs)
+    report = json.loads((tmp_path / "exactness.json").read_text())
+    assert report["broken"] == [
+        {"key": "/a", "partition": 2, "offset": 11, "timestamp_ms": 2, "value": "1"}
+    ]
+    assert report["keys"] == {
+        "/a": {
+            "expected": "2",
+            "output": [
+                {"partition": 2, "offset": 10, "timestamp_ms": 1, "value": "2"},
+                {"partition": 2, "offset": 11, "timestamp_ms": 2, "value": "1"},
+            ],
+        }
+    }
+    assert lines[0].startswith("partition 2: 1 records judged duplicates, offsets 11-11")
+    assert lines[-1].startswith("keys wrong at the end: 1;")
