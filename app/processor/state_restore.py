@@ -55,8 +55,11 @@ CHANGELOG_END_KEY = "changelog_end"
 @dataclass(frozen=True)
 class CommittedInput:
     """The group's committed offset of an input partition, and the changelog offset after the
-    records of the transaction that committed it (None: not recorded, as in commits that wrote
-    no changelog record for the partition)."""
+    records of the transaction that committed it. None: not recorded (an older version's commit,
+    a reset), or that transaction wrote no changelog record of the partition; then the records
+    of earlier transactions are marked already, since the broker begins no transaction of a
+    producer before its last one's markers are written, and the next owner's plan waited for
+    the previous owner's."""
 
     offset: int
     changelog_end: int | None = None
