@@ -336,12 +336,9 @@ class TransactionalSink:
             # far before it counts the input after them (`state_restore`).
             _flush(producer, batch_id)
             committing = [
-                TopicPartition(
-                    self.topics.input,
-                    p,
-                    o,
-                    metadata=commit_metadata(changelog_ends[p]) if p in changelog_ends else None,
-                )
+                TopicPartition(self.topics.input, p, o, commit_metadata(changelog_ends[p]))
+                if p in changelog_ends
+                else TopicPartition(self.topics.input, p, o)  # no changelog record: no metadata
                 for p, o in sorted(offsets.items())
             ]
             # Bounded by our own deadline: librdkafka's is ignored while the group's

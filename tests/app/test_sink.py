@@ -243,10 +243,13 @@ def test_a_fenced_producer_is_known_by_its_error_code_and_never_replaced(
 def test_committed_offsets_carry_where_the_transaction_s_changelog_records_end(
     sink: TransactionalSink,
 ) -> None:
-    _, ends = sink._transaction(1, counts({"/a": 1, "/b": 1}), {0: 1})
+    # Partition 1's input held nothing valid (a dead letter): no changelog record, no metadata.
+    _, ends = sink._transaction(1, counts({"/a": 1, "/b": 1}), {0: 1, 1: 1})
     assert ends == {0: 2}  # changelog records at offsets 0 and 1
-    found = sink.member._offsets_client.committed([TopicPartition(sink.topics.input, 0)], 30)
-    assert (found[0].offset, changelog_end_of(found[0].metadata)) == (1, 2)
+    found = sink.member._offsets_client.committed(
+        [TopicPartition(sink.topics.input, p) for p in (0, 1)], 30
+    )
+    assert [(tp.offset, changelog_end_of(tp.metadata)) for tp in found] == [(1, 2), (1, None)]
 
 
 class _HeldCommit:
