@@ -57,11 +57,14 @@ setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced $(KAFKA
 run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 	$(APP_PY) -m app.devkit.local $(ARGS)
 
-## All tests: program, manifests and policies in the infra environment, the application in its
-## own, on a 3-node Apache Kafka it starts (KAFKA_BOOTSTRAP_SERVERS: a running one instead).
-## The slowest tests are listed at the end of each run: CI must stay under an hour on 2 cores.
-test: setup
-	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies
+## All tests: program, manifests and policies in the infra environment, then the program and
+## the pack in Pulumi's engine against a local Kubernetes control plane it starts (tests/engine;
+## the Go tools of `make tools`, cached outside the clone), then the application in its own
+## environment, on a 3-node Apache Kafka it starts (KAFKA_BOOTSTRAP_SERVERS: a running one
+## instead). The slowest tests are listed at the end of each run: CI must stay under 75 minutes
+## on 2 cores from a cold machine.
+test: setup tools
+	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies tests/engine
 	$(APP_PY) -m pytest --durations=30 tests/app
 
 render: $(VENV)/infra/.synced
@@ -81,7 +84,7 @@ bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies tests/cluster cluster tests/*.py
+	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies tests/cluster tests/engine cluster tests/*.py
 	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)
@@ -90,15 +93,18 @@ lock: | $(UV)
 clean:
 	rm -rf $(VENV) build
 
-## The Go tools of the cluster tier, built from their Go modules at the versions pinned in
-## cluster/go_tools.py (pulumi, pulumi-resource-kubernetes, kube-apiserver, kube-controller-manager,
-## kube-scheduler, etcd, kwok) into .venv/go/bin, with the Go caches in .venv/go; the provider is
-## installed as a plugin under PULUMI_HOME=.venv/pulumi. Cold: tens of minutes on 2 cores.
+## The Go tools of the engine and cluster tiers, built from their Go modules at the versions
+## pinned in cluster/go_tools.py (pulumi, pulumi-resource-kubernetes, kube-apiserver,
+## kube-controller-manager, kube-scheduler, etcd, kwok) into ~/.cache/stateful-streaming-go/bin
+## with the Go caches beside them (GO_TOOLS_HOME moves them; outside the clone, so every checkout
+## on the machine shares one build); the provider is installed as a plugin under its
+## pulumi-home/. Cold: about 20 minutes on 2 cores with GO_TOOLS_JOBS=2; then seconds.
 ## A local control plane on 127.0.0.1 with kwok nodes (no containers): cluster-up prints the
 ## KUBECONFIG path; cluster-down stops each process by its pid file (.venv/cluster/run/).
 .PHONY: tools cluster-up cluster-down test-cluster
+GO_TOOLS_JOBS ?= 2
 tools:
-	$(PYTHON) cluster/go_tools.py
+	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) cluster/go_tools.py
 
 cluster-up:
 	@$(PYTHON) cluster/control_plane.py up

@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / ".venv" / "go" / "bin"
+sys.path.insert(0, str(ROOT))  # run as a script: `python3 cluster/control_plane.py up`
+from cluster.go_tools import BIN, GO, KWOK  # noqa: E402  (the binaries, their module cache)
+
 STATE = Path(os.environ.get("CLUSTER_DIR", ROOT / ".venv" / "cluster"))
 PKI, LOGS, RUN, ETCD_DATA = STATE / "pki", STATE / "logs", STATE / "run", STATE / "etcd"
 KUBECONFIG = STATE / "kubeconfig"
@@ -269,10 +271,7 @@ def start(name: str, args: list[str]) -> None:
 
 def kwok_stages() -> Path:
     """kwokctl's default stages, from the kwok module the binary was built from."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from go_tools import KWOK
-
-    gomodcache = ROOT / ".venv" / "go" / "mod"
+    gomodcache = GO / "mod"
     stage = gomodcache / f"sigs.k8s.io/kwok@{KWOK}" / "kustomize" / "stage"
     files = [
         stage / "node/fast/node-initialize.yaml",
@@ -334,6 +333,9 @@ def storage_class() -> None:
         "provisioner": "kubernetes.io/host-path",
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "Immediate",
+        # Claims may grow: the API server takes the new size (the hostPath plugin never resizes
+        # the directory, so a claim's status keeps its first capacity).
+        "allowVolumeExpansion": True,
     }
     if api("GET", "/apis/storage.k8s.io/v1/storageclasses/standard", ok404=True) is None:
         api("POST", "/apis/storage.k8s.io/v1/storageclasses", sc)

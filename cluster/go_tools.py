@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Build the Go tools of the cluster tier from their Go modules, at pinned versions.
 
-Each binary is built from a small wrapper module (generated under .venv/go/wrappers/NAME):
+Each binary is built from a small wrapper module (generated under wrappers/NAME of the cache):
 `go install module@version` refuses modules whose go.mod carries `replace` directives, so the
 wrapper requires the module at its pinned version, copies the module's own replace directives
 that point at other modules, and turns those that point at a directory of the same repository
 (../sdk, ./staging/src/k8s.io/api) into the published module at the matching version.
 
-The Go build cache, module cache and GOPATH are under .venv/go/, the binaries go to
-.venv/go/bin/; every build runs under `nice -n 19` with `-p 1` so a core stays free.
+The Go build cache, module cache and GOPATH are under ~/.cache/stateful-streaming-go/ (outside
+the clone, so another checkout on the machine reuses them; GO_TOOLS_HOME moves them), the
+binaries go to its bin/; every build runs under `nice -n 19`, with `-p $GO_TOOLS_JOBS` packages
+at once (1 by default, so a core stays free).
 
     python3 cluster/go_tools.py            # build every binary that is missing or stale
     python3 cluster/go_tools.py --list     # the pinned versions
@@ -28,8 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GO = ROOT / ".venv" / "go"
+# Outside the clone, so a fresh checkout on the same machine (CI) finds the binaries built: the
+# caches are about 13 GB and a cold build takes tens of minutes. GO_TOOLS_HOME moves it.
+GO = Path(
+    os.environ.get("GO_TOOLS_HOME")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stateful-streaming-go"
+)
 BIN = GO / "bin"
+# Packages compiled at once: 1 keeps a core free beside other work; CI sets 2.
+JOBS = os.environ.get("GO_TOOLS_JOBS", "1")
 
 # ---- the pinned versions: the one place to change them ----------------------------------------
 # uv.lock has pulumi 3.272.0 and pulumi-kubernetes 4.34.2. The Go module proxy this machine
@@ -242,7 +251,7 @@ def build(t: Target, env: dict[str, str], download_only: bool = False) -> float:
         "build",
         "-mod=mod",
         "-p",
-        "1",
+        JOBS,
         "-trimpath",
         "-ldflags",
         " ".join(["-s", "-w", *t.ldflags]),
@@ -256,10 +265,10 @@ def build(t: Target, env: dict[str, str], download_only: bool = False) -> float:
 
 
 def pulumi_env() -> dict[str, str]:
-    """PULUMI_HOME in the checkout: plugins installed here touch nothing outside it."""
+    """PULUMI_HOME beside the binaries: the plugins installed there touch no user's ~/.pulumi."""
     env = dict(os.environ)
     env.update(
-        PULUMI_HOME=str(ROOT / ".venv" / "pulumi"),
+        PULUMI_HOME=str(GO / "pulumi-home"),
         PULUMI_SKIP_UPDATE_CHECK="1",
         PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
     )

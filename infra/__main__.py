@@ -60,6 +60,8 @@ namespace = k8s.core.v1.Namespace(
             "pod-security.kubernetes.io/warn": "restricted",
         },
     ),
+    # Deleting a namespace deletes its claims, whatever the StatefulSets' retention says.
+    opts=pulumi.ResourceOptions(retain_on_delete=config.keep_data_on_destroy),
 )
 in_namespace = pulumi.ResourceOptions(depends_on=[namespace])
 
@@ -181,6 +183,8 @@ if config.processor.metrics_scrape == "podMonitor":
 
 pulumi.export("namespace", config.namespace)
 pulumi.export("bootstrapServers", kafka.bootstrap_servers)
+# What kafka.clusterId must say for a new stack to adopt the brokers' volumes after a destroy.
+pulumi.export("kafkaClusterId", kafka.cluster_id)
 
 
 pulumi.export(

@@ -121,6 +121,10 @@ class KafkaConfig(_Section):
     startup_probe: ProbeConfig
     # Broker settings in Kafka's own names; merged over the safe defaults in `broker_configs`.
     configs: dict[str, str]
+    # The KRaft cluster id (`kafka-storage.sh random-uuid`). Empty: generated once at the first
+    # `pulumi up` and kept in the stack's state. Set it to adopt brokers' existing volumes, or
+    # where the random provider is not at hand; it can never change for a running cluster.
+    cluster_id: str
 
     def broker_configs(
         self,
@@ -312,6 +316,10 @@ class StackConfig(_Section):
     stack: str
     profile: Literal["dev", "prod"]
     namespace: str
+    # `pulumi destroy` leaves the namespace, and with it the brokers' and processors' claims
+    # (the StatefulSets retain them, the namespace's deletion would not): deleting data is a
+    # separate, deliberate step (docs/operations.md, "What destroy leaves").
+    keep_data_on_destroy: bool
     kafka: KafkaConfig
     topics: TopicsConfig
     processor: ProcessorConfig
@@ -386,6 +394,7 @@ PIPELINE = PipelineNames()
 
 _BASE: dict[str, Any] = {
     "namespace": "streaming",
+    "keepDataOnDestroy": True,
     "kafka": {
         "replicas": 3,
         "image": KAFKA_IMAGE,
@@ -399,6 +408,7 @@ _BASE: dict[str, Any] = {
         # Log recovery after an unclean stop can take minutes on a large disk.
         "startupProbe": {"initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 30},
         "configs": {"group.initial.rebalance.delay.ms": "0"},
+        "clusterId": "",
     },
     "topics": {
         "inputTopic": PIPELINE.input_topic,
@@ -505,7 +515,18 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 _PROFILES = tuple(PRESETS)
-_TOP_LEVEL = ("profile", "namespace", "kafka", "topics", "processor", "security")
+_TOP_LEVEL = (
+    "profile",
+    "namespace",
+    "keepDataOnDestroy",
+    "kafka",
+    "topics",
+    "processor",
+    "security",
+)
+# 16 bytes in URL-safe base64 without padding: the last character carries 2 bits, so it is one of
+# the 16 whose low 4 bits are zero (Kafka's Uuid.fromString refuses anything else).
+_KAFKA_CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]{21}[AQgw]")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -632,6 +653,13 @@ def _literal_values(loc: Sequence[str]) -> tuple[Any, ...]:
 def _validate(config: StackConfig) -> None:
     """Rules that span settings; each raises the one error that names the setting to change."""
     kafka, topics, processor = config.kafka, config.topics, config.processor
+    if kafka.cluster_id and not _KAFKA_CLUSTER_ID.fullmatch(kafka.cluster_id):
+        raise setting_error(
+            "kafka.clusterId",
+            kafka.cluster_id,
+            "must be a KRaft cluster id: 22 characters of URL-safe base64 (16 bytes), as "
+            "`kafka-storage.sh random-uuid` prints it, or empty to generate one at the first up",
+        )
     if config.profile == "prod" and kafka.replicas < 3:
         raise setting_error(
             "kafka.replicas",

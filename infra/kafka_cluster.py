@@ -16,7 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from infra import bootstrap_grants, workload
+from infra import bootstrap_grants, stateful_volumes, workload
 from infra.config import KafkaConfig, SecurityConfig, quantity
 from infra.kafka_credentials import USERS_DIR, KafkaCredentials
 from policies.contract import acl_specs
@@ -178,14 +178,17 @@ class KafkaCluster(pulumi.ComponentResource):
             ports=workload.tcp_ports(CLIENT_PORT),
         )
 
-        # Generated at the first `pulumi up` and kept in the stack's state: no keepers, so no
-        # setting can replace it. A new id would make every broker refuse its existing data.
-        cluster_id = random.RandomId(
-            f"{name}-cluster-id",
-            byte_length=16,
-            opts=pulumi.ResourceOptions(parent=self, protect=args.protect_cluster_id),
-        )
-        self.cluster_id = cluster_id.b64_url
+        if cfg.cluster_id:
+            # Given by the stack (kafka.clusterId): the id of the volumes it adopts.
+            self.cluster_id = pulumi.Output.from_input(cfg.cluster_id)
+        else:
+            # Generated at the first `pulumi up` and kept in the stack's state: no keepers, so no
+            # setting can replace it. A new id would make every broker refuse its existing data.
+            self.cluster_id = random.RandomId(
+                f"{name}-cluster-id",
+                byte_length=16,
+                opts=pulumi.ResourceOptions(parent=self, protect=args.protect_cluster_id),
+            ).b64_url
 
         workload.headless_service(
             headless,
@@ -280,17 +283,21 @@ class KafkaCluster(pulumi.ComponentResource):
             + CATCH_UP_SECONDS
             + 60
         )
+        claims = [stateful_volumes.ClaimTemplate("data", cfg.storage_class_name, cfg.storage)]
         self.stateful_set = k8s.apps.v1.StatefulSet(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=name,
                 namespace=ns,
                 labels=component_labels,
-                annotations=workload.checkov_skips(
-                    workload.image_skips(
-                        [cfg.image, args.readiness_image], args.readiness_image_pull_policy
-                    )
-                ),
+                annotations={
+                    **workload.checkov_skips(
+                        workload.image_skips(
+                            [cfg.image, args.readiness_image], args.readiness_image_pull_policy
+                        )
+                    ),
+                    **workload.roll_complete(cfg.replicas),
+                },
             ),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
                 service_name=headless,
@@ -301,15 +308,17 @@ class KafkaCluster(pulumi.ComponentResource):
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(name)),
                 template=self._pod_template(cfg, args, name, component_labels, env, bootstrap),
-                volume_claim_templates=[
-                    workload.state_claim("data", cfg.storage_class_name, cfg.storage)
-                ],
+                volume_claim_templates=[t.args() for t in claims],
             ),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                custom_timeouts=workload.roll_timeouts(cfg.replicas, restart_budget),
+            opts=pulumi.ResourceOptions.merge(
+                pulumi.ResourceOptions(
+                    parent=self,
+                    custom_timeouts=workload.roll_timeouts(cfg.replicas, restart_budget),
+                ),
+                stateful_volumes.resizable(name, ns, claims),
             ),
         )
+        stateful_volumes.grow_claims(name, self.stateful_set, ns, cfg.replicas, claims, self)
         self.register_outputs(
             {"bootstrapServers": self.bootstrap_servers, "clusterId": self.cluster_id}
         )

@@ -4,8 +4,10 @@
 
 Records the stack with the Pulumi program under Pulumi's mocks (`infra.render.record_stack`,
 configuration from `Pulumi.<stack>.yaml`), runs every policy the way `pulumi preview
---policy-pack policies --policy-pack-config policies/config.<stack>.json` does, prints the
-violations grouped by resource, and exits 1 if any is mandatory (0 otherwise, 2 on bad input).
+--policy-pack policies/analyzer --policy-pack-config policies/config.<stack>.json` does, prints
+the violations grouped by resource, and exits 1 if any is mandatory (0 otherwise, 2 on bad
+input). A rule that a preview of a new stack would skip (it reads a value only `pulumi up`
+knows) is a mandatory violation too: the pull request's preview would not have run it.
 """
 
 from __future__ import annotations
@@ -86,6 +88,31 @@ def print_report(
     print(f"\n{len(violations)} {noun}: {mandatory} mandatory, {advisory} advisory", file=out)
 
 
+# pulumi_policy's notice for a rule that read a value a preview cannot know: the engine skips the
+# rule, as an advisory line, and so a pull request's `pulumi preview` never ran it.
+_SKIPPED = "can't run policy"
+
+
+def preview_skips(
+    stack: str, policies: Sequence[Policy], config: Mapping[str, Any]
+) -> list[Violation]:
+    """The rules a preview of a new stack would skip, each as a mandatory violation: a rule must
+    judge what is known (the random and TLS providers' outputs are not, before the first up)."""
+    found = evaluate(record_stack(stack, preview=True).resources, policies, config)
+    return [
+        Violation(
+            policy=v.policy,
+            level="mandatory",
+            message=f"skipped in `pulumi preview` of a new stack: {v.message}; the rule must "
+            "judge what is known and leave unknown values to `pulumi up`",
+            description=v.description,
+            urn=v.urn,
+        )
+        for v in found
+        if _SKIPPED in v.message
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: 0 clean or advisory only, 1 mandatory violations, 2 bad input."""
     parser = argparse.ArgumentParser(
@@ -105,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     violations = evaluate(recorded.resources, policies, config)
+    violations += preview_skips(args.stack, policies, config)
     print_report(
         sys.stdout,
         stack=args.stack,

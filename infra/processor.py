@@ -8,7 +8,7 @@ from functools import partial
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra import workload
+from infra import stateful_volumes, workload
 from infra.config import ProcessorConfig
 from infra.kafka_credentials import ClientAccess
 from infra.processor_properties import HEALTH_PORT, PROPERTIES_DIR, PROPERTIES_FILE, STATE_DIR
@@ -102,15 +102,17 @@ class Processor(pulumi.ComponentResource):
         if cfg.metrics_scrape == "podMonitor":
             workload.pod_monitor(f"{name}-metrics", app, ns, component_labels, "health", child)
 
+        claims = [stateful_volumes.ClaimTemplate("state", cfg.storage_class_name, cfg.storage)]
         self.stateful_set = k8s.apps.v1.StatefulSet(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=app,
                 namespace=ns,
                 labels=component_labels,
-                annotations=workload.checkov_skips(
-                    workload.image_skips([image], cfg.image_pull_policy)
-                ),
+                annotations={
+                    **workload.checkov_skips(workload.image_skips([image], cfg.image_pull_policy)),
+                    **workload.roll_complete(cfg.replicas, cfg.partition),
+                },
             ),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
                 service_name=app,
@@ -132,15 +134,19 @@ class Processor(pulumi.ComponentResource):
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(app)),
                 template=self._pod_template(app, image, args, component_labels, config_map),
-                volume_claim_templates=[
-                    workload.state_claim("state", cfg.storage_class_name, cfg.storage)
-                ],
+                volume_claim_templates=[t.args() for t in claims],
             ),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                custom_timeouts=workload.roll_timeouts(cfg.replicas, cfg.restart_budget_seconds),
+            opts=pulumi.ResourceOptions.merge(
+                pulumi.ResourceOptions(
+                    parent=self,
+                    custom_timeouts=workload.roll_timeouts(
+                        cfg.replicas, cfg.restart_budget_seconds
+                    ),
+                ),
+                stateful_volumes.resizable(app, ns, claims),
             ),
         )
+        stateful_volumes.grow_claims(name, self.stateful_set, ns, cfg.replicas, claims, self)
         self.register_outputs({"name": self.name})
 
     @staticmethod

@@ -53,7 +53,11 @@ class RecordedResource:
     @property
     def is_kubernetes(self) -> bool:
         """Whether this is a Kubernetes object (a manifest), not a component or a RandomId."""
-        return self.type.startswith("kubernetes:") and "apiVersion" in self.props
+        return (
+            self.type.startswith("kubernetes:")
+            and not self.type.endswith("Patch")  # a change to an object another one makes
+            and "apiVersion" in self.props
+        )
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,10 @@ class RecordedStack:
         raise KeyError(f"no {type_} named {name!r}; recorded: {known}")
 
 
+# Providers whose outputs are made at `up`, not from the inputs: unknown in a new stack's preview.
+_COMPUTED_BY_PROVIDER = ("random:", "tls:")
+
+
 class _Mocks(pulumi.runtime.Mocks):
     """The engine's stand-in: every resource is created with its inputs as its state.
 
@@ -97,8 +105,14 @@ class _Mocks(pulumi.runtime.Mocks):
     keeps the one generated at the first `pulumi up`: the same stack always sees the same id.
     """
 
+    def __init__(self, preview: bool = False) -> None:
+        self.preview = preview
+
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         state = dict(args.inputs)
+        if self.preview and args.typ.startswith(_COMPUTED_BY_PROVIDER):
+            # What a preview of a new stack sees: what the provider computes is not known yet.
+            return "", state
         digest = hashlib.sha256(f"{settings.get_stack()}/{args.name}".encode()).digest()
         # Unique per type too: a key, its request and its certificate share a name.
         unique = hashlib.sha256(f"{settings.get_stack()}/{args.typ}/{args.name}".encode())
@@ -209,20 +223,24 @@ def load_stack_file(stack: str) -> dict[str, str]:
     return config
 
 
-def record_stack(stack: str, overrides: Mapping[str, Any] | None = None) -> RecordedStack:
+def record_stack(
+    stack: str, overrides: Mapping[str, Any] | None = None, *, preview: bool = False
+) -> RecordedStack:
     """Run the program for `stack` under mocks and return every resource it registers.
 
     `overrides` maps config keys (`stateful-streaming:processor`, or without the project prefix)
     to values (strings, or objects that are passed as JSON) that replace the stack file's.
+    `preview` records what `pulumi preview` of a new stack sends the pack: what the random and
+    TLS providers compute is unknown (`pulumi.output.Unknown`), and so is everything made from it.
     """
     config = load_stack_file(stack)
     for key, value in (overrides or {}).items():
         full = key if ":" in key else f"{PROJECT}:{key}"
         config[full] = value if isinstance(value, str) else json.dumps(value)
 
-    mocks = _Mocks()
+    mocks = _Mocks(preview)
     monitor = _RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
     set_all_config(config, [])
     # set_mocks installs a root stack for unit tests; the program gets its own, as under the CLI.
     settings.set_root_resource(None)  # type: ignore[arg-type]

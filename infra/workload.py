@@ -5,6 +5,7 @@ the Pulumi timeout that covers a full roll."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -217,24 +218,6 @@ def downward_env(*extra: k8s.core.v1.EnvVarArgs) -> list[k8s.core.v1.EnvVarArgs]
     ]
 
 
-def state_claim(
-    claim: str, storage_class_name: str, storage: str
-) -> k8s.core.v1.PersistentVolumeClaimArgs:
-    """A `volumeClaimTemplates` entry: pod N always mounts `<claim>-<statefulset>-N`.
-
-    Templates are immutable: changing size or class needs the StatefulSet replaced (delete with
-    `--cascade=orphan`, then `pulumi up`), which keeps the retained claims.
-    """
-    return k8s.core.v1.PersistentVolumeClaimArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=claim),
-        spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
-            access_modes=["ReadWriteOnce"],
-            storage_class_name=storage_class_name or None,
-            resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": storage}),
-        ),
-    )
-
-
 # The claims outlive the StatefulSet and its scale-down: state and logs are never deleted
 # by an automated change (GA since Kubernetes 1.32).
 RETAIN_CLAIMS = k8s.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicyArgs(
@@ -360,6 +343,26 @@ def network_policy(
         ),
         opts=opts,
     )
+
+
+# pulumi-kubernetes' own wait for a StatefulSet ends when the last pod is Ready, not once it has
+# been ready for `minReadySeconds`, and up to 4.33 it can end before the controller has even seen
+# the change (pulumi-kubernetes #4094: it compared metadata.generation, not
+# status.observedGeneration). Its `pulumi.com/waitFor` annotation replaces that wait: every
+# JSONPath condition must hold on a status whose observedGeneration is current.
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+
+
+def roll_complete(replicas: int, partition: int = 0) -> dict[str, str]:
+    """The annotation that makes `pulumi up` return once a StatefulSet's roll is over: every
+    pod from `partition` up on the new revision and every pod available (ready for
+    `minReadySeconds`)."""
+    conditions = [
+        f"jsonpath={{.status.replicas}}={replicas}",
+        f"jsonpath={{.status.updatedReplicas}}={replicas - partition}",
+        f"jsonpath={{.status.availableReplicas}}={replicas}",
+    ]
+    return {WAIT_FOR_ANNOTATION: json.dumps(conditions)}
 
 
 def roll_timeouts(replicas: int, restart_budget_seconds: int) -> pulumi.CustomTimeouts:

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import jsonschema
 from google.protobuf import struct_pb2
-from pulumi.runtime import proto
+from pulumi.output import Unknown
+from pulumi.runtime import proto, rpc
 from pulumi_policy import EnforcementLevel, Policy
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
@@ -124,8 +125,13 @@ def validate_policy_config(
 
 def _struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
     struct = struct_pb2.Struct()
-    struct.update(json.loads(json.dumps(value, default=str)))
+    struct.update(json.loads(json.dumps(value, default=_wire)))
     return struct
+
+
+def _wire(value: Any) -> str:
+    """A value JSON has no form for: an unknown (a preview's) as the engine sends it."""
+    return rpc.UNKNOWN if isinstance(value, Unknown) else str(value)
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")

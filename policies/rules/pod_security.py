@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
+from pulumi_policy.proxy import UnknownValueError
 
 from .config import MANDATORY, Threshold, resource_rule, stack_rule
 from .manifests import (
@@ -263,8 +264,21 @@ def _seccomp_violation(subject: str, field: str, found: object) -> str:
 
 
 def _apparmor_annotations(subject: str, annotations: Mapping[str, Any]) -> Iterator[str]:
-    for key, value in annotations.items():
+    # Only the AppArmor keys' values are read: another annotation may be unknown in a preview
+    # (a certificate's hash), and reading it would make the engine skip the whole rule.
+    for key in annotations:
         if not str(key).startswith(_APPARMOR_ANNOTATION):
+            continue
+        try:
+            value = annotations[key]
+        except UnknownValueError:
+            yield violation(
+                subject,
+                f"pod annotation {key}",
+                "unknown until `pulumi up`",
+                "runtime/default or localhost/<profile>",
+                "write the profile as a literal, so a preview can judge it",
+            )
             continue
         if value == "runtime/default" or str(value).startswith("localhost/"):
             continue

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster.go_tools import BIN as GO_TOOLS_BIN
 from infra.config import PROJECT, build_stack_config
 from policies.contract.topic_specs import PipelineNames
 from tests.infra.project_runs import (
@@ -40,7 +41,7 @@ TEMPLATE = {} if MADE_BY_PULUMI_NEW else PROJECT_FILE["template"]
 prompts = pytest.mark.skipif(
     MADE_BY_PULUMI_NEW, reason="made by `pulumi new`, which drops the template's prompts"
 )
-PULUMI = shutil.which("pulumi") or str(REPO / ".venv" / "go" / "bin" / "pulumi")
+PULUMI = shutil.which("pulumi") or str(GO_TOOLS_BIN / "pulumi")
 needs_cli = pytest.mark.skipif(
     not Path(PULUMI).exists(), reason="no pulumi CLI (`make tools` builds one)"
 )

@@ -1,0 +1,220 @@
+"""The project's program and policy pack in Pulumi's own engine, against a real API server.
+
+The Pulumi CLI (`make tools`) runs the engine and the Kubernetes provider plugin; the program
+runs inline through the Automation API (the SDK serves its own language runtime, so no Python
+language host is needed), exactly as `infra/__main__.py` runs under `pulumi up`; the policy pack
+runs as the executable analyzer `policies/analyzer`, which the CLI launches itself. Stacks live in
+a file backend of their own, their settings in a copy of the repository's `Pulumi.<stack>.yaml`
+with the test's overrides. Everything a test asserts comes from the engine's own event stream
+(steps, policy events, diagnostics) or from the API server.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi import automation as auto
+
+from cluster.go_tools import BIN, GO, pulumi_env
+from infra.config import PROJECT
+
+ROOT = Path(__file__).resolve().parents[2]
+PACK = ROOT / "policies" / "analyzer"
+PASSPHRASE = "engine-tier"  # the file backend's secrets; a throw-away stack
+
+
+@dataclass(frozen=True)
+class Step:
+    """One resource step the engine planned or took."""
+
+    op: str  # "create", "update", "replace", "delete", "same", ...
+    urn: str
+    type: str
+    diffs: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.urn.rsplit("::", 1)[-1]
+
+
+@dataclass(frozen=True)
+class PolicyFinding:
+    """A policy event: a violation, or a rule that could not run."""
+
+    policy: str
+    level: str  # "mandatory", "advisory", ...
+    message: str
+    urn: str | None
+
+    @property
+    def skipped(self) -> bool:
+        """The engine's notice that a rule did not run (a value unknown during preview)."""
+        return "can't run policy" in self.message
+
+
+@dataclass
+class EngineRun:
+    """What one engine command reported, from its event stream."""
+
+    command: str
+    seconds: float
+    steps: list[Step] = field(default_factory=list)
+    policies: list[PolicyFinding] = field(default_factory=list)
+    diagnostics: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
+    changes: dict[str, int] = field(default_factory=dict)
+    policy_packs: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def on_event(self, event: auto.EngineEvent) -> None:
+        if event.resource_pre_event is not None:
+            meta = event.resource_pre_event.metadata
+            self.steps.append(
+                Step(
+                    str(getattr(meta.op, "value", meta.op)),
+                    meta.urn,
+                    meta.type,
+                    tuple(meta.diffs or ()),
+                )
+            )
+        if event.policy_event is not None:
+            p = event.policy_event
+            self.policies.append(
+                PolicyFinding(p.policy_name, p.enforcement_level, p.message, p.resource_urn)
+            )
+        if event.diagnostic_event is not None:
+            d = event.diagnostic_event
+            self.diagnostics.append((d.severity, d.message.strip()))
+        if event.summary_event is not None:
+            s = event.summary_event
+            self.changes = {str(getattr(k, "value", k)): v for k, v in s.resource_changes.items()}
+            self.policy_packs = dict(s.policy_packs or {})
+
+    def ops(self, type_suffix: str) -> dict[str, str]:
+        """The op per resource name for resources whose type ends with `type_suffix`."""
+        return {s.name: s.op for s in self.steps if s.type.endswith(type_suffix)}
+
+    def errors(self) -> list[str]:
+        return [m for sev, m in self.diagnostics if sev == "error"]
+
+
+def stack_settings(stack: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`Pulumi.<stack>.yaml` with `overrides` (keys without the project prefix) merged in."""
+    document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text()) or {}
+    config = dict(document.get("config") or {})
+    for key, value in overrides.items():
+        config[f"{PROJECT}:{key}"] = value
+    return {"config": config}
+
+
+def _program() -> None:
+    runpy.run_path(str(ROOT / "infra"), run_name="__main__")
+
+
+class EngineStack:
+    """One stack of the project in a workspace of its own (state, settings, plugins)."""
+
+    def __init__(
+        self, workdir: Path, stack: str, kubeconfig: str, overrides: Mapping[str, Any]
+    ) -> None:
+        self.workdir, self.stack_file = workdir, stack
+        self.name = stack
+        self.overrides = dict(overrides)
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "state").mkdir(exist_ok=True)
+        env = pulumi_env()
+        self.env = {
+            "PULUMI_HOME": env["PULUMI_HOME"],
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "PULUMI_BACKEND_URL": f"file://{workdir / 'state'}",
+            "KUBECONFIG": kubeconfig,
+            # The provider plugin the engine starts is the one `make tools` built (on PATH).
+            "PATH": env["PATH"],
+        }
+        self.write_settings()
+        self.stack = auto.create_or_select_stack(
+            stack_name=stack,
+            project_name=PROJECT,
+            program=_program,
+            opts=auto.LocalWorkspaceOptions(
+                work_dir=str(workdir),
+                pulumi_home=self.env["PULUMI_HOME"],
+                env_vars=self.env,
+                secrets_provider="passphrase",
+                project_settings=auto.ProjectSettings(
+                    name=PROJECT,
+                    runtime="python",
+                    backend=auto.ProjectBackend(url=self.env["PULUMI_BACKEND_URL"]),
+                ),
+                pulumi_command=auto.PulumiCommand(root=str(GO), skip_version_check=True),
+            ),
+        )
+
+    def write_settings(self) -> None:
+        path = self.workdir / f"Pulumi.{self.name}.yaml"
+        settings = stack_settings(self.stack_file, self.overrides)
+        if path.exists():  # keep what the CLI wrote (encryptionsalt)
+            kept = yaml.safe_load(path.read_text()) or {}
+            settings = {**kept, "config": settings["config"]}
+        path.write_text(yaml.safe_dump(settings, sort_keys=False))
+
+    def set(self, **overrides: Any) -> None:
+        """Change stack settings, as an edit of `Pulumi.<stack>.yaml` would."""
+        self.overrides.update(overrides)
+        self.write_settings()
+
+    def _run(self, command: str, call: Callable[..., Any], **kwargs: Any) -> EngineRun:
+        run = EngineRun(command=command, seconds=0.0)
+        start = time.monotonic()
+        try:
+            result = call(on_event=run.on_event, color="never", **kwargs)
+        finally:
+            run.seconds = time.monotonic() - start
+        outputs = getattr(result, "outputs", None)
+        if outputs:
+            run.outputs = {k: v.value for k, v in outputs.items()}
+        return run
+
+    def preview(self, policy_config: Path | None = None, **kw: Any) -> EngineRun:
+        packs = {}
+        if policy_config is not None:
+            packs = {"policy_packs": [str(PACK)], "policy_pack_configs": [str(policy_config)]}
+        return self._run("preview", self.stack.preview, **packs, **kw)
+
+    def up(self, **kw: Any) -> EngineRun:
+        return self._run("up", self.stack.up, **kw)
+
+    def refresh(self, **kw: Any) -> EngineRun:
+        return self._run("refresh", self.stack.refresh, **kw)
+
+    def destroy(self, **kw: Any) -> EngineRun:
+        return self._run("destroy", self.stack.destroy, **kw)
+
+
+def kubectl_json(kubeconfig: str, *args: str) -> Any:
+    """`kubectl get ... -o json` against the cluster the stack deploys to."""
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "get", *args, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"kubectl get {' '.join(args)}: {result.stderr.strip()}")
+    return json.loads(result.stdout)
+
+
+def tools_missing() -> list[str]:
+    """The binaries of `make tools` that this tier needs and are not built."""
+    needed = ["pulumi", "pulumi-resource-kubernetes"]
+    return [name for name in needed if not (BIN / name).exists()]

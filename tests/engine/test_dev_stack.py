@@ -1,0 +1,189 @@
+"""The dev stack through `pulumi preview` with the pack, `up`, a change that rolls, a disk resize,
+`refresh` and `destroy`, in Pulumi's engine against a real API server.
+
+One stack, one story: the tests run in file order, each on what the one before left (a second
+`up` of everything would only cost time). Every figure comes from the engine's events or the
+API server's objects; the tests print the timelines they judge.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from app.devkit.waiting import wait_until
+from infra.config import PIPELINE
+from infra.policy_check import preview_skips
+from infra.render import record_stack
+from policies.evaluate import evaluate, load_policy_config
+from policies.rules import all_policies
+from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
+
+NAMESPACE = "engine-dev"
+# The random provider is served by no registry here, so the stack names its KRaft cluster id.
+CLUSTER_ID = "q0SnoXu-RZ6ec4kCzx2w3A"
+PROCESSOR = PIPELINE.application_id
+SETTINGS: dict[str, Any] = {"namespace": NAMESPACE, "kafka": {"clusterId": CLUSTER_ID}}
+
+
+def stamp(text: str) -> float:
+    """An API server timestamp (whole seconds) as Unix time."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.fixture(scope="module")
+def dev(kubeconfig: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineStack]:
+    yield EngineStack(tmp_path_factory.mktemp("engine-dev"), "dev", kubeconfig, SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def deployed(dev: EngineStack) -> EngineStack:
+    run = dev.up()
+    assert run.errors() == [], run.errors()
+    print(f"up of a new dev stack: {run.seconds:.1f} s, {run.changes}")
+    return dev
+
+
+def pods(kubeconfig: str, app: str) -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/name={app}"
+    found = kubectl_json(kubeconfig, "pods", "-n", NAMESPACE, "-l", selector)["items"]
+    return sorted(found, key=lambda p: p["metadata"]["name"])
+
+
+def uids(kubeconfig: str, app: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kubeconfig, app)}
+
+
+def ready_since(pod: dict[str, Any]) -> float:
+    for condition in pod["status"].get("conditions", []):
+        if condition["type"] == "Ready" and condition["status"] == "True":
+            return stamp(condition["lastTransitionTime"])
+    raise AssertionError(f"{pod['metadata']['name']} is not Ready")
+
+
+def stateful_set(kubeconfig: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = kubectl_json(kubeconfig, "statefulset", name, "-n", NAMESPACE)
+    return found
+
+
+def test_a_preview_with_the_pack_runs_every_rule_as_the_offline_check_does(
+    dev: EngineStack,
+) -> None:
+    config_path = ROOT / "policies" / "config.dev.json"
+    run = dev.preview(config_path)
+    assert run.errors() == [], run.errors()
+    assert [p for p in run.policies if p.skipped] == [], "rules the engine skipped"
+    assert run.ops("StatefulSet") == {"kafka": "create", "processor": "create"}, run.steps
+    # The CLI read the pack's name and version from PulumiPolicy.yaml beside policies/analyzer.
+    assert run.policy_packs == {"stateful-streaming": "0.1.0"}, run.policy_packs
+    # The offline check (infra.policy_check) finds what the engine found, resource by resource.
+    config = load_policy_config(config_path, all_policies())
+    recorded = record_stack("dev", SETTINGS, preview=True)
+    offline = evaluate(recorded.resources, all_policies(), config)
+    offline += preview_skips("dev", all_policies(), config)
+    engine = sorted((p.policy, p.level, (p.urn or "").rsplit("::", 1)[-1]) for p in run.policies)
+    assert engine == sorted((v.policy, v.level, (v.urn or "").rsplit("::", 1)[-1]) for v in offline)
+    print(f"preview with the pack: {run.seconds:.1f} s; findings: {engine}")
+
+
+def test_up_of_a_processor_change_returns_once_the_roll_is_over(
+    deployed: EngineStack, kubeconfig: str
+) -> None:
+    sts = stateful_set(kubeconfig, PROCESSOR)
+    replicas, min_ready = sts["spec"]["replicas"], sts["spec"]["minReadySeconds"]
+    before = set(uids(kubeconfig, PROCESSOR).values())
+    deployed.set(processor={"cpu": "1500m"})
+    started = time.time()
+    run = deployed.up()
+    returned = time.time()
+    assert run.errors() == [], run.errors()
+    assert run.ops("StatefulSet").get("processor") == "update", run.steps
+    after = pods(kubeconfig, PROCESSOR)
+    assert len(after) == replicas
+    assert not before & {p["metadata"]["uid"] for p in after}, "a pod was not replaced"
+    created = [stamp(p["metadata"]["creationTimestamp"]) for p in reversed(after)]
+    assert created == sorted(created), f"not highest ordinal first: {created}"
+    last_ready = max(ready_since(p) for p in after)
+    timeline = (
+        f"pods created at {[round(c - started, 1) for c in created]} s, the last Ready at "
+        f"{last_ready - started:.1f} s, up returned at {returned - started:.1f} s "
+        f"(minReadySeconds {min_ready}; server times in whole seconds)"
+    )
+    print(f"processor roll: {timeline}")
+    # Whole seconds on the server's side: allow one.
+    assert returned >= last_ready + min_ready - 1, (
+        f"up returned before the roll was over: {timeline}"
+    )
+
+
+def test_a_disk_resize_grows_every_claim_and_keeps_the_pods_running(
+    deployed: EngineStack, kubeconfig: str
+) -> None:
+    sizes = {"kafka": ("data", "3Gi"), PROCESSOR: ("state", "2Gi")}
+    pods_before = {app: uids(kubeconfig, app) for app in sizes}
+    sets_before = {app: stateful_set(kubeconfig, app)["metadata"]["uid"] for app in sizes}
+    deployed.set(
+        kafka={"clusterId": CLUSTER_ID, "storage": "3Gi"},
+        processor={"cpu": "1500m", "storage": "2Gi"},
+    )
+    preview = deployed.preview()
+    assert preview.errors() == [], preview.errors()
+    assert preview.ops("StatefulSet") == {"kafka": "replace", "processor": "replace"}, preview.steps
+    started = time.time()
+    run = deployed.up()
+    assert run.errors() == [], run.errors()
+    for app, (template, size) in sizes.items():
+        sts = stateful_set(kubeconfig, app)
+        assert sts["metadata"]["uid"] != sets_before[app], f"{app} was not recreated"
+        wanted = [
+            t["spec"]["resources"]["requests"]["storage"]
+            for t in sts["spec"]["volumeClaimTemplates"]
+        ]
+        assert wanted == [size]
+        assert uids(kubeconfig, app) == pods_before[app], f"{app}: the resize restarted pods"
+        for ordinal in range(sts["spec"]["replicas"]):
+            claim = kubectl_json(
+                kubeconfig, "persistentvolumeclaim", f"{template}-{app}-{ordinal}", "-n", NAMESPACE
+            )
+            assert claim["spec"]["resources"]["requests"]["storage"] == size, claim["spec"]
+        recreated = stamp(sts["metadata"]["creationTimestamp"]) - started
+        print(
+            f"{app}: StatefulSet recreated {recreated:.0f} s into the up ({run.seconds:.1f} s); "
+            f"pods {sorted(pods_before[app])} the same pods; claims at {size}"
+        )
+
+
+def test_refresh_finds_the_stack_as_up_left_it(deployed: EngineStack) -> None:
+    run = deployed.refresh()
+    assert run.errors() == [], run.errors()
+    assert {op: n for op, n in run.changes.items() if op != "same"} == {}, run.changes
+
+
+def test_destroy_keeps_the_namespace_and_its_claims(deployed: EngineStack, kubeconfig: str) -> None:
+    def claims() -> list[str]:
+        found = kubectl_json(kubeconfig, "persistentvolumeclaims", "-n", NAMESPACE)["items"]
+        return sorted(
+            c["metadata"]["name"] for c in found if "deletionTimestamp" not in c["metadata"]
+        )
+
+    kept = claims()
+    assert len(kept) == 5, kept  # 3 brokers' and 2 processors'
+    run = deployed.destroy(run_program=True)
+    assert run.errors() == [], run.errors()
+    wait_until(
+        lambda: not pods(kubeconfig, PROCESSOR) and not pods(kubeconfig, "kafka"),
+        120,
+        "every pod of the stack gone",
+        interval_s=1.0,
+        seen=lambda: [p["metadata"]["name"] for p in pods(kubeconfig, PROCESSOR)],
+    )
+    assert claims() == kept
+    objects = kubectl_json(kubeconfig, "statefulsets,services,configmaps", "-n", NAMESPACE)
+    left = [f"{o['kind']} {o['metadata']['name']}" for o in objects["items"]]
+    # The API server's own CA bundle is in every namespace.
+    assert left == ["ConfigMap kube-root-ca.crt"], left
+    print(f"after destroy: namespace {NAMESPACE} with its claims {kept}, no pod, no other object")
