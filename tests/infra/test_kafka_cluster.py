@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import KAFKA_IMAGE
+from infra.config import KAFKA_IMAGE, StackConfigError
 from infra.kafka_cluster import broker_env_name, heap_megabytes
 from infra.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object, names_of
@@ -253,3 +253,19 @@ def test_prometheus_scrapes_the_brokers_sidecars_as_it_does_the_processor(scrape
         (kafka,) = [m for m in monitors if m["metadata"]["name"] == "kafka"]
         assert kafka["spec"]["selector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
         assert kafka["spec"]["podMetricsEndpoints"] == [{"port": "readiness", "path": "/metrics"}]
+
+
+def test_a_cluster_id_given_by_the_stack_replaces_the_generated_one() -> None:
+    given = "q0SnoXu-RZ6ec4kCzx2w3A"
+    stack = record_stack("dev", {"kafka": {"clusterId": given}})
+    assert not [r for r in stack.resources if r.type.startswith("random:")]
+    assert container_env(k8s_object(stack, "StatefulSet", "kafka"))["CLUSTER_ID"] == given
+    assert stack.outputs["kafkaClusterId"] == given
+
+
+@pytest.mark.parametrize(
+    "bad", ["not-a-cluster-id", "q0SnoXu-RZ6ec4kCzx2w3B", "q0SnoXu+RZ6ec4kCzx2w3A"]
+)
+def test_a_cluster_id_kafka_would_refuse_is_refused_naming_the_setting(bad: str) -> None:
+    with pytest.raises(StackConfigError, match=r"kafka\.clusterId = .*random-uuid"):
+        record_stack("dev", {"kafka": {"clusterId": bad}})

@@ -1,0 +1,65 @@
+"""What `pulumi up` and `pulumi destroy` do to the volumes: claims that grow, templates that
+replace their StatefulSet without its pods, a namespace that outlives the stack."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infra.render import RecordedStack, record_stack
+from infra.workload import WAIT_FOR_ANNOTATION
+from tests.infra.conftest import k8s_object
+
+PATCH = "kubernetes:core/v1:PersistentVolumeClaimPatch"
+
+
+@pytest.mark.parametrize(("app", "template"), [("kafka", "data"), ("page-view-counter", "state")])
+def test_every_pods_claim_is_patched_to_its_templates_size(
+    stack: RecordedStack, app: str, template: str
+) -> None:
+    sts = k8s_object(stack, "StatefulSet", app)
+    size = sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+    patches = sorted(
+        (r.props["metadata"]["name"], r.props["spec"]["resources"]["requests"]["storage"])
+        for r in stack.resources
+        if r.type == PATCH and r.props["metadata"]["name"].startswith(f"{template}-{app}-")
+    )
+    replicas = sts["spec"]["replicas"]
+    assert patches == [(f"{template}-{app}-{i}", size) for i in range(replicas)]
+
+
+@pytest.mark.parametrize("app", ["kafka", "page-view-counter"])
+def test_a_claim_template_change_replaces_the_statefulset_deleting_it_first(
+    stack: RecordedStack, app: str
+) -> None:
+    sts = next(
+        r
+        for r in stack.resources
+        if r.type == "kubernetes:apps/v1:StatefulSet" and r.props["metadata"]["name"] == app
+    )
+    assert sts.replace_on_changes == ("spec.volumeClaimTemplates",)
+    # The name is fixed: the old object must go before the new one can be created.
+    assert sts.delete_before_replace
+
+
+@pytest.mark.parametrize(("app", "partition"), [("kafka", 0), ("page-view-counter", 1)])
+def test_up_waits_for_every_pod_updated_and_available(app: str, partition: int) -> None:
+    stack = record_stack("dev", {"processor": {"partition": partition}})
+    sts = k8s_object(stack, "StatefulSet", app)
+    replicas = sts["spec"]["replicas"]
+    updated = replicas - (partition if app != "kafka" else 0)
+    assert json.loads(sts["metadata"]["annotations"][WAIT_FOR_ANNOTATION]) == [
+        f"jsonpath={{.status.replicas}}={replicas}",
+        f"jsonpath={{.status.updatedReplicas}}={updated}",
+        f"jsonpath={{.status.availableReplicas}}={replicas}",
+    ]
+
+
+@pytest.mark.parametrize(("keep", "retained"), [({}, True), ({"keepDataOnDestroy": False}, False)])
+def test_destroy_leaves_the_namespace_unless_the_stack_says_otherwise(
+    keep: dict[str, bool], retained: bool
+) -> None:
+    stack = record_stack("dev", keep)
+    (namespace,) = [r for r in stack.resources if r.type == "kubernetes:core/v1:Namespace"]
+    assert namespace.retain_on_delete is retained
