@@ -17,17 +17,18 @@ import pytest
 
 from app.devkit.waiting import wait_until
 from cluster.go_tools import PULUMI_KUBERNETES_RELEASE
-from infra.config import PIPELINE
 from infra.policy_check import preview_skips
 from infra.render import record_stack
 from policies.evaluate import evaluate, load_policy_config
 from policies.rules import all_policies
 from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
+from tests.infra.conftest import names_of
 
 NAMESPACE = "engine-dev"
 # The random provider is served by no registry here, so the stack names its KRaft cluster id.
 CLUSTER_ID = "q0SnoXu-RZ6ec4kCzx2w3A"
-PROCESSOR = PIPELINE.application_id
+# The processor's StatefulSet, as the dev stack file names its pipeline.
+PROCESSOR = names_of("dev").application_id
 # The provider built here (cluster/go_tools.py) is 4.25.0: its preview of a replacement dry-runs
 # the new StatefulSet as an apply over the old one, which the API server refuses (the claim
 # templates are immutable); 4.29 and later preview the replacement (pulumi-kubernetes #4328).

@@ -9,15 +9,22 @@ import pytest
 
 from infra.render import RecordedStack, record_stack
 from infra.workload import WAIT_FOR_ANNOTATION
-from tests.infra.conftest import k8s_object
+from tests.infra.conftest import k8s_object, names_of
 
 PATCH = "kubernetes:core/v1:PersistentVolumeClaimPatch"
+# Each StatefulSet by its role: the brokers, or the processor (named by the stack's pipeline).
+ROLES = ("kafka", "processor")
 
 
-@pytest.mark.parametrize(("app", "template"), [("kafka", "data"), ("page-view-counter", "state")])
+def statefulset_name(stack: RecordedStack | str, role: str) -> str:
+    return "kafka" if role == "kafka" else names_of(stack).application_id
+
+
+@pytest.mark.parametrize(("role", "template"), [("kafka", "data"), ("processor", "state")])
 def test_every_pods_claim_is_patched_to_its_templates_size(
-    stack: RecordedStack, app: str, template: str
+    stack: RecordedStack, role: str, template: str
 ) -> None:
+    app = statefulset_name(stack, role)
     sts = k8s_object(stack, "StatefulSet", app)
     size = sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
     patches = sorted(
@@ -29,10 +36,11 @@ def test_every_pods_claim_is_patched_to_its_templates_size(
     assert patches == [(f"{template}-{app}-{i}", size) for i in range(replicas)]
 
 
-@pytest.mark.parametrize("app", ["kafka", "page-view-counter"])
+@pytest.mark.parametrize("role", ROLES)
 def test_a_claim_template_change_replaces_the_statefulset_deleting_it_first(
-    stack: RecordedStack, app: str
+    stack: RecordedStack, role: str
 ) -> None:
+    app = statefulset_name(stack, role)
     sts = next(
         r
         for r in stack.resources
@@ -43,12 +51,12 @@ def test_a_claim_template_change_replaces_the_statefulset_deleting_it_first(
     assert sts.delete_before_replace
 
 
-@pytest.mark.parametrize(("app", "partition"), [("kafka", 0), ("page-view-counter", 1)])
-def test_up_waits_for_every_pod_updated_and_available(app: str, partition: int) -> None:
+@pytest.mark.parametrize(("role", "partition"), [("kafka", 0), ("processor", 1)])
+def test_up_waits_for_every_pod_updated_and_available(role: str, partition: int) -> None:
     stack = record_stack("dev", {"processor": {"partition": partition}})
-    sts = k8s_object(stack, "StatefulSet", app)
+    sts = k8s_object(stack, "StatefulSet", statefulset_name(stack, role))
     replicas = sts["spec"]["replicas"]
-    updated = replicas - (partition if app != "kafka" else 0)
+    updated = replicas - (partition if role == "processor" else 0)
     assert json.loads(sts["metadata"]["annotations"][WAIT_FOR_ANNOTATION]) == [
         f"jsonpath={{.status.replicas}}={replicas}",
         f"jsonpath={{.status.updatedReplicas}}={updated}",
