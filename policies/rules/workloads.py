@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -262,6 +263,46 @@ def check_update_timeout(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -
         )
 
 
+# pulumi-kubernetes' annotation for what a resource's readiness means to `pulumi up`: JSONPath
+# conditions, all held on a status whose observedGeneration is current.
+WAIT_FOR = "pulumi.com/waitFor"
+
+
+def _wait_conditions(annotations: Mapping[str, Any]) -> set[str]:
+    """The conditions of a `pulumi.com/waitFor` annotation (a JSON list or a single one)."""
+    text = str(annotations.get(WAIT_FOR, "") or "")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = text
+    listed = parsed if isinstance(parsed, list) else [parsed]
+    return {str(c).replace(" ", "") for c in listed if c}
+
+
+def check_roll_wait(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
+    """`pulumi up` returns only once the roll is over: every pod updated and available."""
+    if not _statefulset(args):
+        return
+    found = _wait_conditions(get(args.props, "metadata", "annotations", default={}))
+    # The numbers follow spec.replicas and the partition in the program (infra/workload.py); a
+    # wrong one shows at the first `up`, which waits for it until its update timeout.
+    missing = [
+        field
+        for field in ("updatedReplicas", "availableReplicas")
+        if not any(c.startswith(f"jsonpath={{.status.{field}}}=") for c in found)
+    ]
+    if missing:
+        yield violation(
+            label(args.resource_type, args.props),
+            f"metadata.annotations[{WAIT_FOR}]",
+            sorted(found) or "absent",
+            "JSONPath conditions on " + " and ".join(f"status.{m}" for m in missing),
+            "add them (infra/workload.py, roll_complete): pulumi-kubernetes' own wait ends when "
+            "the last pod is Ready, before minReadySeconds, and before 4.34 even before the "
+            "controller has seen the change, so `pulumi up` returns while the pods still roll",
+        )
+
+
 def check_pinned_images(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
     """Images pinned to a version (or a digest): a roll must not change what runs by itself."""
     spec = pod_spec(args.resource_type, args.props)
@@ -376,6 +417,16 @@ POLICIES = [
                 1,
             )
         ],
+    ),
+    resource_rule(
+        name="statefulset-roll-wait",
+        description=(
+            "`pulumi up` returns only once a StatefulSet's roll is over: a pulumi.com/waitFor "
+            "annotation asks for every pod updated and available (ready for minReadySeconds). "
+            "A pipeline that chains the next step on `pulumi up` must not start it mid-roll."
+        ),
+        level=MANDATORY,
+        check=check_roll_wait,
     ),
     resource_rule(
         name="pinned-images",

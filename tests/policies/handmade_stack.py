@@ -115,10 +115,16 @@ def _container(name: str, image: str, command: list[str], env: list[dict[str, An
 
 
 def _statefulset(name: str, container: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    wait_for = json.dumps(
+        [
+            "jsonpath={.status.updatedReplicas}=3",
+            "jsonpath={.status.availableReplicas}=3",
+        ]
+    )
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": _meta(name),
+        "metadata": {**_meta(name), "annotations": {"pulumi.com/waitFor": wait_for}},
         "spec": {
             "replicas": 3,
             "serviceName": f"{name}-headless",

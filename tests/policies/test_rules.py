@@ -315,6 +315,13 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "Pulumi customTimeouts.update is 300 s; required: >= replicas 3 x",
     ),
     (
+        "statefulset-roll-wait",
+        "kafka",
+        lambda r: r.props["metadata"]["annotations"].pop("pulumi.com/waitFor"),
+        "metadata.annotations[pulumi.com/waitFor] is absent; required: JSONPath conditions on "
+        "status.updatedReplicas and status.availableReplicas",
+    ),
+    (
         "pod-security",
         "processor",
         lambda r: first_container(r)["securityContext"].update(allowPrivilegeEscalation=True),
@@ -438,7 +445,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 47
+    assert len(policies) == 48
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:
