@@ -57,28 +57,17 @@ setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced $(KAFKA
 run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 	$(APP_PY) -m app.devkit.local $(ARGS)
 
-## All tests: program, manifests and policies in the infra environment; the application in its
-## own, on a 3-node Apache Kafka it starts (KAFKA_BOOTSTRAP_SERVERS: a running one instead);
-## then the program and the pack in Pulumi's own engine against a local Kubernetes control plane
-## (tests/engine) and `pulumi new` from this template (test_template), with the Go tools of
-## `make tools`. A cold machine builds those (about 20 minutes of CPU) beside the first two runs,
-## at the lowest priority, so the build takes only the CPU the tests leave idle; a built cache
-## (outside the clone) makes it a no-op. The slowest tests are listed at the end of each run: CI
-## must stay under 75 minutes on 2 cores from a cold machine.
-GO_TOOLS_LOG := $(VENV)/go-tools.log
-test: setup
-	@echo "building the Go tools in the background (log: $(GO_TOOLS_LOG))"
-	@GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) cluster/go_tools.py >$(GO_TOOLS_LOG) 2>&1 & tools=$$!; \
-	trap 'kill $$tools 2>/dev/null' INT TERM; \
-	status=0; \
-	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies \
-		--ignore=tests/infra/test_template.py || status=1; \
-	$(APP_PY) -m pytest --durations=30 tests/app || status=1; \
-	echo "waiting for the Go tools (log: $(GO_TOOLS_LOG))"; \
-	wait $$tools || { tail -40 $(GO_TOOLS_LOG); echo "make tools failed"; exit 1; }; \
-	grep -E ': (built|up to date)' $(GO_TOOLS_LOG); \
-	$(INFRA_PY) -m pytest --durations=15 tests/engine tests/infra/test_template.py || status=1; \
-	exit $$status
+## All tests: program, manifests and policies in the infra environment, with the program and the
+## pack in Pulumi's own engine against a local Kubernetes control plane (tests/engine) and
+## `pulumi new` from this template (test_template); then the application in its own
+## environment, on a 3-node Apache Kafka it starts (KAFKA_BOOTSTRAP_SERVERS: a running one
+## instead). The engine tier needs the Go tools of `make tools`: about 20 minutes on a cold
+## machine (built alone, at full speed: beside the application's tests they slowed both), a
+## no-op once built (the cache is outside the clone). The slowest tests are listed at the end of
+## each run: CI must stay under 75 minutes on 2 cores from a cold machine.
+test: setup tools
+	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies tests/engine
+	$(APP_PY) -m pytest --durations=30 tests/app
 
 render: $(VENV)/infra/.synced
 	$(INFRA_PY) -m infra.render --stack $(STACK) --out build/manifests/$(STACK)
@@ -111,7 +100,8 @@ clean:
 ## kube-controller-manager, kube-scheduler, etcd, kwok) into ~/.cache/stateful-streaming-go/bin
 ## with the Go caches beside them (GO_TOOLS_HOME moves them; outside the clone, so every checkout
 ## on the machine shares one build); the provider is installed as a plugin under its
-## pulumi-home/. Cold: about 20 minutes on 2 cores with GO_TOOLS_JOBS=2; then seconds.
+## pulumi-home/. Cold: about 20 minutes on 2 cores with GO_TOOLS_JOBS=2 (what `make test`
+## uses); then seconds.
 ## A local control plane on 127.0.0.1 with kwok nodes (no containers): cluster-up prints the
 ## KUBECONFIG path; cluster-down stops each process by its pid file (.venv/cluster/run/).
 .PHONY: tools cluster-up cluster-down test-cluster

@@ -98,9 +98,14 @@ class EngineRun:
             self.changes = {str(getattr(k, "value", k)): v for k, v in s.resource_changes.items()}
             self.policy_packs = dict(s.policy_packs or {})
 
-    def ops(self, type_suffix: str) -> dict[str, str]:
-        """The op per resource name for resources whose type ends with `type_suffix`."""
-        return {s.name: s.op for s in self.steps if s.type.endswith(type_suffix)}
+    def ops(self, type_suffix: str) -> dict[str, set[str]]:
+        """The ops per resource name, for resources whose type ends with `type_suffix` (a
+        replacement is several steps: `delete-replaced`, `replace`, `create-replacement`)."""
+        found: dict[str, set[str]] = {}
+        for step in self.steps:
+            if step.type.endswith(type_suffix):
+                found.setdefault(step.name, set()).add(step.op)
+        return found
 
     def errors(self) -> list[str]:
         return [m for sev, m in self.diagnostics if sev == "error"]
