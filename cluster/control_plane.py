@@ -4,9 +4,10 @@
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, as built by
 cluster/go_tools.py (into ~/.cache/stateful-streaming-go/bin), each started as a process of its
 own bound to 127.0.0.1, with the certificates and kubeconfigs this script makes with openssl.
-kwok plays the kubelet of the nodes this script registers (annotation kwok.x-k8s.io/node=fake) with the stages kwokctl
-uses by default (node-initialize, node-heartbeat-with-lease, pod-ready, pod-complete,
-pod-delete, read from kwok's own module), so pods become Running and Ready and Jobs complete.
+kwok plays the kubelet of the nodes this script registers (annotation kwok.x-k8s.io/node=fake)
+with the stages kwokctl uses by default (node-initialize, node-heartbeat-with-lease, pod-ready,
+pod-complete, pod-delete, read from kwok's own module), so pods become Running and Ready and
+Jobs complete.
 
     python3 cluster/control_plane.py up [--nodes 3]   # prints the KUBECONFIG path
     python3 cluster/control_plane.py status
