@@ -19,7 +19,7 @@ if _ROOT not in sys.path:
 import pulumi  # noqa: E402
 import pulumi_kubernetes as k8s  # noqa: E402
 
-from infra import workload  # noqa: E402
+from infra import stateful_volumes, workload  # noqa: E402
 from infra.alert_rules import AlertRules, AlertRulesArgs  # noqa: E402
 from infra.config import load_stack_config  # noqa: E402
 from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names  # noqa: E402
@@ -64,6 +64,8 @@ namespace = k8s.core.v1.Namespace(
     opts=pulumi.ResourceOptions(retain_on_delete=config.keep_data_on_destroy),
 )
 in_namespace = pulumi.ResourceOptions(depends_on=[namespace])
+# What the last `pulumi up` deployed: a disk change is checked against it at preview.
+deployed = stateful_volumes.deployed_volumes()
 
 # TLS and one SCRAM user per workload, unless the stack runs PLAINTEXT (security.clientListener).
 credentials = None
@@ -102,6 +104,7 @@ kafka = KafkaCluster(
         # Prometheus scrapes the brokers' sidecars as it does the processor.
         metrics_scrape=config.processor.metrics_scrape,
         metrics_namespace=config.processor.metrics_namespace,
+        deployed_volumes=deployed,
     ),
     opts=in_namespace,
 )
@@ -150,6 +153,7 @@ for deployment in config.processor.deployments:
                 partner=workload.PairPartner(deployment.partner, config.pair_zone_anti_affinity)
                 if deployment.partner is not None
                 else None,
+                deployed_volumes=deployed,
             ),
             # The processor starts against topics that exist with the right configs.
             opts=pulumi.ResourceOptions(depends_on=[topics]),
@@ -209,6 +213,13 @@ if config.processor.pair:
         switch_access = credentials.client_access(PAIR_SWITCH_USER)
         pulumi.export("pairSwitchClientProperties", format_properties(switch_access.properties))
 pulumi.export("topicJob", topics.job_name)
+# Each claim template's size and storage class, read back by the next preview (above).
+pulumi.export(
+    stateful_volumes.DEPLOYED_OUTPUT,
+    pulumi.Output.all(kafka.volumes, *(p.volumes for p in processors)).apply(
+        lambda parts: {key: entry for part in parts for key, entry in part.items()}
+    ),
+)
 pulumi.export("clientListener", config.security.client_listener)
 if credentials is not None:
     # Secret names only: `kubectl get secret <name> -o jsonpath='{.data.password}'` for a value.

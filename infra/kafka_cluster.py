@@ -9,8 +9,9 @@ the broker's key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -153,6 +154,9 @@ class KafkaClusterArgs:
     # the processor's settings (`processor.metricsScrape`, `processor.metricsNamespace`).
     metrics_scrape: str = "none"
     metrics_namespace: str = "monitoring"
+    # What the last `pulumi up` deployed (`stateful_volumes.deployed_volumes()`): a disk change
+    # is checked against it at preview.
+    deployed_volumes: pulumi.Input[Mapping[str, Any]] = field(default_factory=dict)
 
 
 class KafkaCluster(pulumi.ComponentResource):
@@ -283,7 +287,14 @@ class KafkaCluster(pulumi.ComponentResource):
             + CATCH_UP_SECONDS
             + 60
         )
-        claims = [stateful_volumes.ClaimTemplate("data", cfg.storage_class_name, cfg.storage)]
+        volumes = stateful_volumes.StatefulVolumes(
+            "kafka",
+            name,
+            ns,
+            [stateful_volumes.ClaimTemplate("data", cfg.storage_class_name, cfg.storage)],
+            args.deployed_volumes,
+            self,
+        )
         self.stateful_set = k8s.apps.v1.StatefulSet(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -308,19 +319,23 @@ class KafkaCluster(pulumi.ComponentResource):
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(name)),
                 template=self._pod_template(cfg, args, name, component_labels, env, bootstrap),
-                volume_claim_templates=[t.args() for t in claims],
+                volume_claim_templates=volumes.claim_templates(),
             ),
             opts=pulumi.ResourceOptions.merge(
                 pulumi.ResourceOptions(
                     parent=self,
                     custom_timeouts=workload.roll_timeouts(cfg.replicas, restart_budget),
                 ),
-                stateful_volumes.resizable(name, ns, claims),
+                volumes.options(),
             ),
         )
-        stateful_volumes.grow_claims(name, self.stateful_set, ns, cfg.replicas, claims, self)
+        self.volumes = volumes.grow(name, self.stateful_set, cfg.replicas)
         self.register_outputs(
-            {"bootstrapServers": self.bootstrap_servers, "clusterId": self.cluster_id}
+            {
+                "bootstrapServers": self.bootstrap_servers,
+                "clusterId": self.cluster_id,
+                "volumes": self.volumes,
+            }
         )
 
     @staticmethod

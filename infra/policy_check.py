@@ -3,8 +3,9 @@
     python -m infra.policy_check --stack dev [--config policies/config.dev.json] [--sarif FILE]
 
 Records the stack with the Pulumi program under Pulumi's mocks (`infra.render.record_stack`,
-configuration from `Pulumi.<stack>.yaml`), runs every policy the way `pulumi preview
---policy-pack policies/analyzer --policy-pack-config policies/config.<stack>.json` does, prints
+configuration from `Pulumi.<stack>.yaml`), launches the pack as `pulumi preview --policy-pack
+policies/analyzer --policy-pack-config policies/config.<stack>.json` does and sends it the same
+Analyzer requests over gRPC (`policies.evaluate.AnalyzerProcess`), prints
 the violations grouped by resource, and exits 1 if any is mandatory (0 otherwise, 2 on bad
 input). A rule that a preview of a new stack would skip (it reads a value only `pulumi up`
 knows) is a mandatory violation too: the pull request's preview would not have run it.
@@ -18,32 +19,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from pulumi_policy import EnforcementLevel, Policy
-
 from infra.config import StackConfigError
 from infra.render import record_stack
 from policies.evaluate import (
+    AnalyzerProcess,
+    PackLaunchError,
     PolicyConfigError,
+    PolicyInfo,
     Resource,
     Violation,
-    evaluate,
     load_policy_config,
+    resolved_levels,
 )
-from policies.rules import all_policies
 from policies.sarif import to_sarif, write_sarif
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def resolved_levels(policies: Sequence[Policy], config: Mapping[str, Any]) -> dict[str, str]:
-    """Each policy's enforcement level after the config file (as the engine resolves it)."""
-    levels = {}
-    for policy in policies:
-        entry = config.get(policy.name, {})
-        level = entry if isinstance(entry, str) else entry.get("enforcementLevel")
-        own = (policy.enforcement_level or EnforcementLevel.ADVISORY).value
-        levels[policy.name] = level or config.get("all") or own
-    return levels
 
 
 def resource_label(resource: Resource | None) -> str:
@@ -62,7 +52,7 @@ def print_report(
     *,
     stack: str,
     config_path: Path,
-    policies: Sequence[Policy],
+    policies: Sequence[PolicyInfo],
     resources: Sequence[Resource],
     violations: Sequence[Violation],
 ) -> None:
@@ -93,12 +83,10 @@ def print_report(
 _SKIPPED = "can't run policy"
 
 
-def preview_skips(
-    stack: str, policies: Sequence[Policy], config: Mapping[str, Any]
-) -> list[Violation]:
+def preview_skips(stack: str, pack: AnalyzerProcess, config: Mapping[str, Any]) -> list[Violation]:
     """The rules a preview of a new stack would skip, each as a mandatory violation: a rule must
     judge what is known (the random and TLS providers' outputs are not, before the first up)."""
-    found = evaluate(record_stack(stack, preview=True).resources, policies, config)
+    found = pack.evaluate(record_stack(stack, preview=True).resources, config)
     return [
         Violation(
             policy=v.policy,
@@ -123,21 +111,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sarif", type=Path, help="also write the results as SARIF 2.1.0")
     args = parser.parse_args(argv)
 
-    policies = all_policies()
     config_path = args.config or REPO / "policies" / f"config.{args.stack}.json"
     try:
-        config = load_policy_config(config_path, policies)
         recorded = record_stack(args.stack)
-    except (PolicyConfigError, StackConfigError) as error:
+        with AnalyzerProcess() as pack:
+            config = load_policy_config(config_path, pack.policies)
+            violations = pack.evaluate(recorded.resources, config)
+            violations += preview_skips(args.stack, pack, config)
+    except (PolicyConfigError, StackConfigError, PackLaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    violations = evaluate(recorded.resources, policies, config)
-    violations += preview_skips(args.stack, policies, config)
     print_report(
         sys.stdout,
         stack=args.stack,
         config_path=config_path,
-        policies=policies,
+        policies=pack.policies,
         resources=recorded.resources,
         violations=violations,
     )
@@ -145,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         log = to_sarif(
             repo=REPO,
             stack=args.stack,
-            policies=policies,
+            policies=pack.policies,
             resources=recorded.resources,
             violations=violations,
-            levels=resolved_levels(policies, config),
+            levels=resolved_levels(pack.policies, config),
         )
         write_sarif(args.sarif, log)
         print(f"SARIF written to {args.sarif}")

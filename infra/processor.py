@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -34,6 +36,9 @@ class ProcessorArgs:
     access: ClientAccess = field(default_factory=ClientAccess)
     # The other side of an active/standby pair, whose zones this side keeps out of.
     partner: workload.PairPartner | None = None
+    # What the last `pulumi up` deployed (`stateful_volumes.deployed_volumes()`): a disk change
+    # is checked against it at preview.
+    deployed_volumes: pulumi.Input[Mapping[str, Any]] = field(default_factory=dict)
 
 
 class Processor(pulumi.ComponentResource):
@@ -102,7 +107,14 @@ class Processor(pulumi.ComponentResource):
         if cfg.metrics_scrape == "podMonitor":
             workload.pod_monitor(f"{name}-metrics", app, ns, component_labels, "health", child)
 
-        claims = [stateful_volumes.ClaimTemplate("state", cfg.storage_class_name, cfg.storage)]
+        volumes = stateful_volumes.StatefulVolumes(
+            "processor",
+            app,
+            ns,
+            [stateful_volumes.ClaimTemplate("state", cfg.storage_class_name, cfg.storage)],
+            args.deployed_volumes,
+            self,
+        )
         self.stateful_set = k8s.apps.v1.StatefulSet(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -134,7 +146,7 @@ class Processor(pulumi.ComponentResource):
                 persistent_volume_claim_retention_policy=workload.RETAIN_CLAIMS,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=workload.selector(app)),
                 template=self._pod_template(app, image, args, component_labels, config_map),
-                volume_claim_templates=[t.args() for t in claims],
+                volume_claim_templates=volumes.claim_templates(),
             ),
             opts=pulumi.ResourceOptions.merge(
                 pulumi.ResourceOptions(
@@ -143,11 +155,11 @@ class Processor(pulumi.ComponentResource):
                         cfg.replicas, cfg.restart_budget_seconds
                     ),
                 ),
-                stateful_volumes.resizable(app, ns, claims),
+                volumes.options(),
             ),
         )
-        stateful_volumes.grow_claims(name, self.stateful_set, ns, cfg.replicas, claims, self)
-        self.register_outputs({"name": self.name})
+        self.volumes = volumes.grow(name, self.stateful_set, cfg.replicas)
+        self.register_outputs({"name": self.name, "volumes": self.volumes})
 
     @staticmethod
     def _pod_template(

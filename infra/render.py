@@ -23,17 +23,15 @@ from typing import Any
 
 import pulumi
 import yaml
-from pulumi.runtime import rpc, settings
-from pulumi.runtime.config import set_all_config
-from pulumi.runtime.mocks import MockMonitor
-from pulumi.runtime.stack import run_in_stack
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.output import Unknown
 
 from infra.config import PROJECT, StackConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "infra"
 STACK_TYPE = "pulumi:pulumi:Stack"
+STACK_REFERENCE_TYPE = "pulumi:pulumi:StackReference"
+STORAGE_CLASS_TYPE = "kubernetes:storage.k8s.io/v1:StorageClass"
 
 
 @dataclass(frozen=True)
@@ -45,8 +43,7 @@ class RecordedResource:
     urn: str
     props: dict[str, Any]  # inputs, wire names (camelCase Kubernetes fields), numbers as given
     parent: str | None
-    provider: str | None
-    dependencies: tuple[str, ...]
+    dependencies: tuple[str, ...]  # its `depends_on`, a component as its descendants
     custom_timeouts: dict[str, str] | None  # {"create": "20m", "update": "40m", "delete": ...}
     protect: bool
     retain_on_delete: bool = False
@@ -106,19 +103,37 @@ class _Mocks(pulumi.runtime.Mocks):
 
     `random:index/randomId:RandomId` gets a value derived from its URN, the way a real stack
     keeps the one generated at the first `pulumi up`: the same stack always sees the same id.
+    Every registration's inputs are kept, as the engine received them, in registration order.
     """
 
-    def __init__(self, preview: bool = False) -> None:
+    def __init__(
+        self,
+        stack: str,
+        preview: bool = False,
+        deployed: Mapping[str, Any] | None = None,
+        storage_classes: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.stack = stack
         self.preview = preview
+        self.deployed = dict(deployed or {})
+        self.storage_classes = dict(storage_classes or {})
+        self.inputs: list[tuple[str, str, dict[str, Any]]] = []  # (type, name, inputs)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
+        self.inputs.append((args.typ, args.name, dict(args.inputs)))
         state = dict(args.inputs)
+        if args.typ == STACK_REFERENCE_TYPE:
+            # The program reads its own stack's outputs: what the last `pulumi up` left.
+            return f"{args.name}-id", {**state, "outputs": self.deployed, "secretOutputNames": []}
+        if args.resource_id and args.typ == STORAGE_CLASS_TYPE:
+            # A read of a storage class in the cluster: as the recording was told it is.
+            return args.resource_id, {**state, **self.storage_classes.get(args.resource_id, {})}
         if self.preview and args.typ.startswith(_COMPUTED_BY_PROVIDER):
             # What a preview of a new stack sees: what the provider computes is not known yet.
             return "", state
-        digest = hashlib.sha256(f"{settings.get_stack()}/{args.name}".encode()).digest()
+        digest = hashlib.sha256(f"{self.stack}/{args.name}".encode()).digest()
         # Unique per type too: a key, its request and its certificate share a name.
-        unique = hashlib.sha256(f"{settings.get_stack()}/{args.typ}/{args.name}".encode())
+        unique = hashlib.sha256(f"{self.stack}/{args.typ}/{args.name}".encode())
         if args.typ == "random:index/randomId:RandomId":
             state.update(_random_id_forms(digest[: int(args.inputs.get("byteLength", 16))]))
         elif args.typ == "random:index/randomPassword:RandomPassword":
@@ -173,44 +188,42 @@ def _tls_outputs(type_: str, unique: str) -> dict[str, str]:
     }
 
 
-class _RecordingMonitor(MockMonitor):
-    """Pulumi's mock monitor that also keeps each registration's options and the stack outputs."""
+class _OptionsRecorder:
+    """A stack transformation that changes nothing and keeps each resource and its options.
 
-    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
-        super().__init__(mocks)
-        self.recorded: list[RecordedResource] = []
-        self.outputs: dict[str, Any] = {}
+    `pulumi.runtime.Mocks` sees a registration's inputs only; the options (`protect`,
+    `customTimeouts`, `retainOnDelete`, ...) are what the program gave the resource.
+    """
 
-    def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)
-        if request.type == STACK_TYPE:
-            return response
-        timeouts = request.customTimeouts
-        self.recorded.append(
-            RecordedResource(
-                type=request.type,
-                name=request.name,
-                urn=response.urn,
-                props=rpc.deserialize_properties(request.object),
-                parent=request.parent or None,
-                provider=request.provider or None,
-                dependencies=tuple(request.dependencies),
-                custom_timeouts=(
-                    {k: v for k in ("create", "update", "delete") if (v := getattr(timeouts, k))}
-                    or None
-                ),
-                protect=bool(request.protect),
-                retain_on_delete=bool(request.retainOnDelete),
-                delete_before_replace=bool(request.deleteBeforeReplace),
-                replace_on_changes=tuple(request.replaceOnChanges),
-            )
-        )
-        return response
+    def __init__(self) -> None:
+        self.registered: list[tuple[pulumi.Resource, str, str, pulumi.ResourceOptions]] = []
 
-    def RegisterResourceOutputs(self, request: Any) -> Any:
-        if request.urn.split("::")[2] == STACK_TYPE:
-            self.outputs = rpc.deserialize_properties(request.outputs)
-        return super().RegisterResourceOutputs(request)
+    def __call__(
+        self, args: pulumi.ResourceTransformationArgs
+    ) -> pulumi.ResourceTransformationResult | None:
+        self.registered.append((args.resource, args.type_, args.name, args.opts))
+        return None
+
+
+def _timeouts(options: pulumi.ResourceOptions) -> dict[str, str] | None:
+    timeouts = options.custom_timeouts
+    if timeouts is None:
+        return None
+    given = {"create": timeouts.create, "update": timeouts.update, "delete": timeouts.delete}
+    return {k: v for k, v in given.items() if v} or None
+
+
+def _resolved(value: Any) -> Any:
+    """The value of an output the finished program made; `Unknown` where a preview cannot know
+    it (an output made from a provider's result in a new stack)."""
+    result: list[Any] = []
+
+    @pulumi.runtime.test
+    def read() -> pulumi.Output[Any]:
+        return pulumi.Output.from_input(value).apply(result.append)
+
+    read()
+    return result[0] if result else Unknown()
 
 
 def load_stack_file(stack: str) -> dict[str, str]:
@@ -230,7 +243,12 @@ def load_stack_file(stack: str) -> dict[str, str]:
 
 
 def record_stack(
-    stack: str, overrides: Mapping[str, Any] | None = None, *, preview: bool = False
+    stack: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    preview: bool = False,
+    deployed: Mapping[str, Any] | None = None,
+    storage_classes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RecordedStack:
     """Run the program for `stack` under mocks and return every resource it registers.
 
@@ -238,40 +256,104 @@ def record_stack(
     to values (strings, or objects that are passed as JSON) that replace the stack file's.
     `preview` records what `pulumi preview` of a new stack sends the pack: what the random and
     TLS providers compute is unknown (`pulumi.output.Unknown`), and so is everything made from it.
+    `deployed` is the stack's outputs from its last `pulumi up` (none: a new stack), and
+    `storage_classes` the cluster's StorageClass objects by name, for the reads the program makes.
     """
     config = load_stack_file(stack)
     for key, value in (overrides or {}).items():
         full = key if ":" in key else f"{PROJECT}:{key}"
         config[full] = value if isinstance(value, str) else json.dumps(value)
 
-    mocks = _Mocks(preview)
-    monitor = _RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
-    set_all_config(config, [])
-    # set_mocks installs a root stack for unit tests; the program gets its own, as under the CLI.
-    settings.set_root_resource(None)  # type: ignore[arg-type]
+    mocks = _Mocks(stack, preview, deployed, storage_classes)
+    options = _OptionsRecorder()
+    # A fresh root stack per recording, as each `pulumi up` has its own.
+    pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=preview)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview)
+    pulumi.runtime.set_all_config(config, [])
+    pulumi.runtime.register_stack_transformation(options)
 
+    @pulumi.runtime.test
     def run_program() -> None:
         runpy.run_path(str(PROGRAM), run_name="__main__")
 
-    try:
-        _sync_await(run_in_stack(run_program))
-    finally:
-        settings.set_root_resource(None)  # type: ignore[arg-type]
+    run_program()
+    root = pulumi.runtime.get_root_resource()
+    assert isinstance(root, pulumi.ComponentResource)  # set_mocks made the program's Stack
+    resources = [resource for resource, *_ in options.registered]
+    urns = _resolved([root.urn, *(resource.urn for resource in resources)])
+    urn_of = {id(resource): urn for resource, urn in zip([root, *resources], urns, strict=True)}
+    outputs = {key: _resolved(value) for key, value in getattr(root, "outputs", {}).items()}
     return RecordedStack(
         stack=stack,
         project=PROJECT,
         config=config,
-        resources=tuple(monitor.recorded),
-        outputs=monitor.outputs,
+        resources=tuple(_recorded(mocks.inputs, options.registered, urn_of, root)),
+        outputs=outputs,
     )
+
+
+def _recorded(
+    inputs: list[tuple[str, str, dict[str, Any]]],
+    registered: list[tuple[pulumi.Resource, str, str, pulumi.ResourceOptions]],
+    urn_of: Mapping[int, str],
+    root: pulumi.Resource,
+) -> list[RecordedResource]:
+    """Each registration's inputs joined with the options its resource was given."""
+    pending: dict[tuple[str, str], list[tuple[pulumi.Resource, pulumi.ResourceOptions]]] = {}
+    for resource, typ, name, opts in registered:
+        pending.setdefault((typ, name), []).append((resource, opts))
+    children: dict[int, list[pulumi.Resource]] = {}
+    for resource, _, _, opts in registered:
+        parent = opts.parent if opts.parent is not None else root
+        children.setdefault(id(parent), []).append(resource)
+
+    def expanded(dependency: pulumi.Resource) -> list[pulumi.Resource]:
+        # As the SDK sends `depends_on`: a component stands for its descendants.
+        if isinstance(dependency, pulumi.ComponentResource):
+            return [r for child in children.get(id(dependency), []) for r in expanded(child)]
+        return [dependency]
+
+    recorded = []
+    for typ, name, props in inputs:
+        resource, opts = pending[(typ, name)].pop(0)
+        parent = opts.parent if opts.parent is not None else root
+        recorded.append(
+            RecordedResource(
+                type=typ,
+                name=name,
+                urn=urn_of[id(resource)],
+                props=props,
+                parent=urn_of.get(id(parent)),
+                dependencies=tuple(
+                    urn_of[id(r)] for d in _depends_on(opts) for r in expanded(d) if id(r) in urn_of
+                ),
+                custom_timeouts=_timeouts(opts),
+                protect=bool(opts.protect),
+                retain_on_delete=bool(opts.retain_on_delete),
+                delete_before_replace=bool(opts.delete_before_replace),
+                replace_on_changes=tuple(opts.replace_on_changes or ()),
+            )
+        )
+    return recorded
+
+
+def _depends_on(options: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+    given = options.depends_on
+    if given is None:
+        return []
+    return list(given) if isinstance(given, list | tuple) else [given]  # type: ignore[list-item]
 
 
 SECRET_PLACEHOLDER = "[secret]"
 
+# A secret in Pulumi's property-value protocol: {SIGNATURE_KEY: SECRET_SIGNATURE, "value": ...}
+# (sdk/go/common/resource/sig/sig.go). The mocks receive inputs in that form.
+SIGNATURE_KEY = "4dabf18193072939515e22adb298388d"
+SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270"
+
 
 def _is_secret(value: Any) -> bool:
-    return isinstance(value, Mapping) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+    return isinstance(value, Mapping) and value.get(SIGNATURE_KEY) == SECRET_SIGNATURE
 
 
 def _collect_secrets(value: Any, found: list[str], inside: bool) -> None:

@@ -16,6 +16,11 @@ is fixed). The `before_delete` hook below makes that delete an orphaning one whe
 the claim templates are what changed; any other delete (`pulumi destroy`) takes the pods with it.
 A hook lives in the program, so `pulumi destroy` of a stack that has one runs with
 `--run-program`.
+
+Both moves are checked at preview against what the last `pulumi up` deployed (the stack's own
+`volumes` output, read through a StackReference to itself): a claim never shrinks, and a claim
+grows only on a storage class that allows expansion, read from the cluster. Either refusal names
+the setting and the way out before anything changes.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.config import PROJECT, StackConfigError, quantity
+
+# The stack output that records each claim template's deployed size and storage class.
+DEPLOYED_OUTPUT = "volumes"
+
 
 @dataclass(frozen=True)
 class ClaimTemplate:
@@ -37,16 +47,14 @@ class ClaimTemplate:
     storage_class_name: str
     storage: str
 
-    def args(self) -> k8s.core.v1.PersistentVolumeClaimArgs:
+    def args(self, storage: pulumi.Input[str]) -> k8s.core.v1.PersistentVolumeClaimArgs:
         """The `volumeClaimTemplates` entry: pod N always mounts `<name>-<statefulset>-N`."""
         return k8s.core.v1.PersistentVolumeClaimArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(name=self.name),
             spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
                 access_modes=["ReadWriteOnce"],
                 storage_class_name=self.storage_class_name or None,
-                resources=k8s.core.v1.VolumeResourceRequirementsArgs(
-                    requests={"storage": self.storage}
-                ),
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": storage}),
             ),
         )
 
@@ -115,53 +123,142 @@ def orphaning_delete(
     return pulumi.ResourceHook(f"orphaning-delete-{namespace}-{name}", hook)
 
 
-def resizable(
-    name: str, namespace: str, templates: Sequence[ClaimTemplate]
-) -> pulumi.ResourceOptions:
-    """The StatefulSet's options for a claim template change: replaced, delete first, orphaning."""
-    return pulumi.ResourceOptions(
-        replace_on_changes=["spec.volumeClaimTemplates"],
-        delete_before_replace=True,
-        hooks=pulumi.ResourceHookBinding(
-            before_delete=[orphaning_delete(name, namespace, templates)]
-        ),
+def deployed_volumes() -> pulumi.Output[dict[str, Any]]:
+    """What the last `pulumi up` of this stack deployed (its `volumes` output); {} before it."""
+    stack = pulumi.StackReference(
+        "deployed",
+        f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
     )
+    return stack.get_output(DEPLOYED_OUTPUT).apply(lambda volumes: dict(volumes or {}))
 
 
-def grow_claims(
-    prefix: str,
-    statefulset: k8s.apps.v1.StatefulSet,
-    namespace: str,
-    replicas: int,
-    templates: Sequence[ClaimTemplate],
-    parent: pulumi.Resource,
-) -> list[k8s.core.v1.PersistentVolumeClaimPatch]:
-    """Each existing claim at its template's size: a server-side apply patch per pod's claim,
-    applied once the StatefulSet is rolled out (its controller has made every claim by then)."""
-    name = statefulset.metadata.name
-    patches = []
-    for template in templates:
-        for ordinal in range(replicas):
-            claim = pulumi.Output.concat(template.name, "-", name, f"-{ordinal}")
-            patches.append(
+class StatefulVolumes:
+    """A StatefulSet's claims: their templates at a size checked against what is deployed, the
+    options that let a template change replace the object without its pods, and the patches
+    that grow the claims it already made.
+
+    `setting` is the stack setting that sizes them (`kafka`, `processor`), for the refusals.
+    """
+
+    def __init__(
+        self,
+        setting: str,
+        statefulset: str,
+        namespace: str,
+        templates: Sequence[ClaimTemplate],
+        deployed: pulumi.Input[Mapping[str, Any]],
+        parent: pulumi.Resource,
+    ) -> None:
+        self.setting = setting
+        self.statefulset = statefulset
+        self.namespace = namespace
+        self.templates = tuple(templates)
+        self.parent = parent
+        self._sizes = {t.name: self._checked_size(t, deployed) for t in self.templates}
+
+    def key(self, template: ClaimTemplate) -> str:
+        """The template's entry in the `volumes` output: `<statefulset>/<template>`."""
+        return f"{self.statefulset}/{template.name}"
+
+    def claim_templates(self) -> list[k8s.core.v1.PersistentVolumeClaimArgs]:
+        """The `volumeClaimTemplates`, each at its checked size."""
+        return [t.args(self._sizes[t.name]) for t in self.templates]
+
+    def options(self) -> pulumi.ResourceOptions:
+        """The StatefulSet's options for a template change: replaced, deleted first, orphaning."""
+        return pulumi.ResourceOptions(
+            replace_on_changes=["spec.volumeClaimTemplates"],
+            delete_before_replace=True,
+            hooks=pulumi.ResourceHookBinding(
+                before_delete=[orphaning_delete(self.statefulset, self.namespace, self.templates)]
+            ),
+        )
+
+    def _checked_size(
+        self, template: ClaimTemplate, deployed: pulumi.Input[Mapping[str, Any]]
+    ) -> pulumi.Output[str]:
+        """The template's size once it is known to be safe against what is deployed: the same,
+        or bigger on a class that can expand. Both the template and the patches wait on it, so a
+        refusal fails the preview, and `up` before the StatefulSet is touched."""
+        setting = f"{PROJECT}:{self.setting}.storage"
+
+        def check(deployed: Mapping[str, Any]) -> pulumi.Input[str]:
+            before = deployed.get(self.key(template))
+            if not before:
+                return template.storage  # not deployed yet: made at this size
+            was, wanted = before["storage"], template.storage
+            if quantity(wanted) == quantity(was):
+                return template.storage
+            if quantity(wanted) < quantity(was):
+                raise StackConfigError(
+                    f"{setting} = {wanted!r}: the claims of StatefulSet "
+                    f"{self.namespace}/{self.statefulset} are {was} and a claim never shrinks. "
+                    f"Keep {was} or more; to move to smaller volumes, deploy a new stack and "
+                    "move the data there."
+                )
+            storage_class = before.get("storageClassName") or template.storage_class_name
+            found = k8s.storage.v1.StorageClass.get(
+                f"{self.statefulset}-{template.name}-storage-class",
+                storage_class,
+                opts=pulumi.ResourceOptions(parent=self.parent),
+            )
+            return found.allow_volume_expansion.apply(
+                lambda allowed: self._expandable(template, was, storage_class, bool(allowed))
+            )
+
+        return pulumi.Output.from_input(deployed).apply(check)
+
+    def _expandable(self, template: ClaimTemplate, was: str, storage_class: str, ok: bool) -> str:
+        if ok:
+            return template.storage
+        raise StackConfigError(
+            f"{PROJECT}:{self.setting}.storage = {template.storage!r}: the claims of StatefulSet "
+            f"{self.namespace}/{self.statefulset} are {was} on storage class {storage_class!r}, "
+            "which does not allow volume expansion (allowVolumeExpansion is not true). If its "
+            "provisioner can resize volumes, allow it (`kubectl patch storageclass "
+            f"{storage_class} -p '{{\"allowVolumeExpansion\": true}}'`) and run `pulumi up` "
+            f"again; otherwise keep {self.setting}.storage at {was}."
+        )
+
+    def grow(
+        self, prefix: str, statefulset: k8s.apps.v1.StatefulSet, replicas: int
+    ) -> pulumi.Output[dict[str, dict[str, str]]]:
+        """Each existing claim at its template's size: a server-side apply patch per pod's
+        claim, applied once the StatefulSet is rolled out (its controller has made every claim
+        by then). Returns the `volumes` entries: each template's size and the claims' class."""
+        entries = {}
+        for template in self.templates:
+            patches = [
                 k8s.core.v1.PersistentVolumeClaimPatch(
                     f"{prefix}-{template.name}-{ordinal}",
                     metadata=k8s.meta.v1.ObjectMetaPatchArgs(
-                        name=claim,
-                        namespace=namespace,
+                        name=f"{template.name}-{self.statefulset}-{ordinal}",
+                        namespace=self.namespace,
                         # The controller wrote the size when it made the claim: take it over.
                         annotations={"pulumi.com/patchForce": "true"},
                     ),
                     spec=k8s.core.v1.PersistentVolumeClaimSpecPatchArgs(
                         resources=k8s.core.v1.VolumeResourceRequirementsPatchArgs(
-                            requests={"storage": template.storage}
+                            requests={"storage": self._sizes[template.name]}
                         ),
                     ),
                     # A claim's size is a required field: the patch gives it up by leaving it
                     # as it is (a scale-in or destroy keeps the claim, and its size, anyway).
                     opts=pulumi.ResourceOptions(
-                        parent=parent, depends_on=[statefulset], retain_on_delete=True
+                        parent=self.parent, depends_on=[statefulset], retain_on_delete=True
                     ),
                 )
+                for ordinal in range(replicas)
+            ]
+            # The class the claims got (the cluster's default when the template names none).
+            made_in: pulumi.Input[str] = template.storage_class_name
+            if patches:
+                made_in = patches[0].spec.apply(
+                    lambda spec, t=template: (
+                        (spec.storage_class_name if spec else None) or t.storage_class_name
+                    )
+                )
+            entries[self.key(template)] = pulumi.Output.all(
+                storage=self._sizes[template.name], storageClassName=made_in
             )
-    return patches
+        return pulumi.Output.all(**entries)  # type: ignore[return-value]

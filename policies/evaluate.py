@@ -1,31 +1,39 @@
 """Evaluate the pack over recorded resources exactly the way the Pulumi engine does.
 
-The resources go through pulumi_policy's own analyzer servicer (the object `PolicyPack` serves
-over gRPC) as the protobuf requests the engine sends: `Configure` with the per-stack policy
-config, `Analyze` per resource and `AnalyzeStack` once. So every policy sees what it sees under
-`pulumi preview`: `ResourceValidationArgs` / `StackValidationArgs` built by pulumi_policy, props
+The pack runs as the engine runs it: `AnalyzerProcess` launches the executable `policies/analyzer`
+(or any pack command), reads the port it prints and speaks Pulumi's Analyzer gRPC protocol to it:
+`GetAnalyzerInfo` for the policies, `Configure` with the per-stack policy config, `Analyze` per
+resource and `AnalyzeStack` once. So every policy sees what it sees under `pulumi preview`:
+`ResourceValidationArgs` / `StackValidationArgs` built by pulumi_policy in its own process, props
 wrapped by `unknown_checking_proxy`, numbers as floats, enforcement levels resolved the same way.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from types import TracebackType
+from typing import IO, Any, Protocol
 
+import grpc
 import jsonschema
-from google.protobuf import struct_pb2
+from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.output import Unknown
-from pulumi.runtime import proto, rpc
-from pulumi_policy import EnforcementLevel, Policy
-from pulumi_policy.policy import _PolicyAnalyzerServicer
+from pulumi.runtime import proto
+from pulumi.runtime.proto import analyzer_pb2_grpc
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from policies.rules import PACK_NAME
-
-PACK_VERSION = "0.1.0"
+PACK_DIR = Path(__file__).resolve().parent
+# The pack as the CLI launches it (`--policy-pack policies/analyzer`).
+PACK_EXECUTABLE = PACK_DIR / "analyzer"
 
 _LEVELS = {
     "advisory": proto.ADVISORY,
@@ -38,6 +46,10 @@ _LEVEL_NAMES = {value: name for name, value in _LEVELS.items()}
 
 class PolicyConfigError(ValueError):
     """A policy pack config file that the Pulumi CLI would refuse."""
+
+
+class PackLaunchError(RuntimeError):
+    """The pack did not start, or stopped answering."""
 
 
 class Resource(Protocol):
@@ -62,6 +74,8 @@ class Resource(Protocol):
     def custom_timeouts(self) -> Mapping[str, str] | None: ...
     @property
     def protect(self) -> bool: ...
+    @property
+    def delete_before_replace(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,17 @@ class Violation:
         return self.level == "mandatory"
 
 
-def load_policy_config(path: Path, policies: Sequence[Policy]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PolicyInfo:
+    """One policy as the pack describes it to the engine (`GetAnalyzerInfo`)."""
+
+    name: str
+    description: str
+    level: str  # the pack's own enforcement level, before the config file
+    config_properties: Mapping[str, Any]  # the JSON schema of its thresholds
+
+
+def load_policy_config(path: Path, policies: Sequence[PolicyInfo]) -> dict[str, Any]:
     """Read and validate `policies/config.<stack>.json` as the CLI does before it runs a pack."""
     try:
         config = json.loads(path.read_text())
@@ -91,7 +115,7 @@ def load_policy_config(path: Path, policies: Sequence[Policy]) -> dict[str, Any]
 
 
 def validate_policy_config(
-    config: Mapping[str, Any], policies: Sequence[Policy], source: str = "policy config"
+    config: Mapping[str, Any], policies: Sequence[PolicyInfo], source: str = "policy config"
 ) -> None:
     """Unknown policy names, unknown enforcement levels and thresholds off their schema fail."""
     if not isinstance(config, Mapping):
@@ -110,8 +134,7 @@ def validate_policy_config(
         if name == "all" or not isinstance(value, Mapping):
             continue
         thresholds = {k: v for k, v in value.items() if k != "enforcementLevel"}
-        schema = by_name[name].config_schema
-        known = schema.properties if schema else {}
+        known = dict(by_name[name].config_properties)
         json_schema = {"type": "object", "properties": known, "additionalProperties": False}
         try:
             jsonschema.validate(thresholds, json_schema)
@@ -121,17 +144,6 @@ def validate_policy_config(
                 f"{source}: {name}.{path}: {error.message}; thresholds of {name}: "
                 f"{sorted(known) or 'none'}"
             ) from error
-
-
-def _struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
-    struct = struct_pb2.Struct()
-    struct.update(json.loads(json.dumps(value, default=_wire)))
-    return struct
-
-
-def _wire(value: Any) -> str:
-    """A value JSON has no form for: an unknown (a preview's) as the engine sends it."""
-    return rpc.UNKNOWN if isinstance(value, Unknown) else str(value)
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
@@ -152,6 +164,8 @@ def _options(resource: Resource) -> proto.AnalyzerResourceOptions:
     timeouts = resource.custom_timeouts or {}
     return proto.AnalyzerResourceOptions(
         protect=resource.protect,
+        deleteBeforeReplace=resource.delete_before_replace,
+        deleteBeforeReplaceDefined=True,
         parent=resource.parent or "",
         customTimeouts=proto.AnalyzerResourceOptions.CustomTimeouts(
             create=duration_seconds(timeouts.get("create")),
@@ -161,79 +175,193 @@ def _options(resource: Resource) -> proto.AnalyzerResourceOptions:
     )
 
 
-def _configure(
-    servicer: _PolicyAnalyzerServicer, policies: Sequence[Policy], config: Mapping[str, Any]
-) -> None:
-    """Send the engine's `Configure`: every policy with its resolved level and thresholds."""
-    default = config.get("all")
+def _struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(json.loads(json.dumps(value, default=_wire)))
+    return struct
+
+
+def _wire(value: Any) -> str:
+    """A value JSON has no form for: an unknown (a preview's) as the engine sends it."""
+    return UNKNOWN_STRING_VALUE if isinstance(value, Unknown) else str(value)
+
+
+def configure_request(
+    policies: Sequence[PolicyInfo], config: Mapping[str, Any]
+) -> proto.ConfigureAnalyzerRequest:
+    """The engine's `Configure`: every policy with its resolved level and its thresholds."""
     request = proto.ConfigureAnalyzerRequest()
+    levels = resolved_levels(policies, config)
     for policy in policies:
         entry = config.get(policy.name, {})
-        if isinstance(entry, str):
-            entry = {"enforcementLevel": entry}
-        own = policy.enforcement_level or EnforcementLevel.ADVISORY
-        level = entry.get("enforcementLevel") or default or own.value
-        thresholds = {k: v for k, v in entry.items() if k != "enforcementLevel"}
+        thresholds = (
+            {}
+            if isinstance(entry, str)
+            else {k: v for k, v in entry.items() if k != "enforcementLevel"}
+        )
         request.policyConfig[policy.name].CopyFrom(
-            proto.PolicyConfig(enforcementLevel=_LEVELS[level], properties=_struct(thresholds))
-        )
-    servicer.Configure(request, None)
-
-
-def evaluate(
-    resources: Iterable[Resource], policies: Sequence[Policy], config: Mapping[str, Any]
-) -> list[Violation]:
-    """Run every policy over the resources; return the violations in engine order."""
-    resources = list(resources)
-    validate_policy_config(config, policies)
-    servicer = _PolicyAnalyzerServicer(
-        PACK_NAME, PACK_VERSION, list(policies), EnforcementLevel.ADVISORY
-    )
-    _configure(servicer, policies, config)
-    descriptions = {p.name: p.description for p in policies}
-    diagnostics: list[Any] = []
-    for resource in resources:
-        request = proto.AnalyzeRequest(
-            type=resource.type,
-            properties=_struct(resource.props),
-            urn=resource.urn,
-            name=resource.name,
-            options=_options(resource),
-        )
-        diagnostics.extend(
-            (diagnostic, resource.urn) for diagnostic in servicer.Analyze(request, None).diagnostics
-        )
-    stack_request = proto.AnalyzeStackRequest(
-        resources=[
-            proto.AnalyzerResource(
-                type=r.type,
-                properties=_struct(r.props),
-                urn=r.urn,
-                name=r.name,
-                options=_options(r),
-                parent=r.parent or "",
-                dependencies=list(r.dependencies),
+            proto.PolicyConfig(
+                enforcementLevel=_LEVELS[levels[policy.name]], properties=_struct(thresholds)
             )
-            for r in resources
-        ]
-    )
-    diagnostics.extend(
-        (diagnostic, diagnostic.urn or None)
-        for diagnostic in servicer.AnalyzeStack(stack_request, None).diagnostics
-    )
-    violations = []
-    for diagnostic, urn in diagnostics:
+        )
+    return request
+
+
+def resolved_levels(policies: Sequence[PolicyInfo], config: Mapping[str, Any]) -> dict[str, str]:
+    """Each policy's enforcement level after the config file, as the CLI resolves it."""
+    levels = {}
+    for policy in policies:
+        entry = config.get(policy.name, {})
+        level = entry if isinstance(entry, str) else entry.get("enforcementLevel")
+        levels[policy.name] = level or config.get("all") or policy.level
+    return levels
+
+
+def pack_python() -> str:
+    """The Python `policies/analyzer` runs the pack with: this one, unless the caller chose."""
+    return os.environ.get("POLICY_PACK_PYTHON", sys.executable)
+
+
+class AnalyzerProcess:
+    """A policy pack launched the way the engine launches it, spoken to over gRPC.
+
+    `command` runs the pack (by default the executable `policies/analyzer` the CLI runs); it
+    must print the port it serves on as its first line, as `pulumi_policy.PolicyPack` does.
+    One process serves any number of evaluations: each one sends its own `Configure`.
+    """
+
+    def __init__(
+        self, command: Sequence[str | Path] = (PACK_EXECUTABLE,), *, start_timeout: float = 120.0
+    ) -> None:
+        self.command = [str(part) for part in command]
+        # The pack's stderr, kept for the error if it stops: open as long as the process runs.
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "POLICY_PACK_PYTHON": pack_python()}
+        self._process = subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=self._stderr, env=env
+        )
+        try:
+            port = self._read_port(start_timeout)
+            self._channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            grpc.channel_ready_future(self._channel).result(timeout=start_timeout)
+            self._stub = analyzer_pb2_grpc.AnalyzerStub(self._channel)
+            info = self._stub.GetAnalyzerInfo(empty_pb2.Empty())
+        except BaseException:
+            self.close()
+            raise
+        self.name: str = info.name
+        self.policies: tuple[PolicyInfo, ...] = tuple(
+            PolicyInfo(
+                name=p.name,
+                description=p.description,
+                level=_LEVEL_NAMES[p.enforcementLevel],
+                config_properties=json_format.MessageToDict(p.configSchema.properties),
+            )
+            for p in info.policies
+        )
+
+    def _read_port(self, timeout: float) -> int:
+        """The first line the pack prints; its stderr in the error if it stops before that."""
+        assert self._process.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = b""
+        os.set_blocking(self._process.stdout.fileno(), False)
+        while not line.endswith(b"\n"):
+            chunk = self._process.stdout.read(64) or b""
+            line += chunk
+            if not chunk:
+                if self._process.poll() is not None:
+                    raise PackLaunchError(
+                        f"policy pack {' '.join(self.command)} exited with "
+                        f"{self._process.returncode} before printing its port: {self._errors()}"
+                    )
+                if time.monotonic() > deadline:
+                    raise PackLaunchError(
+                        f"policy pack {' '.join(self.command)} printed no port within "
+                        f"{timeout:.0f} s: {self._errors() or 'no output'}"
+                    )
+                time.sleep(0.05)
+        text = line.decode().strip()
+        if not text.isdigit():
+            raise PackLaunchError(
+                f"policy pack {' '.join(self.command)} printed {text!r}, expected its port"
+            )
+        return int(text)
+
+    def _errors(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace").strip()
+
+    def evaluate(self, resources: Iterable[Resource], config: Mapping[str, Any]) -> list[Violation]:
+        """Run every policy over the resources; return the violations in engine order."""
+        resources = list(resources)
+        validate_policy_config(config, self.policies)
+        self._stub.Configure(configure_request(self.policies, config))
+        diagnostics: list[tuple[Any, str | None]] = []
+        for resource in resources:
+            request = proto.AnalyzeRequest(
+                type=resource.type,
+                properties=_struct(resource.props),
+                urn=resource.urn,
+                name=resource.name,
+                options=_options(resource),
+            )
+            response = self._stub.Analyze(request)
+            diagnostics.extend((diagnostic, resource.urn) for diagnostic in response.diagnostics)
+        stack_request = proto.AnalyzeStackRequest(
+            resources=[
+                proto.AnalyzerResource(
+                    type=r.type,
+                    properties=_struct(r.props),
+                    urn=r.urn,
+                    name=r.name,
+                    options=_options(r),
+                    parent=r.parent or "",
+                    dependencies=list(r.dependencies),
+                )
+                for r in resources
+            ]
+        )
+        response = self._stub.AnalyzeStack(stack_request)
+        diagnostics.extend((d, d.urn or None) for d in response.diagnostics)
+        return [self._violation(diagnostic, urn) for diagnostic, urn in diagnostics]
+
+    def _violation(self, diagnostic: Any, urn: str | None) -> Violation:
+        descriptions = {p.name: p.description for p in self.policies}
         description = descriptions.get(diagnostic.policyName, diagnostic.description)
         message = diagnostic.message
         if message.startswith(description):
             message = message[len(description) :].lstrip("\n") or description
-        violations.append(
-            Violation(
-                policy=diagnostic.policyName,
-                level=_LEVEL_NAMES[diagnostic.enforcementLevel],
-                message=message,
-                description=description,
-                urn=urn,
-            )
+        return Violation(
+            policy=diagnostic.policyName,
+            level=_LEVEL_NAMES[diagnostic.enforcementLevel],
+            message=message,
+            description=description,
+            urn=urn,
         )
-    return violations
+
+    def close(self) -> None:
+        """Stop the pack (it serves until killed, as under the CLI)."""
+        if getattr(self, "_channel", None) is not None:
+            self._channel.close()
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+        self._stderr.close()
+
+    def __enter__(self) -> AnalyzerProcess:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -13,9 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pulumi_policy import Policy
-
-from policies.evaluate import Resource, Violation
+from policies.evaluate import PolicyInfo, Resource, Violation
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _SARIF_LEVEL = {"mandatory": "error", "advisory": "warning"}
@@ -58,7 +56,7 @@ def to_sarif(
     *,
     repo: Path,
     stack: str,
-    policies: Sequence[Policy],
+    policies: Sequence[PolicyInfo],
     resources: Sequence[Resource],
     violations: Sequence[Violation],
     levels: Mapping[str, str],

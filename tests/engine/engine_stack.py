@@ -68,6 +68,7 @@ class EngineRun:
     command: str
     seconds: float
     steps: list[Step] = field(default_factory=list)
+    results: list[Step] = field(default_factory=list)  # each step as it ended (its outputs)
     policies: list[PolicyFinding] = field(default_factory=list)
     diagnostics: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
     changes: dict[str, int] = field(default_factory=dict)
@@ -78,6 +79,16 @@ class EngineRun:
         if event.resource_pre_event is not None:
             meta = event.resource_pre_event.metadata
             self.steps.append(
+                Step(
+                    str(getattr(meta.op, "value", meta.op)),
+                    meta.urn,
+                    meta.type,
+                    tuple(meta.diffs or ()),
+                )
+            )
+        if event.res_outputs_event is not None:
+            meta = event.res_outputs_event.metadata
+            self.results.append(
                 Step(
                     str(getattr(meta.op, "value", meta.op)),
                     meta.urn,

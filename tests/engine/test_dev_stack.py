@@ -8,19 +8,21 @@ API server's objects; the tests print the timelines they judge.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
+from pulumi import automation as auto
 
 from app.devkit.waiting import wait_until
 from cluster.go_tools import PULUMI_KUBERNETES_RELEASE
 from infra.policy_check import preview_skips
 from infra.render import record_stack
-from policies.evaluate import evaluate, load_policy_config
-from policies.rules import all_policies
+from policies.evaluate import AnalyzerProcess, load_policy_config
 from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
 from tests.infra.conftest import names_of
 
@@ -36,6 +38,8 @@ PROCESSOR = names_of("dev").application_id
 PROVIDER_PREVIEWS_CLAIM_TEMPLATE_REPLACEMENTS = tuple(
     int(part) for part in PULUMI_KUBERNETES_RELEASE.lstrip("v").split(".")[:2]
 ) >= (4, 29)
+# What the program reads and does not manage.
+READ_ONLY_TYPES = {"pulumi:pulumi:StackReference", "kubernetes:storage.k8s.io/v1:StorageClass"}
 SETTINGS: dict[str, Any] = {"namespace": NAMESPACE, "kafka": {"clusterId": CLUSTER_ID}}
 
 
@@ -91,10 +95,11 @@ def test_a_preview_with_the_pack_runs_every_rule_as_the_offline_check_does(
     packs = {key.split("|")[0]: version for key, version in run.policy_packs.items()}
     assert packs == {"stateful-streaming": "0.1.0"}, run.policy_packs
     # The offline check (infra.policy_check) finds what the engine found, resource by resource.
-    config = load_policy_config(config_path, all_policies())
     recorded = record_stack("dev", SETTINGS, preview=True)
-    offline = evaluate(recorded.resources, all_policies(), config)
-    offline += preview_skips("dev", all_policies(), config)
+    with AnalyzerProcess() as pack:
+        config = load_policy_config(config_path, pack.policies)
+        offline = pack.evaluate(recorded.resources, config)
+        offline += preview_skips("dev", pack, config)
     engine = sorted((p.policy, p.level, (p.urn or "").rsplit("::", 1)[-1]) for p in run.policies)
     assert engine == sorted((v.policy, v.level, (v.urn or "").rsplit("::", 1)[-1]) for v in offline)
     print(f"preview with the pack: {run.seconds:.1f} s; findings: {engine}")
@@ -175,10 +180,54 @@ def test_a_disk_resize_grows_every_claim_and_keeps_the_pods_running(
         )
 
 
+def storage_class_expands(kubeconfig: str, name: str, allowed: bool) -> None:
+    patch = json.dumps({"allowVolumeExpansion": allowed})
+    subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "patch", "storageclass", name, "-p", patch],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+
+
+def test_a_disk_change_the_claims_cannot_take_is_refused_at_preview_naming_the_setting(
+    deployed: EngineStack, kubeconfig: str
+) -> None:
+    grown = {"clusterId": CLUSTER_ID, "storage": "3Gi"}
+    # The class the claims are on stops allowing expansion, as many provisioners' classes do.
+    storage_class_expands(kubeconfig, "standard", False)
+    try:
+        deployed.set(kafka=grown, processor={"cpu": "1500m", "storage": "3Gi"})
+        with pytest.raises(auto.CommandError) as refused:
+            deployed.preview()
+        message = str(refused.value)
+        assert "stateful-streaming:processor.storage = '3Gi'" in message, message
+        print("preview refused:", next(x for x in message.splitlines() if "storage = " in x))
+        assert f"StatefulSet {NAMESPACE}/{PROCESSOR} are 2Gi on storage class 'standard'" in message
+        assert "allowVolumeExpansion" in message and "keep processor.storage at 2Gi" in message
+        deployed.set(kafka=grown, processor={"cpu": "1500m", "storage": "1Gi"})
+        with pytest.raises(auto.CommandError) as refused:
+            deployed.preview()
+        assert "are 2Gi and a claim never shrinks. Keep 2Gi or more" in str(refused.value)
+    finally:
+        storage_class_expands(kubeconfig, "standard", True)
+        deployed.set(kafka=grown, processor={"cpu": "1500m", "storage": "2Gi"})
+    claims = kubectl_json(kubeconfig, "persistentvolumeclaims", "-n", NAMESPACE)["items"]
+    sizes = {c["metadata"]["name"]: c["spec"]["resources"]["requests"]["storage"] for c in claims}
+    assert {n: v for n, v in sizes.items() if n.startswith("state-")} == {
+        f"state-{PROCESSOR}-{i}": "2Gi" for i in range(2)
+    }, "a refused change touched a claim"
+    print(f"refused at preview: a grow on a class without expansion, a shrink; claims {sizes}")
+
+
 def test_refresh_finds_the_stack_as_up_left_it(deployed: EngineStack) -> None:
     run = deployed.refresh()
     assert run.errors() == [], run.errors()
-    assert {op: n for op, n in run.changes.items() if op != "same"} == {}, run.changes
+    changed = sorted((s.type, s.name) for s in run.results if s.op != "same")
+    # What the program only reads is read afresh: its own last outputs (the StackReference the
+    # disk checks use) and the storage classes a resize looked at. Nothing it manages drifted.
+    assert {type_ for type_, _ in changed} <= READ_ONLY_TYPES, changed
+    print(f"refresh: {run.changes}; read afresh: {changed}")
 
 
 def test_destroy_keeps_the_namespace_and_its_claims(deployed: EngineStack, kubeconfig: str) -> None:

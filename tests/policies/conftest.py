@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pulumi_policy import Policy
 
-from policies.evaluate import Violation, evaluate
-from policies.rules import all_policies
+from policies.evaluate import AnalyzerProcess, PolicyInfo, Violation
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,8 +17,16 @@ Evaluate = Callable[..., list[Violation]]
 
 
 @pytest.fixture(scope="session")
-def policies() -> list[Policy]:
-    return all_policies()
+def pack() -> Iterator[AnalyzerProcess]:
+    """The pack launched once, as the CLI launches it (`policies/analyzer`), served over gRPC."""
+    with AnalyzerProcess() as pack:
+        yield pack
+
+
+@pytest.fixture(scope="session")
+def policies(pack: AnalyzerProcess) -> tuple[PolicyInfo, ...]:
+    """Every policy as the pack describes it to the engine."""
+    return pack.policies
 
 
 def stack_config(stack: str) -> dict[str, Any]:
@@ -47,11 +53,11 @@ def levels_of(run: Evaluate, stack: Iterable[Any], rule: str) -> dict[str, set[s
 
 
 @pytest.fixture(scope="session")
-def run(policies: list[Policy]) -> Evaluate:
-    """Evaluate resources through the engine's argument objects (prod thresholds by default)."""
+def run(pack: AnalyzerProcess) -> Evaluate:
+    """Evaluate resources in the pack's own process (prod thresholds by default)."""
 
     def run(resources: Iterable[Any], config: Mapping[str, Any] | None = None) -> list[Violation]:
-        return evaluate(resources, policies, stack_config("prod") if config is None else config)
+        return pack.evaluate(resources, stack_config("prod") if config is None else config)
 
     return run
 

@@ -76,6 +76,7 @@ class Resource:
     parent: str | None = None
     custom_timeouts: dict[str, str] | None = None
     protect: bool = False
+    delete_before_replace: bool = False
     dependencies: tuple[str, ...] = field(default_factory=tuple)
 
     @property

@@ -9,26 +9,26 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pulumi_policy import Policy
-
-from infra.policy_check import resolved_levels
+from policies.evaluate import PolicyInfo, resolved_levels
 from tests.policies.conftest import Evaluate, stack_config
 
 LISTENERS = "kafka-listener-encryption"
 
 
-def _thresholds(policy: Policy, config: dict[str, Any]) -> dict[str, Any]:
-    schema = policy.config_schema.properties if policy.config_schema else {}
+def _thresholds(policy: PolicyInfo, config: dict[str, Any]) -> dict[str, Any]:
+    schema = policy.config_properties
     entry = config.get(policy.name, {})
     given = entry if isinstance(entry, dict) else {}
     return {name: given.get(name, field["default"]) for name, field in schema.items()}
 
 
-def test_without_a_config_every_policy_has_its_prod_level(policies: list[Policy]) -> None:
+def test_without_a_config_every_policy_has_its_prod_level(policies: tuple[PolicyInfo, ...]) -> None:
     assert resolved_levels(policies, {}) == resolved_levels(policies, stack_config("prod"))
 
 
-def test_without_a_config_every_threshold_has_its_prod_value(policies: list[Policy]) -> None:
+def test_without_a_config_every_threshold_has_its_prod_value(
+    policies: tuple[PolicyInfo, ...],
+) -> None:
     prod = stack_config("prod")
     differing = {
         p.name: (_thresholds(p, {}), _thresholds(p, prod))
@@ -38,7 +38,7 @@ def test_without_a_config_every_threshold_has_its_prod_value(policies: list[Poli
     assert differing == {}
 
 
-def test_dev_relaxes_only_through_its_config_file(policies: list[Policy]) -> None:
+def test_dev_relaxes_only_through_its_config_file(policies: tuple[PolicyInfo, ...]) -> None:
     dev = resolved_levels(policies, stack_config("dev"))
     prod = resolved_levels(policies, stack_config("prod"))
     relaxed = {name for name in prod if prod[name] == "mandatory" and dev[name] == "advisory"}

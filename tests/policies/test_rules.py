@@ -1,5 +1,5 @@
-"""Every rule, one compliant and at least one violating case, through the engine's argument
-objects (pulumi_policy's analyzer servicer: proxy props, numbers as floats)."""
+"""Every rule, one compliant and at least one violating case, through the pack's own process as
+the engine runs it (pulumi_policy's argument objects: proxy props, numbers as floats)."""
 
 from __future__ import annotations
 
@@ -669,26 +669,41 @@ def test_thresholds_and_levels_come_from_the_config(run, compliant) -> None:
     assert run(stack, config) == []
 
 
-def test_policies_receive_read_only_proxies_and_float_numbers(compliant) -> None:
-    from collections.abc import Mapping, Sequence
+PROBE_PACK = """
+from collections.abc import Mapping, Sequence
 
-    from pulumi_policy import ResourceValidationPolicy
+from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy
 
-    from policies.evaluate import evaluate
 
-    seen: list[Any] = []
+def describe(args, report_violation):
+    if args.resource_type.endswith("StatefulSet"):
+        props = args.props
+        containers = props["spec"]["template"]["spec"]["containers"]
+        report_violation(
+            f"mapping={isinstance(props, Mapping)} dict={isinstance(props, dict)} "
+            f"sequence={isinstance(containers, Sequence)} list={isinstance(containers, list)} "
+            f"replicas={type(props['spec']['replicas']).__name__}"
+        )
 
-    def capture(args, report_violation) -> None:
-        if args.resource_type.endswith("StatefulSet"):
-            seen.append(args.props)
 
-    probe = ResourceValidationPolicy(name="probe", description="captures args", validate=capture)
-    evaluate(compliant, [probe], {})
-    props = seen[0]
-    assert isinstance(props, Mapping) and not isinstance(props, dict)
-    assert isinstance(props["spec"]["template"]["spec"]["containers"], Sequence)
-    assert not isinstance(props["spec"]["template"]["spec"]["containers"], list)
-    assert type(props["spec"]["replicas"]) is float
+PolicyPack(
+    name="probe",
+    policies=[ResourceValidationPolicy(name="probe", description="describes", validate=describe)],
+    enforcement_level=EnforcementLevel.ADVISORY,
+)
+"""
+
+
+def test_policies_receive_read_only_proxies_and_float_numbers(compliant, tmp_path) -> None:
+    import sys
+
+    from policies.evaluate import AnalyzerProcess
+
+    pack_file = tmp_path / "probe_pack.py"
+    pack_file.write_text(PROBE_PACK)
+    with AnalyzerProcess([sys.executable, pack_file]) as probe:
+        messages = {v.message for v in probe.evaluate(compliant, {})}
+    assert messages == {"mapping=True dict=False sequence=True list=False replicas=float"}
 
 
 def test_an_unknown_env_value_during_preview_leaves_the_other_kafka_rules_running(
