@@ -159,6 +159,7 @@ class ProcessorInstance:
                 self.member,
                 self.metrics,
                 pair,
+                retry_for_s=self.settings.task_timeout_ms / 1000,
             )
             self.clock.mark("transactional producer")
             warm = None

@@ -60,9 +60,14 @@ from app.processor.state_restore import (
 log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_S = 60.0
-# send_offsets_to_transaction is abandoned after this (`call_with_deadline`): librdkafka's own
-# timeout and a few seconds, since librdkafka ignores it while the group's coordinator is lost.
-OFFSETS_DEADLINE_S = TRANSACTION_TIMEOUT_S + 5.0
+# send_offsets_to_transaction is abandoned after this (`call_with_deadline`), and a new producer
+# writes the batch again. The call takes milliseconds, and a coordinator's move a second or two
+# (librdkafka retries every 500 ms); but while the group's coordinator is a lost broker, it waits
+# for that broker whatever its timeout (confluentinc/librdkafka#5456, #5511): 65 s here cost a
+# lost coordinator 80 s without output. A false alarm costs a new producer and one batch
+# written again, never a duplicate (the new producer fences the old one and aborts its
+# transaction).
+OFFSETS_DEADLINE_S = 4.0
 TRANSACTION_ATTEMPTS = 3
 RETRY_AFTER_S = 0.5
 # The errors that say a newer producer with this transactional.id exists (another process has
@@ -82,6 +87,11 @@ DLQ_HEADERS = ("dlq.reason", "dlq.source.topic", "dlq.source.partition", "dlq.so
 
 class TransactionAbortedError(RuntimeError):
     """The batch's transaction was aborted; the batch is not done and will be replayed."""
+
+
+class ProducerAbandonedError(TransactionAbortedError):
+    """A call of the batch's producer outlived its deadline: the producer was dropped mid-call,
+    and a new one (which fences it) writes the batch again."""
 
 
 class ProducerFencedError(RuntimeError):
@@ -109,8 +119,11 @@ class TransactionalSink:
         member: GroupMember,
         metrics: ProcessorMetrics,
         pair: PairControl | None = None,
+        retry_for_s: float = 300.0,
     ) -> None:
         self.topics = topics
+        # How long a batch is written again while Kafka does not answer (`task.timeout.ms`).
+        self.retry_for_s = retry_for_s
         # One side of an active/standby pair: it publishes only while active.
         self.pair = pair
         self.checkpoint_dir = checkpoint_dir
@@ -263,18 +276,25 @@ class TransactionalSink:
         anew): a rebalance elsewhere in the group while the transaction ran makes the broker
         refuse its offsets (ILLEGAL_GENERATION) although this instance still owns them; failing
         the batch would restart the query, which costs far more than a second transaction."""
-        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+        attempt, abandoned_until = 1, time.monotonic() + self.retry_for_s
+        while True:
             generation = self.member.generation
             try:
                 return self._transaction(batch_id, rows, offsets, plans)
+            except ProducerAbandonedError:
+                # Not an attempt spent: Kafka has not answered yet. A lost broker's coordinators
+                # move within its session; the new producer finds them (`task.timeout.ms` in all).
+                if time.monotonic() > abandoned_until:
+                    raise
+                log.info("batch %d: writing it again with a new producer", batch_id)
             except TransactionAbortedError:
                 if attempt == TRANSACTION_ATTEMPTS:
                     raise
-                log.info("batch %d: writing it again (attempt %d)", batch_id, attempt + 1)
+                attempt += 1
+                log.info("batch %d: writing it again (attempt %d)", batch_id, attempt)
                 # A rebalance's callback gives the group's new metadata: at once if it ran
                 # while the transaction did (a hand-off's usual case), else within the wait.
                 self.member.wait_for_new_generation(generation, RETRY_AFTER_S)
-        raise AssertionError("unreachable")
 
     def _transaction(
         self,
@@ -421,12 +441,12 @@ class TransactionalSink:
             # Mid-call, the producer takes no other call (an abort would wait behind it): the
             # next batch's new producer fences it, and its init_transactions aborts what it left.
             self._producer = None
-            log.error(
-                "%s (librdkafka ignores its timeout while the group's coordinator is lost); "
-                "the producer is abandoned, a new one writes the batch again",
+            log.warning(
+                "%s (librdkafka waits for a lost coordinator whatever its timeout); the producer "
+                "is abandoned, a new one writes the batch again",
                 exc,
             )
-            raise TransactionAbortedError(str(exc)) from exc
+            raise ProducerAbandonedError(str(exc)) from exc
         error = exc.args[0] if isinstance(exc, KafkaException) else None
         if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
             self.fenced = error

@@ -291,6 +291,22 @@ KEYS: tuple[Key, ...] = (
         allowed=("true",),
     ),
     Key(TRANSACTIONAL_ID_KEY, KeyType.STRING, None, "one per instance: the pod's name", SetBy.POD),
+    # librdkafka keeps a group's coordinator cached while it is used and sends the offsets of a
+    # transaction there even once that broker is lost (confluentinc/librdkafka#5511): an entry
+    # unused this long is looked up again, so the batch after a lost broker's ~9 s finds the new
+    # coordinator instead of waiting for the sink's deadline (`app/processor/sink.py`).
+    _int(
+        "producer.metadata.max.age.ms",
+        "4000",
+        "a lost group coordinator is forgotten after this without use",
+        1000,
+    ),
+    _int(
+        "producer.topic.metadata.refresh.interval.ms",
+        "1000",
+        "below metadata.max.age.ms, or the topics' metadata expires between refreshes",
+        100,
+    ),
     # --- Spark (their own names)
     Key(
         "spark.master",

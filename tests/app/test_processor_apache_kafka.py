@@ -36,6 +36,10 @@ pytestmark = [pytest.mark.timeout(900)]
 PAGES = 60
 PARTITIONS = 4
 RUN_TIMEOUT_S = 240.0
+# A lost group coordinator: the views sent after it are counted within this, on a busy machine.
+# The brokers need their session (9 s) to move leadership; today's instances need 25 s more at
+# most. Before the sink's short deadline they waited 65 s (the deadline) or the broker's return.
+LOST_COORDINATOR_BOUND_S = 35.0
 SESSION_TIMEOUT_MS = 20_000
 MEMBERSHIP = {
     "consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
@@ -335,18 +339,24 @@ def test_a_broker_lost_and_back_keeps_the_instances_up_and_counts_exact(
     _lose_a_broker_and_count_on(kraft_cluster, tmp_path, started, input_leader)
 
 
-def test_a_lost_group_coordinator_keeps_the_instances_up_and_counts_exact(
+def test_a_lost_group_coordinator_costs_seconds_not_the_brokers_absence(
     kraft_cluster: KraftCluster, tmp_path: Path, started: Started
 ) -> None:
     # The group's coordinator dies: the member and the transactions' offset commits must find
-    # the new one (librdkafka's send_offsets_to_transaction may wait for the lost one past its
-    # own timeout: the sink's deadline ends that wait, test_sink has it every time).
+    # the new one. librdkafka's send_offsets_to_transaction may wait for the lost broker past its
+    # own timeout (confluentinc/librdkafka#5456, #5511): the sink's deadline ends that wait and a
+    # new producer writes the batch again. The views produced after the kill are counted within
+    # a bound: once the brokers have moved leadership and coordinators (KRaft's broker session,
+    # 9 s), the instances must not keep waiting for the lost one.
     def coordinator(admin: AdminClient, group: Group) -> int:
         group_id = group.pipeline.application_id
         description = admin.describe_consumer_groups([group_id])[group_id].result(timeout=30)
         return int(description.coordinator.id)
 
-    _lose_a_broker_and_count_on(kraft_cluster, tmp_path, started, coordinator)
+    recovered_s = _lose_a_broker_and_count_on(kraft_cluster, tmp_path, started, coordinator)
+    assert recovered_s <= LOST_COORDINATOR_BOUND_S, (
+        f"the views sent after the group coordinator's loss took {recovered_s:.1f} s to count"
+    )
 
 
 def _lose_a_broker_and_count_on(
@@ -354,9 +364,11 @@ def _lose_a_broker_and_count_on(
     tmp_path: Path,
     started: Started,
     victim_of: Callable[[AdminClient, Group], int],
-) -> None:
+) -> float:
     """Two instances count; the broker `victim_of` names dies while views come in, and comes
-    back: every view is counted exactly once and neither instance exits."""
+    back once they are counted: every view is counted exactly once and neither instance exits.
+    Returns how long after the kill the views produced since were all counted (the broker was
+    still lost then: its return cannot have helped)."""
     group = _make_group(kraft_cluster.bootstrap_servers, tmp_path)
     first = group.start("page-view-counter-0")
     second = group.start("page-view-counter-1")
@@ -367,9 +379,12 @@ def _lose_a_broker_and_count_on(
     admin = AdminClient({"bootstrap.servers": kraft_cluster.bootstrap_servers})
     victim = victim_of(admin, group)
     kraft_cluster.kill_node(victim)
+    killed = time.monotonic()
     try:
         group.produce(2000)
         group.wait_exact(first)
+        recovered_s = time.monotonic() - killed
+        print(f"broker {victim} lost: the views sent after it counted {recovered_s:.1f} s later")
     finally:
         # Back; when leadership moves back to it (preferred leaders), not-leader once more.
         kraft_cluster.start_node(victim)
@@ -380,3 +395,4 @@ def _lose_a_broker_and_count_on(
         processor.assert_running()
         code, _ = processor.terminate()
         assert code == 0, processor.log()[-3000:]
+    return recovered_s

@@ -62,6 +62,8 @@ CONTRACT_DEFAULTS = {
     "producer.transaction.timeout.ms": "60000",
     "producer.acks": "all",
     "producer.enable.idempotence": "true",
+    "producer.metadata.max.age.ms": "4000",
+    "producer.topic.metadata.refresh.interval.ms": "1000",
     "spark.master": "local[2]",
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m",
     "spark.driver.memory": "512m",

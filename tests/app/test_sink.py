@@ -28,6 +28,7 @@ from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
 from app.processor.sink import (
     FENCED_CODES,
+    TRANSACTION_ATTEMPTS,
     ProducerFencedError,
     SinkTopics,
     TransactionAbortedError,
@@ -220,6 +221,35 @@ def test_a_stuck_offset_commit_is_abandoned_and_a_new_producer_writes_the_batch(
         written, _ = sink._transaction(1, counts({"/a": 1}), {0: 1})
     finally:
         release.set()  # the stuck call ends, refused: its producer was fenced
+    assert written[sink.topics.output] == 1
+    output = read_committed(bootstrap, sink.topics.output)
+    assert [(r.key, r.value) for r in output] == [(b"/a", b"1")]
+    assert sink.member.committed([0]) == {0: 1}
+
+
+def test_abandoned_producers_do_not_use_up_the_batchs_attempts(
+    sink: TransactionalSink, bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lost coordinator can outlast several deadlines (its broker's session, then the moves):
+    # each abandoned producer is Kafka not answering yet, not a failed attempt, and the batch is
+    # written again until `task.timeout.ms`, not failed after TRANSACTION_ATTEMPTS.
+    monkeypatch.setattr(sink_module, "OFFSETS_DEADLINE_S", 0.5)
+    release = threading.Event()
+    made: list[object] = []
+    new_producer = sink._new_producer
+
+    def producer_stuck_at_first() -> object:
+        producer = new_producer()
+        made.append(producer)
+        return _StuckOffsets(producer, release) if len(made) <= TRANSACTION_ATTEMPTS else producer
+
+    monkeypatch.setattr(sink, "_new_producer", producer_stuck_at_first)
+    sink._producer = None
+    try:
+        written, _ = sink._transaction_with_retries(1, counts({"/a": 1}), {0: 1}, None)
+    finally:
+        release.set()
+    assert len(made) == TRANSACTION_ATTEMPTS + 1
     assert written[sink.topics.output] == 1
     output = read_committed(bootstrap, sink.topics.output)
     assert [(r.key, r.value) for r in output] == [(b"/a", b"1")]

@@ -4,6 +4,7 @@ replace their StatefulSet without its pods, a namespace that outlives the stack.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -71,3 +72,62 @@ def test_destroy_leaves_the_namespace_unless_the_stack_says_otherwise(
     stack = record_stack("dev", keep)
     (namespace,) = [r for r in stack.resources if r.type == "kubernetes:core/v1:Namespace"]
     assert namespace.retain_on_delete is retained
+
+
+def deployed_at(stack: RecordedStack, role: str, storage: str) -> dict[str, Any]:
+    """The stack's outputs as its last `pulumi up` left them, with `role`'s claims at `storage`."""
+    volumes = dict(stack.outputs["volumes"])
+    key = next(k for k in volumes if k.startswith(f"{statefulset_name(stack, role)}/"))
+    volumes[key] = {**volumes[key], "storage": storage}
+    return {"volumes": volumes}
+
+
+def test_the_stack_records_each_templates_size_and_class_for_the_next_preview(
+    dev: RecordedStack,
+) -> None:
+    app = statefulset_name(dev, "processor")
+    assert dev.outputs["volumes"] == {
+        "kafka/data": {"storage": "2Gi", "storageClassName": "standard"},
+        f"{app}/state": {"storage": "1Gi", "storageClassName": "standard"},
+    }
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_claim_grows_on_a_class_that_allows_expansion(dev: RecordedStack, role: str) -> None:
+    grown = record_stack(
+        "dev",
+        {role: {"storage": "5Gi"}},
+        deployed=deployed_at(dev, role, "1Gi"),
+        storage_classes={"standard": {"allowVolumeExpansion": True}},
+    )
+    sts = k8s_object(grown, "StatefulSet", statefulset_name(grown, role))
+    (template,) = sts["spec"]["volumeClaimTemplates"]
+    assert template["spec"]["resources"]["requests"]["storage"] == "5Gi"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_grow_on_a_class_without_expansion_is_refused_naming_the_setting(
+    dev: RecordedStack, role: str
+) -> None:
+    with pytest.raises(Exception, match=rf"stateful-streaming:{role}\.storage = '5Gi'") as refused:
+        record_stack(
+            "dev",
+            {role: {"storage": "5Gi"}},
+            deployed=deployed_at(dev, role, "1Gi"),
+            storage_classes={"standard": {"allowVolumeExpansion": False}},
+        )
+    message = str(refused.value)
+    assert "on storage class 'standard', which does not allow volume expansion" in message
+    assert "kubectl patch storageclass standard" in message
+    assert f"otherwise keep {role}.storage at 1Gi" in message
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_smaller_claim_is_refused_naming_the_setting(dev: RecordedStack, role: str) -> None:
+    with pytest.raises(Exception, match=r"are 8Gi and a claim never shrinks\. Keep 8Gi or more"):
+        record_stack("dev", {role: {"storage": "5Gi"}}, deployed=deployed_at(dev, role, "8Gi"))
+
+
+def test_an_unchanged_size_reads_no_storage_class(dev: RecordedStack) -> None:
+    again = record_stack("dev", deployed={"volumes": dev.outputs["volumes"]})
+    assert not [r for r in again.resources if r.type.endswith(":StorageClass")]
