@@ -39,7 +39,7 @@ from app.admin.pair_switch import (
     wait_taken,
 )
 from app.clients.client_properties import ClientConfig
-from app.devkit.bench import handoff_phases, plots, steady_cost
+from app.devkit.bench import coordinators, handoff_phases, plots, steady_cost
 from app.devkit.bench.measure import (
     Timeline,
     TimelineSample,
@@ -103,6 +103,12 @@ class Case:
     broker_roll: bool = False
     # Instead, one broker killed (SIGKILL, a lost node) and started `broker_down_s` later.
     broker_kill: bool = False
+    # Which broker: the one with this role for the pipeline (`coordinators.ROLES`), not the
+    # highest node (the Kafka StatefulSet's last pod).
+    broker_role: str | None = None
+    # The killed broker stays lost until the pipeline has processed again and the tail is over;
+    # only then is it started, so the next case finds every broker.
+    broker_stays_down: bool = False
     # The instance is SIGKILLed (a crash, an OOM kill, a lost node) instead of stopped.
     crash: bool = False
     # It stays down until the others process its partitions (a node that never comes back);
@@ -203,6 +209,33 @@ CASES: tuple[Case, ...] = (
         "--broker-down-s; the instances keep running",
         broker_roll=True,
         broker_kill=True,
+    ),
+    *(
+        Case(
+            f"broker-kill-{role}",
+            f"the broker that is the pipeline's {what} killed (SIGKILL, a lost node) under "
+            "load and started again after --broker-down-s; the instances keep running",
+            membership_mode=MEMBERSHIP_HANDOFF,
+            broker_roll=True,
+            broker_kill=True,
+            broker_role=role,
+        )
+        for role, what in (
+            (coordinators.GROUP_COORDINATOR, "group's coordinator"),
+            (coordinators.TRANSACTION_COORDINATOR, "producers' transaction coordinator"),
+            (coordinators.NEITHER, "neither group nor transaction coordinator"),
+        )
+    ),
+    Case(
+        "broker-lost-group-coordinator",
+        "the broker that is the pipeline's group coordinator killed (SIGKILL) under load and "
+        "not started again until the pipeline has processed again (a node that never comes "
+        "back); the instances keep running",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        broker_roll=True,
+        broker_kill=True,
+        broker_role=coordinators.GROUP_COORDINATOR,
+        broker_stays_down=True,
     ),
     Case(
         "stateless-leave",
@@ -414,6 +447,8 @@ class Restart:
     exited: tuple[str, ...] = ()
     # A pair's switch: when its record was written (the output around it is reported apart).
     switched_at: float | None = None
+    # What the case wants the table to say about it (which broker had which role).
+    note: str = ""
 
 
 def run_group(
@@ -697,39 +732,67 @@ def broker_roll(
     """Restart every broker in turn as the Kafka StatefulSet rolls them: highest node first
     (SIGTERM, a controlled shutdown), the next one once this one is ready as its pod's
     readiness sidecar judges it (back in every ISR) and has been for `min_ready_s`. With
-    `case.broker_kill`: only the highest node, killed, and started `broker_down_s` later."""
+    `case.broker_kill`: one node killed (the highest, or the one with `case.broker_role`) and
+    started `broker_down_s` later, or, with `case.broker_stays_down`, once the pipeline has
+    processed again without it."""
     sample = timeline.take()
     before = {s.name: s for s in sample.instances}
     every = tuple(sorted(p for s in sample.instances for p in (s.partitions or ())))
     log.info("case %s: %s", case.name, case.description)
+    nodes = [n.node_id for n in brokers.nodes]
+    victims, note = nodes[-1:] if case.broker_kill else list(reversed(nodes)), ""
+    if case.broker_role is not None:
+        client = {"bootstrap.servers": pipeline.bootstrap_servers, **pipeline.setup.client.resolved}
+        app_id = pipeline.setup.names.application_id
+        # The group id and every transactional id derive from the application id (both engines).
+        found = coordinators.find(client, app_id, app_id)
+        victim, note = found.pick(case.broker_role, nodes)
+        victims, note = [victim], f"broker {victim} killed; {note}"
     stopped_at = started_at = time.time()
-    for node in brokers.nodes[-1:] if case.broker_kill else reversed(brokers.nodes):
-        log.info("case %s: restarting broker node %d", case.name, node.node_id)
+    recovered_at = None
+    for node_id in victims:
+        log.info("case %s: restarting broker node %d", case.name, node_id)
         if case.broker_kill:
-            brokers.kill_node(node.node_id)
-            time.sleep(params.broker_down_s)
+            brokers.kill_node(node_id)
+            if case.broker_stays_down:
+                recovered = first_sample(
+                    timeline,
+                    params.recovery_timeout_s,
+                    lambda s: _advanced(s, sample.lag, every),
+                )
+                recovered_at = recovered.at if recovered is not None else None
+                time.sleep(params.tail_s)
+            else:
+                time.sleep(params.broker_down_s)
         else:
-            brokers.stop_node(node.node_id)
+            brokers.stop_node(node_id)
         started_at = time.time()
-        brokers.start_node(node.node_id)
+        brokers.start_node(node_id)
+        node = next(n for n in brokers.nodes if n.node_id == node_id)
         beside = AdminClient({"bootstrap.servers": f"{HOST}:{node.broker_port}", "log_level": 0})
-        ready = partial(_judged_ready, beside, node.node_id)
+        ready = partial(_judged_ready, beside, node_id)
         if poll_until(ready, params.recovery_timeout_s, interval_s=1.0) is None:
-            log.warning("case %s: node %d not ready within %g s: %s", case.name, node.node_id,
-                        params.recovery_timeout_s, judge(beside, node.node_id).reason)  # fmt: skip
-        log.info("case %s: node %d ready %.0f s after its stop", case.name, node.node_id,
+            log.warning("case %s: node %d not ready within %g s: %s", case.name, node_id,
+                        params.recovery_timeout_s, judge(beside, node_id).reason)  # fmt: skip
+        log.info("case %s: node %d ready %.0f s after its stop", case.name, node_id,
                  time.time() - started_at)  # fmt: skip
         time.sleep(params.min_ready_s)
     at_end = timeline.take()
     target = "one broker" if case.broker_kill else "every broker"
-    event = Restart(case, target, every, before, stopped_at, started_at)
-    recovered = first_sample(
-        timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_end.lag, every)
-    )
-    if recovered is not None:
-        event.recovered_at = recovered.at
-    time.sleep(params.tail_s)
-    event.after = {s.name: s for s in timeline.take().instances}
+    if case.broker_stays_down:
+        # Measured while it was lost: its return (after the window) is the next case's start.
+        event = Restart(case, target, every, before, stopped_at, stopped_at, note=note)
+        event.recovered_at = recovered_at
+        event.after = {s.name: s for s in at_end.instances}
+    else:
+        event = Restart(case, target, every, before, stopped_at, started_at, note=note)
+        recovered = first_sample(
+            timeline, params.recovery_timeout_s, lambda s: _advanced(s, at_end.lag, every)
+        )
+        if recovered is not None:
+            event.recovered_at = recovered.at
+        time.sleep(params.tail_s)
+        event.after = {s.name: s for s in timeline.take().instances}
     event.exited = tuple(i.name for i in pipeline.instances if not i.running)
     return event
 
@@ -754,7 +817,7 @@ def _row(
     )
     # A pair's sides never hand a partition to each other through the group.
     moves = [] if event.case.pair else handoff_phases.moves(logs, event.stopped_at, end)
-    notes = []
+    notes = [event.note] if event.note else []
     if event.case.broker_roll:
         notes.append(f"instances that exited: {', '.join(event.exited) or 'none'}")
     if event.recovered_at is None:

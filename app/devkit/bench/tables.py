@@ -155,6 +155,13 @@ TABLES: tuple[DocTable, ...] = (
         "--instances 3 --partitions 6 --rate 1000 --keys 10000 --session-timeout-ms 10000",
     ),
     DocTable(
+        "broker-loss",
+        "A broker lost, by its role for the pipeline",
+        "rolling-restart --cases broker-kill-group-coordinator,broker-kill-transaction-coordinator,"
+        "broker-kill-neither,broker-lost-group-coordinator --instances 3 --partitions 6 "
+        "--rate 1000 --keys 10000 --broker-down-s 45 --engines processor,kafka-streams",
+    ),
+    DocTable(
         "broker-restarts",
         "Broker restarts",
         "rolling-restart --cases broker-roll,broker-kill "
