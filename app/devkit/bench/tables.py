@@ -159,7 +159,8 @@ TABLES: tuple[DocTable, ...] = (
         "A broker lost, by its role for the pipeline",
         "rolling-restart --cases broker-kill-group-coordinator,broker-kill-transaction-coordinator,"
         "broker-kill-neither,broker-lost-group-coordinator --instances 3 --partitions 6 "
-        "--rate 1000 --keys 10000 --broker-down-s 45 --engines processor,kafka-streams",
+        "--rate 1000 --keys 10000 --standby-replicas 2 --broker-down-s 45 "
+        "--engines processor,kafka-streams",
     ),
     DocTable(
         "broker-restarts",
