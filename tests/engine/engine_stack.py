@@ -45,6 +45,13 @@ class Step:
     def name(self) -> str:
         return self.urn.rsplit("::", 1)[-1]
 
+    @classmethod
+    def of(cls, meta: auto.StepEventMetadata) -> Step:
+        """The step an engine event's metadata describes."""
+        return cls(
+            str(getattr(meta.op, "value", meta.op)), meta.urn, meta.type, tuple(meta.diffs or ())
+        )
+
 
 @dataclass(frozen=True)
 class PolicyFinding:
@@ -77,25 +84,9 @@ class EngineRun:
 
     def on_event(self, event: auto.EngineEvent) -> None:
         if event.resource_pre_event is not None:
-            meta = event.resource_pre_event.metadata
-            self.steps.append(
-                Step(
-                    str(getattr(meta.op, "value", meta.op)),
-                    meta.urn,
-                    meta.type,
-                    tuple(meta.diffs or ()),
-                )
-            )
+            self.steps.append(Step.of(event.resource_pre_event.metadata))
         if event.res_outputs_event is not None:
-            meta = event.res_outputs_event.metadata
-            self.results.append(
-                Step(
-                    str(getattr(meta.op, "value", meta.op)),
-                    meta.urn,
-                    meta.type,
-                    tuple(meta.diffs or ()),
-                )
-            )
+            self.results.append(Step.of(event.res_outputs_event.metadata))
         if event.policy_event is not None:
             p = event.policy_event
             self.policies.append(
