@@ -14,12 +14,13 @@ knows) is a mandatory violation too: the pull request's preview would not have r
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from infra.config import StackConfigError
+from infra.config import PROJECT, StackConfigError
 from infra.render import record_stack
 from policies.evaluate import (
     AnalyzerProcess,
@@ -31,7 +32,7 @@ from policies.evaluate import (
     load_policy_config,
     resolved_levels,
 )
-from policies.sarif import to_sarif, write_sarif
+from policies.sarif import refusal_sarif, to_sarif, write_sarif
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,6 +102,28 @@ def preview_skips(stack: str, pack: AnalyzerProcess, config: Mapping[str, Any]) 
     ]
 
 
+_SETTING = re.compile(rf"{re.escape(PROJECT)}:([A-Za-z0-9]+)")
+
+
+def refused_source(stack: str, config_path: Path, error: Exception) -> tuple[str, int]:
+    """Where a refusal points: the stack file's line of the setting the message names, the
+    policy config, or the pack."""
+    if isinstance(error, PolicyConfigError):
+        shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
+        return shown.as_posix(), 1
+    if isinstance(error, PackLaunchError):
+        return "policies/analyzer", 1
+    stack_file = f"Pulumi.{stack}.yaml"
+    named = _SETTING.search(str(error))
+    path = REPO / stack_file
+    if named and path.exists():
+        key = f"{PROJECT}:{named.group(1)}:"
+        for number, text in enumerate(path.read_text().splitlines(), start=1):
+            if text.strip().startswith(key):
+                return stack_file, number
+    return stack_file, 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: 0 clean or advisory only, 1 mandatory violations, 2 bad input."""
     parser = argparse.ArgumentParser(
@@ -120,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
             violations += preview_skips(args.stack, pack, config)
     except (PolicyConfigError, StackConfigError, PackLaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
+        if args.sarif:
+            uri, line = refused_source(args.stack, config_path, error)
+            write_sarif(
+                args.sarif,
+                refusal_sarif(stack=args.stack, uri=uri, line=line, message=str(error)),
+            )
+            print(f"SARIF written to {args.sarif}")
         return 2
     print_report(
         sys.stdout,

@@ -85,6 +85,42 @@ def to_sarif(
         }
         for v in violations
     ]
+    return _log(stack, rules, results)
+
+
+# The rule of a run that stopped before any policy ran: the stack's settings, the policy config
+# or the pack itself refused. Code scanning shows it like a violation, so the pull request sees
+# why its check failed.
+REFUSAL_RULE = "policy-check-refused"
+
+
+def refusal_sarif(*, stack: str, uri: str, line: int, message: str) -> dict[str, Any]:
+    """The SARIF log of a refused run: one error at the file that was refused."""
+    rule = {
+        "id": REFUSAL_RULE,
+        "name": REFUSAL_RULE,
+        "shortDescription": {"text": "The stack was refused before the policies ran"},
+        "fullDescription": {
+            "text": "A stack setting, the policy config or the pack itself was refused: no "
+            "policy ran. The message names what and how to fix it."
+        },
+        "defaultConfiguration": {"level": "error"},
+        "properties": {"enforcementLevel": "mandatory"},
+    }
+    result = {
+        "ruleId": REFUSAL_RULE,
+        "ruleIndex": 0,
+        "level": "error",
+        "message": {"text": message},
+        "locations": [
+            {"physicalLocation": {"artifactLocation": {"uri": uri}, "region": {"startLine": line}}}
+        ],
+        "properties": {"stack": stack, "enforcementLevel": "mandatory"},
+    }
+    return _log(stack, [rule], [result])
+
+
+def _log(stack: str, rules: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",

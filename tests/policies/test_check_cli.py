@@ -111,3 +111,41 @@ def test_a_config_the_cli_would_reject_exits_2_naming_the_problem(tmp_path, caps
         path.write_text(json.dumps(config))
         assert main(["--stack", "dev", "--config", str(path)]) == 2
         assert expected in capsys.readouterr().err
+
+
+def test_a_refused_stack_still_writes_sarif_naming_the_setting(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    import infra.policy_check as policy_check
+    import infra.render as render
+
+    stack_file = tmp_path / "Pulumi.broken.yaml"
+    stack_file.write_text(
+        "config:\n"
+        "  stateful-streaming:profile: dev\n"
+        "  stateful-streaming:processor:\n"
+        "    membershipMode: sometimes\n"
+    )
+    monkeypatch.setattr(render, "ROOT", tmp_path)
+    monkeypatch.setattr(policy_check, "REPO", tmp_path)
+    sarif = tmp_path / "broken.sarif"
+    config = REPO / "policies" / "config.dev.json"
+    assert main(["--stack", "broken", "--config", str(config), "--sarif", str(sarif)]) == 2
+    assert "membershipMode" in capsys.readouterr().err
+    run = _sarif(sarif)
+    (result,) = run["results"]
+    assert (result["ruleId"], result["level"]) == ("policy-check-refused", "error")
+    assert "membershipMode" in result["message"]["text"]
+    location = result["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "Pulumi.broken.yaml"
+    assert location["region"]["startLine"] == 3  # the processor's settings
+
+
+def test_a_refused_policy_config_still_writes_sarif(tmp_path, capsys) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"no-such-policy": {}}))
+    sarif = tmp_path / "refused.sarif"
+    assert main(["--stack", "dev", "--config", str(path), "--sarif", str(sarif)]) == 2
+    (result,) = _sarif(sarif)["results"]
+    assert "'no-such-policy' is not a policy of this pack" in result["message"]["text"]
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == str(path)
