@@ -3,7 +3,8 @@ to every source or destination, and no Service that publishes the stack's pods o
 cluster.
 
 A pod that no NetworkPolicy selects accepts and opens connections to and from anything, and a
-rule without peers (or with `namespaceSelector: {}`, or `0.0.0.0/0`) makes a policy decorative.
+rule without peers (or with `namespaceSelector: {}`, or `0.0.0.0/0`, written as one block or as
+several that add up to it) makes a policy decorative.
 DNS is the one thing every pod needs outside its namespace: egress to kube-system on port 53.
 """
 
@@ -142,6 +143,69 @@ def _open_peer(peer: Any) -> str | None:
     return None
 
 
+# A rule's ports, one key each (protocol, port, endPort); a rule without ports covers them all.
+PortKey = tuple[str, str, str]
+ALL_PORTS: PortKey = ("", "", "")
+
+
+def _port_keys(rule: Mapping[str, Any]) -> list[PortKey]:
+    return [
+        (
+            str(get(p, "protocol", default="TCP")),
+            show(get(p, "port", default="all")),
+            show(get(p, "endPort", default="")),
+        )
+        for p in items(rule, "ports")
+    ] or [ALL_PORTS]
+
+
+def _blocks(
+    rule: Mapping[str, Any], peers_key: str
+) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The rule's ipBlock CIDRs (an `except` narrows a block by what it names; a block with one
+    is still judged whole here, as a literal /0 with one is)."""
+    found = []
+    for peer in items(rule, peers_key):
+        cidr = get(peer, "ipBlock", "cidr")
+        if cidr is None:
+            continue
+        try:
+            found.append(ipaddress.ip_network(str(cidr), strict=False))
+        except ValueError:
+            continue  # the API server refuses a malformed CIDR
+    return found
+
+
+def _every_address(blocks: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str | None:
+    """The family whose whole address space the blocks cover together ("IPv4", "IPv6")."""
+    for version, family in ((4, "IPv4"), (6, "IPv6")):
+        same = [b for b in blocks if b.version == version]
+        collapsed = list(ipaddress.collapse_addresses(same))  # type: ignore[type-var]
+        if len(collapsed) == 1 and collapsed[0].prefixlen == 0:
+            return family
+    return None
+
+
+def open_by_union(
+    rules: list[Mapping[str, Any]], peers_key: str
+) -> Iterator[tuple[str, str, list[str]]]:
+    """(family, ports, blocks) for each port the rules together open to every address of a
+    family, though no single block is /0: `0.0.0.0/1` plus `128.0.0.0/1` is `0.0.0.0/0`."""
+    by_port: dict[PortKey, list[ipaddress.IPv4Network | ipaddress.IPv6Network]] = {}
+    for rule in rules:
+        for key in _port_keys(rule):
+            by_port.setdefault(key, []).extend(_blocks(rule, peers_key))
+    every_port = by_port.get(ALL_PORTS, [])
+    for key, blocks in sorted(by_port.items()):
+        union = blocks if key == ALL_PORTS else [*blocks, *every_port]
+        if any(b.prefixlen == 0 for b in union):
+            continue  # a literal /0: reported per peer
+        family = _every_address(union)
+        if family is not None:
+            port = "every port" if key == ALL_PORTS else f"port {key[1]}/{key[0]}"
+            yield family, port, sorted({str(b) for b in union})
+
+
 def _ports(rule: Mapping[str, Any]) -> str:
     ports = [
         f"{show(get(p, 'port', default='all'))}/{get(p, 'protocol', default='TCP')}"
@@ -182,6 +246,15 @@ def check_open_rules(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iter
                     yield violation(
                         subject, f"{field}[{j}]", f"{reason}, on {_ports(rule)}", required, fix
                     )
+        rules = [r for r in items(args.props, "spec", rules_key) if isinstance(r, Mapping)]
+        for family, port, blocks in open_by_union(rules, peers_key):
+            yield violation(
+                subject,
+                f"spec.{rules_key}",
+                f"ipBlocks {', '.join(blocks)} together (every {family} address), on {port}",
+                required,
+                fix,
+            )
 
 
 def check_services(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:

@@ -117,6 +117,43 @@ def test_a_rule_open_to_all_is_caught(run, name: str, edit, expected: str) -> No
     assert any(expected in v.message for v in violations), [v.message for v in violations]
 
 
+def _to(*cidrs: str, ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": c}} for c in cidrs]}
+    return {**rule, "ports": ports} if ports is not None else rule
+
+
+@pytest.mark.parametrize(
+    ("rules", "expected"),
+    [
+        (
+            [_to("0.0.0.0/1"), _to("128.0.0.0/1")],
+            "spec.egress is ipBlocks 0.0.0.0/1, 128.0.0.0/1 together (every IPv4 address), on "
+            "every port",
+        ),
+        (
+            [_to("0.0.0.0/1", "128.0.0.0/2", "192.0.0.0/2")],
+            "ipBlocks 0.0.0.0/1, 128.0.0.0/2, 192.0.0.0/2 together (every IPv4 address)",
+        ),
+        ([_to("::/1"), _to("8000::/1")], "ipBlocks 8000::/1, ::/1 together (every IPv6 address)"),
+        (
+            [_to("0.0.0.0/1"), _to("128.0.0.0/1", ports=tcp(443))],
+            "ipBlocks 0.0.0.0/1, 128.0.0.0/1 together (every IPv4 address), on port 443/TCP",
+        ),
+    ],
+    ids=["two-halves", "three-blocks-in-one-rule", "ipv6-halves", "a-port-open-by-union"],
+)
+def test_blocks_that_together_cover_every_address_are_caught(
+    run, rules: list[dict[str, Any]], expected: str
+) -> None:
+    violations = _caught(run, _policy("processor", _egress([*rules, DNS_EGRESS])), OPEN_RULES)
+    assert any(expected in v.message for v in violations), [v.message for v in violations]
+
+
+def test_blocks_that_cover_every_address_only_on_different_ports_pass(run) -> None:
+    halves = [_to("0.0.0.0/1", ports=tcp(443)), _to("128.0.0.0/1", ports=tcp(80)), DNS_EGRESS]
+    assert run(_policy("processor", _egress(halves))) == []
+
+
 def test_dns_egress_to_kube_system_and_named_peers_pass(run) -> None:
     processor = next(r for r in handmade_stack() if r.name == "processor-network")
     assert DNS_EGRESS in processor.props["spec"]["egress"]
