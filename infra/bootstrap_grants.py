@@ -5,23 +5,18 @@ reconciler (which grants everyone else's) and for the brokers' readiness user, s
 the brokers' rights grants theirs on a new cluster. That is the `grant-acls` container: the
 `apache/kafka` image (the same trust boundary as the broker, the only holder of the broker's
 key), its busybox `sh` and Kafka's own `kafka-acls.sh`, connected as the broker on its INTERNAL
-listener. It runs `kafka-acls.sh --add` once per line of `bootstrap-acls.args` (rendered here:
-no JSON parsing in shell), retries until its broker answers, and again whenever the mounted
-ConfigMap file changes (a ConfigMap update reaches a mounted file without a restart). Kafka keeps
-a binding it already has, so every round is idempotent; nothing is ever removed.
+listener. It runs `kafka-acls.sh --add` once per line of `bootstrap-acls.args` (rendered by
+`policies.contract.acl_grants`, which the pack renders again from the JSON and compares: no JSON
+parsing in shell), retries until its broker answers, and again whenever the mounted ConfigMap file
+changes (a ConfigMap update reaches a mounted file without a restart). Kafka keeps a binding it
+already has, so every round is idempotent; nothing is ever removed.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-
-from policies.contract.acl_specs import AclSpec, KafkaUser, ResourceType
+from policies.contract.acl_grants import GRANTS_FILE
 from policies.contract.kafka_security import TLS_CA_FILE, TLS_COMBINED_FILE
 
-# `kafka-acls.sh` arguments, one grant a line (a principal, one resource type and pattern, the
-# operations): the file the script reads, beside the ACLs' JSON in the bootstrap ConfigMap.
-GRANTS_FILE = "bootstrap-acls.args"
 # The tool's client settings: the broker's key store and CA (paths only, nothing secret).
 GRANT_CLIENT_FILE = "grant-client.properties"
 KAFKA_ACLS = "/opt/kafka/bin/kafka-acls.sh"
@@ -35,66 +30,6 @@ PERIOD_S = 15
 # each kafka-acls.sh call gives up after the request timeout below.
 STUCK_MINUTES = 5
 REQUEST_TIMEOUT_MS = 30_000
-# Kafka's names of resources as `kafka-acls.sh` takes them (the cluster takes no name).
-_RESOURCE_FLAGS = {
-    ResourceType.TOPIC: "--topic",
-    ResourceType.GROUP: "--group",
-    ResourceType.TRANSACTIONAL_ID: "--transactional-id",
-    ResourceType.CLUSTER: "--cluster",
-}
-# What a name may hold to be one word of a shell line: Kafka's legal topic characters, and
-# those of SCRAM user names and group ids this project makes.
-_WORD = re.compile(r"[A-Za-z0-9._:=-]+")
-
-
-def operation_argument(operation: str) -> str:
-    """`DESCRIBE_CONFIGS` -> `DescribeConfigs`, the form `kafka-acls.sh --operation` reads."""
-    return "".join(part.capitalize() for part in operation.split("_"))
-
-
-def _word(value: str, what: str, acl: AclSpec) -> str:
-    if not _WORD.fullmatch(value):
-        raise ValueError(
-            f"bootstrap ACL {acl.describe()}: the {what} {value!r} has a character outside "
-            f"{_WORD.pattern}, and the grant script splits its lines into words; rename it"
-        )
-    return value
-
-
-def grant_lines(users: Sequence[KafkaUser]) -> str:
-    """`kafka-acls.sh --add` arguments for every ACL of `users`, one JVM's worth a line.
-
-    ACLs of one principal on one resource type and pattern with the same operations share a
-    line (`--topic a --topic b --operation Describe`): few JVM starts per round.
-    """
-    by_resource: dict[tuple[str, str, str, str], list[str]] = {}
-    acls = [acl for user in users for acl in user.acls]
-    for acl in acls:
-        resource = (
-            acl.principal,
-            acl.resource_type.value,
-            acl.pattern_type.value,
-            acl.resource_name,
-        )
-        by_resource.setdefault(resource, []).append(acl.operation.value)
-    grouped: dict[tuple[str, str, str, tuple[str, ...]], list[str]] = {}
-    for (principal, resource_type, pattern, name), operations in by_resource.items():
-        grouped.setdefault(
-            (principal, resource_type, pattern, tuple(sorted(operations))), []
-        ).append(name)
-    lines = []
-    for (principal, resource_type, pattern, ops), names in sorted(grouped.items()):
-        acl = next(a for a in acls if a.principal == principal)
-        words = ["--allow-principal", _word(principal, "principal", acl)]
-        words += [w for op in ops for w in ("--operation", operation_argument(op))]
-        flag = _RESOURCE_FLAGS[ResourceType(resource_type)]
-        if resource_type == ResourceType.CLUSTER:
-            words.append(flag)
-        else:
-            words += [w for name in sorted(names) for w in (flag, _word(name, "name", acl))]
-            words += ["--resource-pattern-type", pattern.lower()]
-        lines.append(" ".join(words))
-    return "".join(f"{line}\n" for line in lines)
 
 
 def grant_client_properties(tls_dir: str) -> str:

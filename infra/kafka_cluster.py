@@ -20,7 +20,7 @@ import pulumi_random as random
 from infra import bootstrap_grants, stateful_volumes, workload
 from infra.config import KafkaConfig, SecurityConfig, quantity
 from infra.kafka_credentials import USERS_DIR, KafkaCredentials
-from policies.contract import acl_specs
+from policies.contract import acl_grants, acl_specs
 from policies.contract.acl_specs import KafkaUser
 from policies.contract.java_properties import format_properties
 from policies.contract.kafka_security import (
@@ -267,9 +267,7 @@ class KafkaCluster(pulumi.ComponentResource):
                     # Not in the pod template: the grant containers and the sidecars read an
                     # update without a roll.
                     BOOTSTRAP_ACLS_FILE: acl_specs.dumps(list(args.bootstrap_users)),
-                    bootstrap_grants.GRANTS_FILE: bootstrap_grants.grant_lines(
-                        list(args.bootstrap_users)
-                    ),
+                    acl_grants.GRANTS_FILE: acl_grants.grant_lines(list(args.bootstrap_users)),
                     bootstrap_grants.GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(
                         TLS_DIR
                     ),

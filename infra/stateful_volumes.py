@@ -28,6 +28,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pulumi
@@ -253,12 +254,15 @@ class StatefulVolumes:
             # The class the claims got (the cluster's default when the template names none).
             made_in: pulumi.Input[str] = template.storage_class_name
             if patches:
-                made_in = patches[0].spec.apply(
-                    lambda spec, t=template: (
-                        (spec.storage_class_name if spec else None) or t.storage_class_name
-                    )
-                )
+                made_in = patches[0].spec.apply(partial(_claims_class, template))
             entries[self.key(template)] = pulumi.Output.all(
                 storage=self._sizes[template.name], storageClassName=made_in
             )
-        return pulumi.Output.all(**entries)  # type: ignore[return-value]
+        return pulumi.Output.all(**entries)
+
+
+def _claims_class(
+    template: ClaimTemplate, spec: k8s.core.v1.outputs.PersistentVolumeClaimSpecPatch | None
+) -> str:
+    """The storage class a patched claim reports (the template's when it reports none)."""
+    return (spec.storage_class_name if spec else None) or template.storage_class_name

@@ -35,6 +35,7 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
+from ..contract.acl_grants import GRANTS_FILE, grant_lines
 from ..contract.acl_specs import (
     ACL_LEDGER_READER_GROUP,
     ACL_LEDGER_TOPIC,
@@ -43,6 +44,7 @@ from ..contract.acl_specs import (
     PAIR_SWITCH_USER,
     pair_switch_reader_group,
 )
+from ..contract.acl_specs import loads as load_users
 from ..contract.java_properties import load_properties
 from ..contract.processor_keys import PAIR_CONTROL_TOPIC_KEY
 from .config import MANDATORY, Threshold, stack_rule
@@ -463,11 +465,51 @@ def _findings(
         )
 
 
+def _grant_lines_findings(resource: PolicyResource) -> Iterator[str]:
+    """The brokers' grant container runs `bootstrap-acls.args` with the broker's own key: it
+    must be exactly what `bootstrap-acls.json` (the ACLs judged here) renders to."""
+    lines = get(resource.props, "data", GRANTS_FILE)
+    if resource.resource_type != CONFIG_MAP or not isinstance(lines, str):
+        return
+    subject = f"{label(resource.resource_type, resource.props)} data[{GRANTS_FILE}]"
+    required = (
+        f"exactly the lines policies.contract.acl_grants renders from {BOOTSTRAP_ACLS_KEY} "
+        "beside it"
+    )
+    fix = (
+        f"render {GRANTS_FILE} from {BOOTSTRAP_ACLS_KEY} (infra/kafka_cluster.py): the brokers' "
+        "grant-acls container runs every line with the broker's key, so a line the ACL rules "
+        "did not judge must not be there"
+    )
+    source = get(resource.props, "data", BOOTSTRAP_ACLS_KEY)
+    try:
+        expected = grant_lines(load_users(source)) if isinstance(source, str) else None
+    except (ValueError, KeyError, TypeError):
+        return  # a JSON the program cannot render from is blocked on its own (below)
+    if expected is None:
+        yield violation(subject, "present", f"without a {BOOTSTRAP_ACLS_KEY}", required, fix)
+        return
+    wanted = expected.splitlines()
+    given = [line for line in lines.splitlines() if line.strip()]
+    for number, line in enumerate(given, start=1):
+        if line not in wanted:
+            yield violation(
+                subject, f"line {number}", f"{line!r}, not rendered from the JSON", required, fix
+            )
+    if missing := [line for line in wanted if line not in given]:
+        yield violation(
+            subject, "missing", f"{len(missing)} line(s): {missing[0]!r}", required, fix
+        )
+
+
 def check_least_privilege(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterator[Finding]:
-    """Every ACL of acls.json and bootstrap-acls.json is within its user's own rights."""
+    """Every ACL of acls.json and bootstrap-acls.json is within its user's own rights, and the
+    brokers grant exactly bootstrap-acls.json."""
     view = StackView(args.resources)
     known = known_users(view, cfg["readOnlyUsers"])
     for resource in view.of_type(CONFIG_MAP):
+        for message in _grant_lines_findings(resource):
+            yield message, resource.urn
         for key in ACL_FILES:
             acls = acls_of(resource, key)
             if acls is None:
@@ -485,7 +527,9 @@ POLICIES = [
         name="kafka-least-privilege",
         description=(
             "Every ACL in acls.json (reconciled by the topic Job) and bootstrap-acls.json "
-            "(granted by the brokers) is within the rights of the user it is for. The "
+            "(granted by the brokers) is within the rights of the user it is for, and the "
+            "lines the brokers run to grant them (bootstrap-acls.args) are exactly what "
+            "bootstrap-acls.json renders to. The "
             "processor (its sasl.username, else its application.id): READ on its input, "
             "READ/WRITE on its changelog, WRITE on its output and dead-letter topics, READ on "
             "its group, WRITE on transactional ids under <application.id>-, IDEMPOTENT_WRITE "

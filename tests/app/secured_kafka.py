@@ -26,7 +26,7 @@ from pathlib import Path
 from app.devkit.kraft_cluster import KraftCluster, free_port
 from app.devkit.waiting import wait_until
 from infra import bootstrap_grants
-from policies.contract import acl_specs
+from policies.contract import acl_grants, acl_specs
 from policies.contract.acl_specs import KafkaUser
 from tests.app.processor_harness import REPO
 
@@ -204,7 +204,7 @@ def readiness_files(
     readiness = cluster.client_configs(acl_specs.BROKER_READINESS_USER, f"${{dir:{user}:password}}")
     files = {
         "bootstrap-acls.json": acl_specs.dumps(list(bootstrap_users)),
-        bootstrap_grants.GRANTS_FILE: bootstrap_grants.grant_lines(list(bootstrap_users)),
+        acl_grants.GRANTS_FILE: acl_grants.grant_lines(list(bootstrap_users)),
         bootstrap_grants.GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(
             str(cluster.tls_dir)
         ),

@@ -10,6 +10,7 @@ Cases run on the handmade stack (prod's secured shape, its ACLs
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from policies.contract import acl_specs, kafka_security
+from policies.contract import acl_grants, acl_specs, kafka_security
 from policies.contract.topic_specs import TopicSpec
 from policies.evaluate import PolicyConfigError, PolicyInfo, Violation
 from policies.rules import acls, broker_security
@@ -40,6 +41,7 @@ LEAST_PRIVILEGE = "kafka-least-privilege"
 BROKER = "User:CN=kafka-broker"
 ACLS = "acls.json"
 BOOTSTRAP_ACLS = "bootstrap-acls.json"
+GRANTS = acl_grants.GRANTS_FILE
 PROCESSOR = "User:page-view-counter"
 RECONCILER = "User:topic-reconciler"
 OBSERVER = "User:observer"
@@ -98,9 +100,18 @@ def adding(
                 "operation": operation,
             }
         )
-        props["data"][file] = json.dumps(data)
+        with_json(props, file, data)
 
     return edit
+
+
+def with_json(props: dict[str, Any], file: str, data: Any) -> None:
+    """Set an ACL file, and the brokers' grant lines from it as the program renders them (when
+    the JSON is one it can render: a wildcard is blocked on the JSON itself)."""
+    props["data"][file] = json.dumps(data)
+    if file == BOOTSTRAP_ACLS and GRANTS in props["data"]:
+        with contextlib.suppress(acl_specs.AclSpecError):
+            props["data"][GRANTS] = acl_grants.grant_lines(acl_specs.loads(json.dumps(data)))
 
 
 def with_bootstrap(stack: list[Resource]) -> list[Resource]:
@@ -755,7 +766,7 @@ def _readiness_acl(resource_type: str, name: str, operation: str) -> PropsEdit:
                 "operation": operation,
             }
         )
-        props["data"][BOOTSTRAP_ACLS] = json.dumps(data)
+        with_json(props, BOOTSTRAP_ACLS, data)
 
     return edit
 
@@ -808,4 +819,35 @@ def test_readiness_acls_of_brokers_that_name_no_readiness_user_are_unattributabl
     messages = [v.message for v in _ours(run, resources)]
     assert messages and all(
         f"is for {READINESS}, a principal the pack cannot attribute" in m for m in messages
+    )
+
+
+# --- kafka-least-privilege: what the brokers run is what the pack judged ------------------
+
+
+def _grants_edited(recorded_stacks: dict[str, Any], edit: Callable[[str], str]) -> list[Any]:
+    def change(props: dict[str, Any]) -> None:
+        props["data"][GRANTS] = edit(props["data"][GRANTS])
+
+    return _recorded_prod(recorded_stacks, ":ConfigMap", "kafka-bootstrap", change)
+
+
+def test_the_rendered_grant_lines_are_exactly_the_bootstrap_json(run, recorded_stacks) -> None:
+    assert _ours(run, copy.deepcopy(list(recorded_stacks["prod"].resources))) == []
+
+
+def test_a_grant_line_the_json_does_not_hold_is_blocked(run, recorded_stacks) -> None:
+    wildcard = "--allow-principal User:* --operation All --cluster"
+    stack = _grants_edited(recorded_stacks, lambda text: text + wildcard + "\n")
+    (message,) = _findings(run, stack, LEAST_PRIVILEGE)
+    assert f"ConfigMap streaming/kafka-bootstrap data[{GRANTS}]: line" in message
+    assert f"{wildcard!r}, not rendered from the JSON" in message
+    assert "grant-acls container runs every line with the broker's key" in message
+
+
+def test_a_grant_line_missing_from_what_the_json_renders_is_blocked(run, recorded_stacks) -> None:
+    stack = _grants_edited(recorded_stacks, lambda text: "".join(text.splitlines(True)[1:]))
+    (message,) = _findings(run, stack, LEAST_PRIVILEGE)
+    assert f"data[{GRANTS}]: missing is 1 line(s): '--allow-principal User:broker-readiness" in (
+        message
     )
