@@ -19,7 +19,12 @@ if _ROOT not in sys.path:
 import pulumi  # noqa: E402
 import pulumi_kubernetes as k8s  # noqa: E402
 
-from infra import stateful_volumes, workload  # noqa: E402
+from infra import (  # noqa: E402
+    deployed_stack,
+    security_transitions,
+    stateful_volumes,
+    workload,
+)
 from infra.alert_rules import AlertRules, AlertRulesArgs  # noqa: E402
 from infra.config import load_stack_config  # noqa: E402
 from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names  # noqa: E402
@@ -50,6 +55,8 @@ def one_or_all(names: list[str]) -> str | list[str]:
 
 config = load_stack_config()
 
+# What the last `pulumi up` left (its outputs): some changes are safe only as a step from it.
+deployed = deployed_stack.deployed_outputs()
 namespace = k8s.core.v1.Namespace(
     config.namespace,
     metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -60,12 +67,16 @@ namespace = k8s.core.v1.Namespace(
             "pod-security.kubernetes.io/warn": "restricted",
         },
     ),
-    # Deleting a namespace deletes its claims, whatever the StatefulSets' retention says.
-    opts=pulumi.ResourceOptions(retain_on_delete=config.keep_data_on_destroy),
+    opts=pulumi.ResourceOptions(
+        # Deleting a namespace deletes its claims, whatever the StatefulSets' retention says.
+        retain_on_delete=config.keep_data_on_destroy,
+        # Every resource waits for the namespace: a rotation or rollover that skips a step is
+        # refused before anything changes.
+        depends_on=security_transitions.checked(config.security, deployed),
+    ),
 )
 in_namespace = pulumi.ResourceOptions(depends_on=[namespace])
-# What the last `pulumi up` deployed: a disk change is checked against it at preview.
-deployed = stateful_volumes.deployed_volumes()
+deployed_volumes = deployed_stack.deployed_output(deployed, stateful_volumes.DEPLOYED_OUTPUT)
 
 # TLS and one SCRAM user per workload, unless the stack runs PLAINTEXT (security.clientListener).
 credentials = None
@@ -104,7 +115,7 @@ kafka = KafkaCluster(
         # Prometheus scrapes the brokers' sidecars as it does the processor.
         metrics_scrape=config.processor.metrics_scrape,
         metrics_namespace=config.processor.metrics_namespace,
-        deployed_volumes=deployed,
+        deployed_volumes=deployed_volumes,
     ),
     opts=in_namespace,
 )
@@ -153,7 +164,7 @@ for deployment in config.processor.deployments:
                 partner=workload.PairPartner(deployment.partner, config.pair_zone_anti_affinity)
                 if deployment.partner is not None
                 else None,
-                deployed_volumes=deployed,
+                deployed_volumes=deployed_volumes,
             ),
             # The processor starts against topics that exist with the right configs.
             opts=pulumi.ResourceOptions(depends_on=[topics]),
@@ -213,7 +224,11 @@ if config.processor.pair:
         switch_access = credentials.client_access(PAIR_SWITCH_USER)
         pulumi.export("pairSwitchClientProperties", format_properties(switch_access.properties))
 pulumi.export("topicJob", topics.job_name)
-# Each claim template's size and storage class, read back by the next preview (above).
+# What the next run checks its changes against (above): the security settings' state, and each
+# claim template's size and storage class.
+pulumi.export(
+    security_transitions.DEPLOYED_OUTPUT, security_transitions.deployed_state(config.security)
+)
 pulumi.export(
     stateful_volumes.DEPLOYED_OUTPUT,
     pulumi.Output.all(kafka.volumes, *(p.volumes for p in processors)).apply(

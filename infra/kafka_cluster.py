@@ -154,8 +154,8 @@ class KafkaClusterArgs:
     # the processor's settings (`processor.metricsScrape`, `processor.metricsNamespace`).
     metrics_scrape: str = "none"
     metrics_namespace: str = "monitoring"
-    # What the last `pulumi up` deployed (`stateful_volumes.deployed_volumes()`): a disk change
-    # is checked against it at preview.
+    # The claims the last `pulumi up` left (its `volumes` output, `infra.deployed_stack`): a
+    # disk change is checked against them at preview.
     deployed_volumes: pulumi.Input[Mapping[str, Any]] = field(default_factory=dict)
 
 

@@ -36,8 +36,8 @@ class ProcessorArgs:
     access: ClientAccess = field(default_factory=ClientAccess)
     # The other side of an active/standby pair, whose zones this side keeps out of.
     partner: workload.PairPartner | None = None
-    # What the last `pulumi up` deployed (`stateful_volumes.deployed_volumes()`): a disk change
-    # is checked against it at preview.
+    # The claims the last `pulumi up` left (its `volumes` output, `infra.deployed_stack`): a
+    # disk change is checked against them at preview.
     deployed_volumes: pulumi.Input[Mapping[str, Any]] = field(default_factory=dict)
 
 

@@ -18,7 +18,7 @@ A hook lives in the program, so `pulumi destroy` of a stack that has one runs wi
 `--run-program`.
 
 Both moves are checked at preview against what the last `pulumi up` deployed (the stack's own
-`volumes` output, read through a StackReference to itself): a claim never shrinks, and a claim
+`volumes` output, read back through `infra.deployed_stack`): a claim never shrinks, and a claim
 grows only on a storage class that allows expansion, read from the cluster. Either refusal names
 the setting and the way out before anything changes.
 """
@@ -122,15 +122,6 @@ def orphaning_delete(
             )
 
     return pulumi.ResourceHook(f"orphaning-delete-{namespace}-{name}", hook)
-
-
-def deployed_volumes() -> pulumi.Output[dict[str, Any]]:
-    """What the last `pulumi up` of this stack deployed (its `volumes` output); {} before it."""
-    stack = pulumi.StackReference(
-        "deployed",
-        f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
-    )
-    return stack.get_output(DEPLOYED_OUTPUT).apply(lambda volumes: dict(volumes or {}))
 
 
 class StatefulVolumes:
