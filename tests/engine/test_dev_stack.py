@@ -220,6 +220,20 @@ def test_a_disk_change_the_claims_cannot_take_is_refused_at_preview_naming_the_s
     print(f"refused at preview: a grow on a class without expansion, a shrink; claims {sizes}")
 
 
+def test_a_rotation_that_skips_a_revision_is_refused_at_preview(deployed: EngineStack) -> None:
+    # The stack's last `up` left revision 1 (its `security` output, read back at preview).
+    deployed.set(security={"credentialsRevision": 3})
+    try:
+        with pytest.raises(auto.CommandError) as refused:
+            deployed.preview()
+        message = str(refused.value)
+        assert "security.credentialsRevision = 3: the running stack is at revision 1" in message
+        assert "Set 2, run `pulumi up`, and repeat." in message
+    finally:
+        deployed.overrides.pop("security")
+        deployed.write_settings()
+
+
 def test_refresh_finds_the_stack_as_up_left_it(deployed: EngineStack) -> None:
     run = deployed.refresh()
     assert run.errors() == [], run.errors()
