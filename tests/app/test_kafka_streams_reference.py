@@ -29,7 +29,7 @@ def test_the_reference_runs_exactly_once_v2_on_2_threads_and_static_keeps_its_pa
     assert static["processing.guarantee"] == "exactly_once_v2"
     assert static["num.stream.threads"] == "2"
     assert static["num.standby.replicas"] == "1"
-    assert static["group.instance.id"] == "page-view-counter-0"
+    assert static["group.instance.id"] == f"{PipelineNames().application_id}-0"
     assert static["leave.group.on.close"] == "false"
     # Its changelog is Kafka Streams' own name for the store: the topic the pipeline creates.
     assert f"{static['application.id']}-counts-changelog" == PipelineNames().changelog_topic

@@ -20,6 +20,10 @@ from typing import Any
 import pytest
 
 from app.devkit.local.instances import REPO_ROOT
+from policies.contract.topic_specs import PipelineNames
+
+# The local run's pipeline, named where the code names it (a fork renames it there).
+APP = PipelineNames().application_id
 
 RUN_TIMEOUT_S = 600
 
@@ -59,15 +63,15 @@ def test_local_run_rolls_the_instances_and_its_output_is_exact_for_the_chosen_pi
     stdout, report = _rolled_run(
         state, "--aggregation-class", "app.pipelines.distinct_users.DistinctUsers"
     )
-    assert "page-view-counter-0" in stdout and "page-view-counter-1" in stdout
+    assert f"{APP}-0" in stdout and f"{APP}-1" in stdout
     assert all(key.startswith("p-") for key in report["produced"]["expected"])  # product ids
     assert report["local_cluster"] is True
     assert "roll done in" in stdout
     for i in (0, 1):
-        properties = (state / "config" / f"page-view-counter-{i}.properties").read_text()
+        properties = (state / "config" / f"{APP}-{i}.properties").read_text()
         assert "membership.mode=handoff" in properties
         assert "num.standby.replicas=1" in properties
-        assert f"state.dir={state / f'page-view-counter-{i}'}" in properties
+        assert f"state.dir={state / f'{APP}-{i}'}" in properties
 
 
 def test_a_kip848_group_rolls_exactly_with_its_own_session_set_on_the_broker(
@@ -77,11 +81,9 @@ def test_a_kip848_group_rolls_exactly_with_its_own_session_set_on_the_broker(
     own session and heartbeat, and the instances have none of the classic client settings."""
     state = tmp_path / "local"
     stdout, _ = _rolled_run(state, "--group-protocol", "consumer")
-    assert "page-view-counter  set     consumer.session.timeout.ms: the brokers' default ->" in (
-        stdout
-    )
+    assert f"{APP}  set     consumer.session.timeout.ms: the brokers' default ->" in stdout
     for i in (0, 1):
-        properties = (state / "config" / f"page-view-counter-{i}.properties").read_text()
+        properties = (state / "config" / f"{APP}-{i}.properties").read_text()
         assert "consumer.group.protocol=consumer" in properties
         assert "consumer.session.timeout.ms" not in properties
         assert "consumer.heartbeat.interval.ms" not in properties
