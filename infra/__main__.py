@@ -72,7 +72,10 @@ namespace = k8s.core.v1.Namespace(
         retain_on_delete=config.keep_data_on_destroy,
         # Every resource waits for the namespace: a rotation or rollover that skips a step is
         # refused before anything changes.
-        depends_on=security_transitions.checked(config.security, deployed),
+        depends_on=security_transitions.checked(
+            config.security,
+            deployed_stack.deployed_output(deployed, security_transitions.DEPLOYED_OUTPUT),
+        ),
     ),
 )
 in_namespace = pulumi.ResourceOptions(depends_on=[namespace])

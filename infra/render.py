@@ -300,12 +300,12 @@ def _recorded(
 ) -> list[RecordedResource]:
     """Each registration's inputs joined with the options its resource was given."""
     pending: dict[tuple[str, str], list[tuple[pulumi.Resource, pulumi.ResourceOptions]]] = {}
+    parent_of: dict[int, pulumi.Resource] = {}
+    children: dict[int, list[pulumi.Resource]] = {}
     for resource, typ, name, opts in registered:
         pending.setdefault((typ, name), []).append((resource, opts))
-    children: dict[int, list[pulumi.Resource]] = {}
-    for resource, _, _, opts in registered:
-        parent = opts.parent if opts.parent is not None else root
-        children.setdefault(id(parent), []).append(resource)
+        parent_of[id(resource)] = opts.parent if opts.parent is not None else root
+        children.setdefault(id(parent_of[id(resource)]), []).append(resource)
 
     def expanded(dependency: pulumi.Resource) -> list[pulumi.Resource]:
         # As the SDK sends `depends_on`: a component stands for its descendants.
@@ -316,14 +316,13 @@ def _recorded(
     recorded = []
     for typ, name, props in inputs:
         resource, opts = pending[(typ, name)].pop(0)
-        parent = opts.parent if opts.parent is not None else root
         recorded.append(
             RecordedResource(
                 type=typ,
                 name=name,
                 urn=urn_of[id(resource)],
                 props=props,
-                parent=urn_of.get(id(parent)),
+                parent=urn_of.get(id(parent_of[id(resource)])),
                 dependencies=tuple(
                     urn_of[id(r)] for d in _depends_on(opts) for r in expanded(d) if id(r) in urn_of
                 ),

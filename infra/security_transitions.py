@@ -89,13 +89,14 @@ def _next_step(generation: int, trusted: Sequence[int]) -> str:
 
 
 def checked(
-    security: SecurityConfig, deployed: pulumi.Output[dict[str, Any]]
+    security: SecurityConfig, running: pulumi.Output[Mapping[str, Any]]
 ) -> pulumi.Output[list[pulumi.Resource]]:
-    """No resources, once the settings are a step from what runs: the namespace, which every
-    other resource waits for, depends on it, so a refusal stops `up` before anything changes."""
+    """No resources, once the settings are a step from what runs (the last `security` output):
+    the namespace, which every other resource waits for, depends on it, so a refusal stops `up`
+    before anything changes."""
 
-    def check(outputs: Mapping[str, Any]) -> list[pulumi.Resource]:
-        refuse_skipped_steps(security, outputs.get(DEPLOYED_OUTPUT) or {})
+    def check(state: Mapping[str, Any]) -> list[pulumi.Resource]:
+        refuse_skipped_steps(security, state)
         return []
 
-    return deployed.apply(check)
+    return running.apply(check)

@@ -148,6 +148,10 @@ class StatefulVolumes:
         self.parent = parent
         self._sizes = {t.name: self._checked_size(t, deployed) for t in self.templates}
 
+    @property
+    def _storage_setting(self) -> str:
+        return f"{PROJECT}:{self.setting}.storage"
+
     def key(self, template: ClaimTemplate) -> str:
         """The template's entry in the `volumes` output: `<statefulset>/<template>`."""
         return f"{self.statefulset}/{template.name}"
@@ -172,7 +176,6 @@ class StatefulVolumes:
         """The template's size once it is known to be safe against what is deployed: the same,
         or bigger on a class that can expand. Both the template and the patches wait on it, so a
         refusal fails the preview, and `up` before the StatefulSet is touched."""
-        setting = f"{PROJECT}:{self.setting}.storage"
 
         def check(deployed: Mapping[str, Any]) -> pulumi.Input[str]:
             before = deployed.get(self.key(template))
@@ -183,7 +186,7 @@ class StatefulVolumes:
                 return template.storage
             if quantity(wanted) < quantity(was):
                 raise StackConfigError(
-                    f"{setting} = {wanted!r}: the claims of StatefulSet "
+                    f"{self._storage_setting} = {wanted!r}: the claims of StatefulSet "
                     f"{self.namespace}/{self.statefulset} are {was} and a claim never shrinks. "
                     f"Keep {was} or more; to move to smaller volumes, deploy a new stack and "
                     "move the data there."
@@ -204,7 +207,7 @@ class StatefulVolumes:
         if ok:
             return template.storage
         raise StackConfigError(
-            f"{PROJECT}:{self.setting}.storage = {template.storage!r}: the claims of StatefulSet "
+            f"{self._storage_setting} = {template.storage!r}: the claims of StatefulSet "
             f"{self.namespace}/{self.statefulset} are {was} on storage class {storage_class!r}, "
             "which does not allow volume expansion (allowVolumeExpansion is not true). If its "
             "provisioner can resize volumes, allow it (`kubectl patch storageclass "

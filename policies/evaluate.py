@@ -49,7 +49,7 @@ class PolicyConfigError(ValueError):
 
 
 class PackLaunchError(RuntimeError):
-    """The pack did not start, or stopped answering."""
+    """The pack did not start: it exited, or printed no port."""
 
 
 class Resource(Protocol):
@@ -217,11 +217,6 @@ def resolved_levels(policies: Sequence[PolicyInfo], config: Mapping[str, Any]) -
     return levels
 
 
-def pack_python() -> str:
-    """The Python `policies/analyzer` runs the pack with: this one, unless the caller chose."""
-    return os.environ.get("POLICY_PACK_PYTHON", sys.executable)
-
-
 class AnalyzerProcess:
     """A policy pack launched the way the engine launches it, spoken to over gRPC.
 
@@ -236,7 +231,12 @@ class AnalyzerProcess:
         self.command = [str(part) for part in command]
         # The pack's stderr, kept for the error if it stops: open as long as the process runs.
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "POLICY_PACK_PYTHON": pack_python()}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",  # the port line reaches us at once
+            # `policies/analyzer` runs the pack with this Python, unless the caller chose another.
+            "POLICY_PACK_PYTHON": os.environ.get("POLICY_PACK_PYTHON", sys.executable),
+        }
         self._process = subprocess.Popen(
             self.command, stdout=subprocess.PIPE, stderr=self._stderr, env=env
         )
@@ -249,7 +249,6 @@ class AnalyzerProcess:
         except BaseException:
             self.close()
             raise
-        self.name: str = info.name
         self.policies: tuple[PolicyInfo, ...] = tuple(
             PolicyInfo(
                 name=p.name,
@@ -259,6 +258,7 @@ class AnalyzerProcess:
             )
             for p in info.policies
         )
+        self._descriptions = {p.name: p.description for p in self.policies}
 
     def _read_port(self, timeout: float) -> int:
         """The first line the pack prints; its stderr in the error if it stops before that."""
@@ -327,8 +327,7 @@ class AnalyzerProcess:
         return [self._violation(diagnostic, urn) for diagnostic, urn in diagnostics]
 
     def _violation(self, diagnostic: Any, urn: str | None) -> Violation:
-        descriptions = {p.name: p.description for p in self.policies}
-        description = descriptions.get(diagnostic.policyName, diagnostic.description)
+        description = self._descriptions.get(diagnostic.policyName, diagnostic.description)
         message = diagnostic.message
         if message.startswith(description):
             message = message[len(description) :].lstrip("\n") or description

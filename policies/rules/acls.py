@@ -469,7 +469,7 @@ def _grant_lines_findings(resource: PolicyResource) -> Iterator[str]:
     """The brokers' grant container runs `bootstrap-acls.args` with the broker's own key: it
     must be exactly what `bootstrap-acls.json` (the ACLs judged here) renders to."""
     lines = get(resource.props, "data", GRANTS_FILE)
-    if resource.resource_type != CONFIG_MAP or not isinstance(lines, str):
+    if not isinstance(lines, str):
         return
     subject = f"{label(resource.resource_type, resource.props)} data[{GRANTS_FILE}]"
     required = (

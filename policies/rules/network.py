@@ -124,17 +124,28 @@ def check_coverage(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[
             )
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _network(peer: Any) -> Network | None:
+    """A peer's ipBlock CIDR (None: no ipBlock, or a malformed CIDR, which the API server
+    refuses)."""
+    cidr = get(peer, "ipBlock", "cidr")
+    if cidr is None:
+        return None
+    try:
+        return ipaddress.ip_network(str(cidr), strict=False)
+    except ValueError:
+        return None
+
+
 def _open_peer(peer: Any) -> str | None:
     """Why a peer admits every address or every pod of the cluster (None: it names its peers)."""
     if not isinstance(peer, Mapping) or not any(get(peer, k) is not None for k in peer):
         return "{} (every address)"
-    cidr = get(peer, "ipBlock", "cidr")
-    if cidr is not None:
-        try:
-            if ipaddress.ip_network(str(cidr), strict=False).prefixlen == 0:
-                return f"ipBlock {cidr} (every address)"
-        except ValueError:
-            return None  # the API server refuses a malformed CIDR
+    block = _network(peer)
+    if block is not None and block.prefixlen == 0:
+        return f"ipBlock {get(peer, 'ipBlock', 'cidr')} (every address)"
     namespaces = get(peer, "namespaceSelector")
     if _is_empty_selector(namespaces) and (
         get(peer, "podSelector") is None or _is_empty_selector(get(peer, "podSelector"))
@@ -159,24 +170,13 @@ def _port_keys(rule: Mapping[str, Any]) -> list[PortKey]:
     ] or [ALL_PORTS]
 
 
-def _blocks(
-    rule: Mapping[str, Any], peers_key: str
-) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+def _blocks(rule: Mapping[str, Any], peers_key: str) -> list[Network]:
     """The rule's ipBlock CIDRs (an `except` narrows a block by what it names; a block with one
     is still judged whole here, as a literal /0 with one is)."""
-    found = []
-    for peer in items(rule, peers_key):
-        cidr = get(peer, "ipBlock", "cidr")
-        if cidr is None:
-            continue
-        try:
-            found.append(ipaddress.ip_network(str(cidr), strict=False))
-        except ValueError:
-            continue  # the API server refuses a malformed CIDR
-    return found
+    return [b for peer in items(rule, peers_key) if (b := _network(peer)) is not None]
 
 
-def _every_address(blocks: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str | None:
+def _every_address(blocks: list[Network]) -> str | None:
     """The family whose whole address space the blocks cover together ("IPv4", "IPv6")."""
     for version, family in ((4, "IPv4"), (6, "IPv6")):
         same = [b for b in blocks if b.version == version]
@@ -191,7 +191,7 @@ def open_by_union(
 ) -> Iterator[tuple[str, str, list[str]]]:
     """(family, ports, blocks) for each port the rules together open to every address of a
     family, though no single block is /0: `0.0.0.0/1` plus `128.0.0.0/1` is `0.0.0.0/0`."""
-    by_port: dict[PortKey, list[ipaddress.IPv4Network | ipaddress.IPv6Network]] = {}
+    by_port: dict[PortKey, list[Network]] = {}
     for rule in rules:
         for key in _port_keys(rule):
             by_port.setdefault(key, []).extend(_blocks(rule, peers_key))
@@ -202,16 +202,18 @@ def open_by_union(
             continue  # a literal /0: reported per peer
         family = _every_address(union)
         if family is not None:
-            port = "every port" if key == ALL_PORTS else f"port {key[1]}/{key[0]}"
-            yield family, port, sorted({str(b) for b in union})
+            yield family, _show_ports([key]), sorted({str(b) for b in union})
+
+
+def _show_ports(keys: list[PortKey]) -> str:
+    """`port 9092/TCP, 9093/TCP`, or `every port`."""
+    if keys == [ALL_PORTS]:
+        return "every port"
+    return f"port {', '.join(f'{port}/{protocol}' for protocol, port, _ in keys)}"
 
 
 def _ports(rule: Mapping[str, Any]) -> str:
-    ports = [
-        f"{show(get(p, 'port', default='all'))}/{get(p, 'protocol', default='TCP')}"
-        for p in items(rule, "ports")
-    ]
-    return f"port {', '.join(ports)}" if ports else "every port"
+    return _show_ports(_port_keys(rule))
 
 
 def check_open_rules(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:

@@ -94,27 +94,25 @@ def find(
         }
     )
     try:
-        ends = {}
-        for partition in leaders:
+        pending = {}  # each partition with records: its end, until read up to it
+        for p in leaders:
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(TRANSACTION_STATE_TOPIC, partition), timeout=timeout_s
+                TopicPartition(TRANSACTION_STATE_TOPIC, p), timeout=timeout_s
             )
             if high > low:
-                ends[partition] = high
+                pending[p] = high
         consumer.assign(
-            [TopicPartition(TRANSACTION_STATE_TOPIC, p, 0) for p in ends]  # from the start
+            [TopicPartition(TRANSACTION_STATE_TOPIC, p, 0) for p in pending]  # from the start
         )
         ids: dict[str, int] = {}
-        pending = dict(ends)
         while pending:
             message = consumer.poll(timeout_s)
             if message is None:
                 raise TimeoutError(f"{TRANSACTION_STATE_TOPIC}: no record within {timeout_s} s")
             if message.error():
                 continue
-            at, offset = message.partition(), message.offset()
-            assert at is not None and offset is not None  # a consumed record has both
-            partition = at
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None and offset is not None  # a consumed record has both
             name = transactional_id(message.key())
             if name is not None and name.startswith(id_prefix):
                 ids[name] = partition

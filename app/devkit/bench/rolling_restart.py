@@ -740,7 +740,7 @@ def broker_roll(
     every = tuple(sorted(p for s in sample.instances for p in (s.partitions or ())))
     log.info("case %s: %s", case.name, case.description)
     nodes = [n.node_id for n in brokers.nodes]
-    victims, note = nodes[-1:] if case.broker_kill else list(reversed(nodes)), ""
+    victims, note = (nodes[-1:] if case.broker_kill else nodes[::-1]), ""
     if case.broker_role is not None:
         client = {"bootstrap.servers": pipeline.bootstrap_servers, **pipeline.setup.client.resolved}
         app_id = pipeline.setup.names.application_id
@@ -771,7 +771,7 @@ def broker_roll(
             brokers.stop_node(node_id)
         started_at = time.time()
         brokers.start_node(node_id)
-        node = next(n for n in brokers.nodes if n.node_id == node_id)
+        node = brokers.node(node_id)
         beside = AdminClient({"bootstrap.servers": f"{HOST}:{node.broker_port}", "log_level": 0})
         ready = partial(_judged_ready, beside, node_id)
         if poll_until(ready, params.recovery_timeout_s, interval_s=1.0) is None:
