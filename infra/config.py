@@ -35,6 +35,7 @@ from policies.contract.processor_keys import (
 )
 from policies.contract.quantity import parse_quantity
 from policies.contract.restart_budget import RestartBudget, probe_budget_seconds, session_timeout_ms
+from policies.contract.stack_pipeline import PROJECT
 from policies.contract.tls_settings import tls_weakenings
 from policies.contract.topic_specs import (
     DeploymentNames,
@@ -48,11 +49,6 @@ from policies.contract.topic_specs import (
 )
 from policies.rules.credential_values import find_credentials
 from policies.rules.images import is_digest_pinned
-
-# The namespace of this program's settings (`stateful-streaming:processor`, ...) and the package of
-# its components' type tokens: it stays when a fork renames the project (`pulumi new --name`),
-# since a type token is part of every resource's URN.
-PROJECT = "stateful-streaming"
 
 # The broker image, pinned by digest (the index digest of Docker Hub's apache/kafka:4.1.1, the
 # release whose jars `app/devkit/kafka_release.py` runs locally): a tag can be pushed again, and a

@@ -17,8 +17,9 @@ started as plain JVMs (`java -cp 'libs/*' kafka.Kafka`, storage formatted by
 Every node is a combined broker+controller (as in the Kubernetes StatefulSet), all three form
 a dynamic controller quorum (KIP-853: `controller.quorum.bootstrap.servers` and
 `StorageTool format --initial-controllers`). Data, configs and logs live in one temporary
-directory; the processes are killed on `close()` (also at interpreter exit), the directory is
-removed unless asked to keep it for a post-mortem.
+directory; `shutdown()` stops the nodes by controlled shutdown (the local run's end), `close()`
+kills what still runs (also at interpreter exit) and removes the directory unless asked to keep
+it for a post-mortem.
 
 `KraftCluster(..., security=ClusterSecurity(scram_users={...}))` starts it secured exactly as
 the prod stack renders it (`policies.contract.kafka_security`): SASL_SSL/SCRAM clients, SSL with
@@ -122,6 +123,14 @@ TEST_BROKER_CONFIGS: Mapping[str, str] = {
 _DIE_WITH_PARENT: tuple[str, ...] = (
     ("setpriv", "--pdeathsig", "KILL") if shutil.which("setpriv") else ()
 )
+
+
+# How long a start, a restart or a recovery may take before it counts as failed: conditions, so a
+# quiet machine waits 10-20 s; one at load 30 (a CI runner beside Spark tests) saw a secured
+# cluster's controller take minutes over its first events ("Exceptionally slow controller event").
+START_TIMEOUT_S = 300.0
+# How long `shutdown` lets the nodes stop on their own (about 6 s on a quiet 2-core machine).
+SHUTDOWN_TIMEOUT_S = 60.0
 
 
 class KraftClusterError(RuntimeError):
@@ -379,7 +388,7 @@ class KraftCluster:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 120.0) -> KraftCluster:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> KraftCluster:
         """Write configs, format storage, start every node, wait until the cluster is usable.
         On a failure every node is killed and the files are kept for a post-mortem."""
         try:
@@ -459,11 +468,48 @@ class KraftCluster:
         """Kill one node at once (SIGKILL), as a crashed or evicted pod."""
         self._signal_node(node_id, signal.SIGKILL, 30.0)
 
-    def restart_node(self, node_id: int, timeout_s: float = 120.0) -> None:
+    def restart_node(self, node_id: int, timeout_s: float = START_TIMEOUT_S) -> None:
         """Stop one node gracefully, start it again, wait until every replica is back in sync."""
         self.stop_node(node_id)
         self.start_node(node_id)
         self.wait_until_fully_replicated(timeout_s)
+
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> bool:
+        """Stop every running node at once by SIGTERM (each a controlled shutdown, as a pod's
+        deletion does) and wait for all within `timeout_s`; a node still running then is killed
+        and named. Whether every node stopped on its own."""
+        running = [node for node in self.nodes if node.process is not None]
+        if not running:
+            return True
+        started = time.monotonic()
+        deadline = started + timeout_s
+        # All at once: one by one, the last nodes would lose the controller quorum (2 of 3)
+        # that a broker's controlled shutdown asks, and wait for it until killed.
+        for node in running:
+            assert node.process is not None
+            node.process.send_signal(signal.SIGTERM)
+        late = []
+        for node in running:
+            assert node.process is not None
+            try:
+                node.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                late.append(node)
+                node.process.kill()
+                node.process.wait()
+            node.process = None
+        took = time.monotonic() - started
+        if late:
+            log.warning(
+                "node(s) %s did not stop within %.0f s of SIGTERM (a controlled shutdown waits "
+                "for the controller quorum): killed. The nodes' logs end:\n%s",
+                ", ".join(str(node.node_id) for node in late),
+                timeout_s,
+                self.log_tails(),
+            )
+        else:
+            log.info("%d node(s) stopped by controlled shutdown in %.1f s", len(running), took)
+        return not late
 
     def close(self, keep_files: bool = False) -> None:
         """Kill every node; remove the working directory unless `keep_files` (post-mortems)."""
@@ -494,7 +540,7 @@ class KraftCluster:
 
     # -- waiting ------------------------------------------------------------------------
 
-    def wait_until_ready(self, timeout_s: float = 120.0) -> None:
+    def wait_until_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Wait until every running node is a registered broker and a topic replicated to
         all of them (up to 3) can be created: the cluster accepts real work."""
         deadline = time.monotonic() + timeout_s
@@ -555,7 +601,7 @@ class KraftCluster:
 
         self._wait(deleted, deadline, f"the probe topic {probe} to be deleted")
 
-    def wait_until_fully_replicated(self, timeout_s: float = 120.0) -> None:
+    def wait_until_fully_replicated(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Wait until every node is a broker again, every partition of every topic has all its
         replicas in sync (what a rolling restart waits for before the next node), and each is
         led by its preferred replica again.

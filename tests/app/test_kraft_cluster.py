@@ -134,3 +134,14 @@ def test_acks_all_produce_survives_the_loss_of_one_node(kraft_cluster: KraftClus
     partitions = admin.list_topics(timeout=10).topics[topic].partitions.values()
     assert victim in {p.leader for p in partitions}
     assert all(p.leader == p.replicas[0] for p in partitions)
+
+
+def test_a_shutdown_stops_every_node_by_a_controlled_shutdown_in_time() -> None:
+    with KraftCluster() as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        create_topic(admin, partitions=3)  # leaders to move away, as a run's topics have
+        assert cluster.shutdown(), cluster.log_tails()  # no node killed
+        assert all(node.process is None for node in cluster.nodes)
+        for node in cluster.nodes:
+            log = (node.log_dir / "server.log").read_text(encoding="utf-8")
+            assert "Beginning controlled shutdown" in log, f"node {node.node_id}"

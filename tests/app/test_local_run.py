@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from app.devkit.local.instances import REPO_ROOT
+from policies.contract.stack_pipeline import PROJECT, read_stack_pipeline, stack_file
 from policies.contract.topic_specs import PipelineNames
 
-# The local run's pipeline, named where the code names it (a fork renames it there).
-APP = PipelineNames().application_id
+# The local run's pipeline: the dev stack's, as the run reads it (a fork renames it there).
+APP = read_stack_pipeline(stack_file(REPO_ROOT, "dev")).names.application_id
 
 RUN_TIMEOUT_S = 600
 
@@ -53,6 +55,8 @@ def _rolled_run(state: Path, *options: str) -> tuple[str, dict[str, Any]]:
     for instance in report["instances"].values():
         assert instance["exit_code"] == 0
         assert Path(instance["log"]).stat().st_size > 0
+    assert report["dead_letters"]["ok"] is True, report["dead_letters"]
+    assert "3 node(s) stopped by controlled shutdown" in run.stdout  # no broker killed
     return run.stdout, report
 
 
@@ -61,9 +65,16 @@ def test_local_run_rolls_the_instances_and_its_output_is_exact_for_the_chosen_pi
 ) -> None:
     state = tmp_path / "local"
     stdout, report = _rolled_run(
-        state, "--aggregation-class", "app.pipelines.distinct_users.DistinctUsers"
+        state,
+        "--aggregation-class",
+        "app.pipelines.distinct_users.DistinctUsers",
+        "--malformed-ratio",
+        "0.05",
     )
     assert f"{APP}-0" in stdout and f"{APP}-1" in stdout
+    # The aggregation's malformed records reached the dead-letter topic, each once.
+    sent = report["dead_letters"]["sent"]
+    assert sum(sent.values()) > 0 and report["dead_letters"]["found"] == sent
     assert all(key.startswith("p-") for key in report["produced"]["expected"])  # product ids
     assert report["local_cluster"] is True
     assert "roll done in" in stdout
@@ -100,6 +111,39 @@ def test_more_instances_than_partitions_is_refused_with_the_reason(
     error = capsys.readouterr().err
     assert "--instances 5 > --partitions 4" in error
     assert "never becomes ready" in error
+
+
+def test_local_run_runs_the_stacks_pipeline_unless_told_another_aggregation(
+    tmp_path: Path,
+) -> None:
+    from app.devkit.local.__main__ import parse_args
+
+    revenue = "app.pipelines.product_revenue.ProductRevenue"
+    stack = tmp_path / "Pulumi.shop.yaml"
+    config = {
+        f"{PROJECT}:processor.applicationId": "product-revenue",  # as `pulumi new` writes it
+        f"{PROJECT}:topics": {"inputTopic": "orders", "outputTopic": "revenue-per-product"},
+        f"{PROJECT}:processor": {"properties": {"aggregation.class": revenue}},
+    }
+    stack.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    args = parse_args(["--stack", str(stack)])
+    assert args.names == PipelineNames("product-revenue", "orders", "revenue-per-product")
+    assert args.aggregation_class == revenue
+    other = "app.pipelines.distinct_users.DistinctUsers"
+    assert (
+        parse_args(["--stack", str(stack), "--aggregation-class", other]).aggregation_class == other
+    )
+
+
+def test_an_unknown_stack_is_refused_naming_the_stacks_there_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from app.devkit.local.__main__ import EXIT_USAGE, parse_args
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--stack", "nope"])
+    assert exited.value.code == EXIT_USAGE
+    assert "--stack nope: stack 'nope': no Pulumi.nope.yaml" in capsys.readouterr().err
 
 
 def test_local_run_defaults_to_the_dev_stacks_partitions() -> None:

@@ -3,8 +3,14 @@
     python -m app.devkit.local [--instances 3] [--rate 1000] [--keys 10000] [--partitions 6]
         [--membership-mode handoff] [--standby-replicas N] [--roll-after 30 | --no-roll]
         [--bootstrap-servers HOST:PORT [--command-config client.properties]]
-        [--duration S | --until-rolled] [--aggregation-class MODULE.CLASS]
-        [--state-dir build/local]
+        [--duration S | --until-rolled [--catch-up-timeout 300]] [--stack dev]
+        [--aggregation-class MODULE.CLASS] [--malformed-ratio 0.01] [--state-dir build/local]
+
+The pipeline is the stack's (`Pulumi.<stack>.yaml`, dev by default): its application id, its
+topics and its `aggregation.class`, as `pulumi up` would deploy them; `--aggregation-class`
+overrides the aggregation. `--malformed-ratio` sends that fraction of the load as the
+aggregation's malformed records (`Aggregation.malformed_values`): the dead-letter topic gets
+them with their reasons, and the final check counts them.
 
 Starts a local Apache Kafka of 3 KRaft nodes (`app.devkit.kraft_cluster`; or uses
 --bootstrap-servers / $KAFKA_BOOTSTRAP_SERVERS), creates the topics with the project's reconciler,
@@ -32,6 +38,7 @@ import os
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -39,10 +46,11 @@ from types import FrameType
 from app.clients import client_properties
 from app.clients.client_properties import ClientConfig
 from app.devkit.loadgen import LoadSettings
-from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS, InstanceOptions
+from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS, REPO_ROOT, InstanceOptions
+from app.devkit.local.observe import dead_letter_reasons
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
 from app.devkit.local.progress import Sample, format_progress, now
-from app.devkit.local.roll import LocalController
+from app.devkit.local.roll import CatchUpWait, LocalController
 from app.devkit.truth import check_output
 from policies.contract.processor_keys import (
     DEFAULTS,
@@ -51,6 +59,7 @@ from policies.contract.processor_keys import (
     PROTOCOL_CLASSIC,
     PROTOCOL_CONSUMER,
 )
+from policies.contract.stack_pipeline import StackFileError, read_stack_pipeline, stack_file
 
 log = logging.getLogger("app.devkit.local")
 
@@ -71,7 +80,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m app.devkit.local",
         description="Run the pipeline locally: broker, topics, load, N processors.",
-        epilog="exit codes: 0 the output is exact, 1 mismatch or an instance failed, 2 usage",
+        epilog="exit codes: 0 the output is exact, 1 mismatch, an instance failed or (with "
+        "--until-rolled) the roll did not complete, 2 usage",
     )
     parser.add_argument("--instances", type=int, default=3, help="processor instances (pods)")
     parser.add_argument("--rate", type=float, default=1000.0, help="input records per second")
@@ -85,11 +95,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "and the session and heartbeat are the group's own configs, set by the reconciler)",
     )
     parser.add_argument(
+        "--stack",
+        default="dev",
+        metavar="NAME|FILE.yaml",
+        help="the stack whose pipeline runs: the application id, the topics and "
+        "aggregation.class of Pulumi.<stack>.yaml, or of a stack file named by its path "
+        "(default dev)",
+    )
+    parser.add_argument(
         "--aggregation-class",
-        default=DEFAULTS["aggregation.class"],
         metavar="MODULE.CLASS",
         help="the pipeline's aggregation: the processors' aggregation.class, and what makes the "
-        "load and the check's truth (default: the processor's)",
+        "load and the check's truth (default: the stack's processor.properties, else "
+        f"{DEFAULTS['aggregation.class']})",
+    )
+    parser.add_argument(
+        "--malformed-ratio",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="the fraction of the load sent as malformed records, which go to the dead-letter "
+        "topic with their reasons (default 0)",
     )
     parser.add_argument(
         "--partitions",
@@ -142,6 +168,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="stop (as on Ctrl-C) once the roll is done: a run that shows the roll and ends",
     )
     parser.add_argument(
+        "--catch-up-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="with --until-rolled: how long the roll waits for every instance to be ready and "
+        "the lag to be about two batches or less before the run gives up (default 300); "
+        "without it the wait goes on, and says what it waits for",
+    )
+    parser.add_argument(
         "--min-ready-s",
         type=float,
         default=10.0,
@@ -149,6 +184,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "next one is replaced (default 10, the dev stack's)",
     )
     args = parser.parse_args(argv)
+    try:
+        path = (
+            Path(args.stack) if args.stack.endswith(".yaml") else stack_file(REPO_ROOT, args.stack)
+        )
+        stack = read_stack_pipeline(path)
+    except (StackFileError, OSError) as exc:
+        parser.error(f"--stack {args.stack}: {exc}")
+    args.names = stack.names
+    if args.aggregation_class is None:
+        args.aggregation_class = stack.aggregation_class
+    if not 0.0 <= args.malformed_ratio < 1.0:
+        parser.error(f"--malformed-ratio {args.malformed_ratio:g}: must be at least 0 and below 1")
     if args.standby_replicas is None:
         args.standby_replicas = args.instances - 1
     if args.until_rolled and args.no_roll:
@@ -213,6 +260,7 @@ def run(args: argparse.Namespace, began: float) -> int:
         partitions=args.partitions,
         bootstrap_servers=args.bootstrap_servers or None,
         client=ClientConfig.load(args.command_config, os.environ),
+        names=args.names,
         aggregation_class=args.aggregation_class,
         options=InstanceOptions(
             membership_mode=args.membership_mode,
@@ -222,8 +270,11 @@ def run(args: argparse.Namespace, began: float) -> int:
         ),
         keep_output_records=False,
         first_instance_with_brokers=args.membership_mode == MEMBERSHIP_HANDOFF,
+        graceful_broker_stop=True,
     )
-    load = LoadSettings(rate=args.rate, keys=args.keys, skew=args.skew)
+    load = LoadSettings(
+        rate=args.rate, keys=args.keys, skew=args.skew, malformed_ratio=args.malformed_ratio
+    )
     request = StopRequest()
     signal.signal(signal.SIGINT, request)
     signal.signal(signal.SIGTERM, request)
@@ -241,11 +292,13 @@ def run(args: argparse.Namespace, began: float) -> int:
             )
             return EXIT_OK
         # Caught up: at most about two batches' worth of input not yet processed.
-        controller = LocalController(
-            pipeline,
-            None if args.no_roll else args.roll_after,
-            args.min_ready_s,
+        catch_up = CatchUpWait(
             round(2 * args.rate) + 100,
+            args.rate,
+            args.catch_up_timeout if args.until_rolled else None,
+        )
+        controller = LocalController(
+            pipeline, None if args.no_roll else args.roll_after, args.min_ready_s, catch_up
         ).start()
         loader = pipeline.load(load)
         cluster = pipeline.cluster
@@ -299,6 +352,7 @@ def run(args: argparse.Namespace, began: float) -> int:
         caught_up = pipeline.output.wait_until_caught_up(60.0)
         latest, records, _ = pipeline.output.snapshot()
         check = check_output(summary.truth, latest)
+        dead_letters = check_dead_letters(pipeline, summary.malformed)
         codes = {i.name: i.returncode for i in pipeline.instances}
         report = {
             "bootstrap_servers": pipeline.bootstrap_servers,
@@ -310,6 +364,7 @@ def run(args: argparse.Namespace, began: float) -> int:
             "produced": summary.to_json(),
             "output_records": records,
             "check": check.to_json(),
+            "dead_letters": dead_letters,
             "instances": {
                 i.name: {"exit_code": i.returncode, "log": str(i.log_path)}
                 for i in pipeline.instances
@@ -318,15 +373,45 @@ def run(args: argparse.Namespace, began: float) -> int:
     report_path = setup.base_dir / "report.json"
     report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"final check: {check.describe()}", flush=True)
+    print(f"dead letters: {dead_letters['verdict']}", flush=True)
     print(f"instances' exit codes: {codes}; report: {report_path}", flush=True)
     clean = all(c in CLEAN_STOP_CODES for c in codes.values())
-    return EXIT_OK if check.ok and clean else EXIT_MISMATCH
+    # A roll that failed or never began fails a run made to show it (a Ctrl-C does not).
+    rolled = not (args.until_rolled and controller.error is not None)
+    if not rolled:
+        print(f"the roll did not complete: {controller.error}", flush=True)
+    letters_ok = dead_letters["ok"] is not False
+    return EXIT_OK if check.ok and letters_ok and clean and rolled else EXIT_MISMATCH
+
+
+def check_dead_letters(pipeline: LocalPipeline, sent: Counter[str]) -> dict[str, object]:
+    """The dead-letter topic read to its end, per reason, against the malformed records sent:
+    each once (`ok`), judged only on a cluster this run started (a reused one has older ones)."""
+    topic = pipeline.names.dlq_topic
+    found = dead_letter_reasons(pipeline.bootstrap_servers, topic, pipeline.setup.client.resolved)
+    ok: bool | None = None
+    if pipeline.cluster is None:
+        verdict = f"{topic} holds {found.total():,} records (with any earlier run's, not judged)"
+    elif found == sent:
+        ok = True
+        verdict = (
+            f"{topic} holds each of the {sent.total():,} malformed records sent once, with its "
+            f"reason: {dict(sorted(found.items()))}"
+        )
+    else:
+        ok = False
+        verdict = (
+            f"{topic} holds {dict(sorted(found.items()))}, but the malformed records sent were "
+            f"{dict(sorted(sent.items()))}: see the instances' logs for the dead-letter writes"
+        )
+    return {"topic": topic, "sent": dict(sent), "found": dict(found), "ok": ok, "verdict": verdict}
 
 
 def roll_report(roll: LocalController) -> dict[str, object] | None:
-    """The roll's part of report.json: when, and the longest gap per partition (seconds)."""
+    """The roll's part of report.json: when, and the longest gap per partition (seconds); or
+    why it never began."""
     if roll.started_ms is None:
-        return None
+        return None if roll.error is None else {"completed": False, "error": roll.error}
     gaps = roll.gaps()
     return {
         "started_ms": roll.started_ms,

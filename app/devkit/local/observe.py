@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -353,3 +354,57 @@ class OutputTail:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=CLIENT_TIMEOUT_S)
+
+
+# The header a dead-letter record carries its reason in (`app.processor.sink`).
+DLQ_REASON_HEADER = "dlq.reason"
+
+
+def dead_letter_reasons(
+    bootstrap_servers: str,
+    topic: str,
+    client_config: Mapping[str, str] | None = None,
+    timeout_s: float = MOVING_WAIT_S,
+) -> Counter[str]:
+    """Per reason, the committed records of the dead-letter `topic`, read to its end (once the
+    instances have stopped: no transaction is left open)."""
+    config = {
+        **observer_config(
+            bootstrap_servers, f"dlq-read-{uuid.uuid4().hex[:8]}", client_config or {}
+        ),
+        "enable.partition.eof": "true",
+    }
+    consumer = Consumer(config)
+    reasons: Counter[str] = Counter()
+    try:
+        partitions = partition_count(consumer, topic)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        at_end: set[int] = set()
+
+        def read_to_end() -> bool:
+            message = consumer.poll(1.0)
+            if message is None:
+                return False
+            error = message.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition() or 0)
+            elif error is not None:
+                raise KafkaException(error)
+            else:
+                reason = dict(message.headers() or []).get(DLQ_REASON_HEADER)
+                reasons[reason.decode() if isinstance(reason, bytes) else "(no reason header)"] += 1
+            return len(at_end) == partitions
+
+        wait_until(
+            read_to_end,
+            timeout_s,
+            f"the end of the dead-letter topic {topic}",
+            interval_s=0.0,
+            seen=lambda: (
+                f"{sum(reasons.values())} records read, partitions at their end: "
+                f"{sorted(at_end)} of {partitions}"
+            ),
+        )
+    finally:
+        consumer.close()
+    return reasons

@@ -78,6 +78,10 @@ class PipelineSetup:
     # (7-9 s) overlap theirs (6 s). Only for a member that joins the group late (hand-off mode
     # joins after its warm-up batch, when the topics exist): a static member subscribes at once.
     first_instance_with_brokers: bool = False
+    # At the end, stop a local cluster's brokers by controlled shutdown (SIGTERM, as a pod's
+    # deletion does; about 6 s), or kill them at once (the tests and benchmarks: nothing after
+    # the run reads them).
+    graceful_broker_stop: bool = False
     # An active/standby pair: `instances` per side (a and b), each side its own group and
     # changelog, side a publishing first (`app/processor/pair.py`).
     pair: bool = False
@@ -167,6 +171,8 @@ class LocalPipeline:
         if setup.bootstrap_servers is None:
             self.cluster = KraftCluster()  # its ports are chosen now, its nodes start below
             self._stack.push(self.cluster)  # exited last: the brokers stop after everything else
+            if setup.graceful_broker_stop:
+                self._stack.callback(self.cluster.shutdown)
             self.bootstrap_servers = self.cluster.bootstrap_servers
         # The instances' files get the settings as written: references stay references.
         options = replace(

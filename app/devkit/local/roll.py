@@ -122,10 +122,65 @@ def wait_available(
             )
 
 
+# How long a wait for the instances to catch up goes on before the display says what to change.
+CATCH_UP_HINT_AFTER_S = 60.0
+
+
+class CatchUpWait:
+    """The wait before a roll: every instance ready and the group's lag at most `bar` records.
+
+    Rolling a group that is behind would measure its backlog, not the roll. On a machine too
+    busy for the load the lag never gets there: `describe` says what the wait is for and what
+    to change, and with a `timeout_s` the wait ends, failed, instead of going on unseen."""
+
+    def __init__(self, bar: int, rate: float, timeout_s: float | None) -> None:
+        self.bar = bar
+        self.rate = rate
+        self.timeout_s = timeout_s
+        self.since: float | None = None
+        self.missing: str = "the first look at the group"
+
+    def settled(self, not_ready: Sequence[str], lag: int, at: float) -> bool:
+        """Whether the roll may begin, from what the instances and the group show `at` (a
+        `time.monotonic()`); raises `RollFailed` once the wait is past its timeout."""
+        if self.since is None:
+            self.since = at
+        if not_ready:
+            self.missing = f"{', '.join(not_ready)} not ready"
+        elif lag > self.bar:
+            self.missing = (
+                f"the group's lag at most {self.bar:,} records (about two batches at "
+                f"{self.rate:g} records/s), now {lag:,}"
+            )
+        else:
+            return True
+        if self.timeout_s is not None and at - self.since > self.timeout_s:
+            raise RollFailed(
+                f"no roll: waited {self.timeout_s:g} s for {self.missing}. {self._advice()}"
+            )
+        return False
+
+    def describe(self, at: float) -> str:
+        """One line for the live display: what the roll waits for, since when, what to do."""
+        waited = 0.0 if self.since is None else at - self.since
+        line = f"the roll waits for {self.missing} ({waited:.0f} s so far)"
+        if waited >= CATCH_UP_HINT_AFTER_S:
+            line += f". {self._advice()}"
+        if self.timeout_s is not None:
+            line += f"; gives up after {self.timeout_s:g} s"
+        return line
+
+    def _advice(self) -> str:
+        return (
+            "The instances do not keep up with the load on this machine (see `uptime` and their "
+            "logs): run again with a lower --rate or fewer --keys"
+        )
+
+
 class LocalController:
     """The local run's StatefulSet controller, on a thread: start the instances in order
     (`start_in_order`); then, unless `after_s` is None, once every instance is ready and the
-    group's lag is under `caught_up_records`, `after_s` later, roll them (`roll_instances`) and
+    group has caught up (`catch_up`), `after_s` later, roll them (`roll_instances`) and
     measure the output's longest gap per partition over the roll (`OutputTail.open_gaps`)."""
 
     def __init__(
@@ -133,19 +188,20 @@ class LocalController:
         pipeline: LocalPipeline,
         after_s: float | None,
         min_ready_s: float,
-        caught_up_records: int,
+        catch_up: CatchUpWait,
         ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
         self.pipeline = pipeline
         self.after_s = after_s
         self.min_ready_s = min_ready_s
-        self.caught_up_records = caught_up_records
+        self.catch_up = catch_up
         self.ready_timeout_s = ready_timeout_s
         self.step: RollStep | None = None
         self.started_ms: int | None = None
         self.ended_ms: int | None = None
         self.error: str | None = None
         self._started_all = False
+        self._caught_up_at: float | None = None
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
 
@@ -189,7 +245,10 @@ class LocalController:
                 return f"starting in order: {step.instance} ({step.position}/{step.of})"
             if self.after_s is None:
                 return "no roll (--no-roll)"
-            return f"roll: {self.after_s:g} s after every instance is ready and caught up"
+            if self._caught_up_at is not None:
+                left = self.after_s - (time.monotonic() - self._caught_up_at)
+                return f"caught up: the roll begins in {max(0.0, left):.0f} s"
+            return self.catch_up.describe(time.monotonic())
         gaps = self.gaps()
         spread = " ".join(f"{p}:{g:.1f}" for p, g in sorted(gaps.items()))
         longest = max(gaps.values(), default=0.0)
@@ -209,10 +268,9 @@ class LocalController:
 
     def _settled(self) -> bool:
         assert self.pipeline.lag is not None
-        statuses = [i.status() for i in self.pipeline.instances]
-        return all(s.ready for s in statuses) and (
-            self.pipeline.lag.total() <= self.caught_up_records
-        )
+        not_ready = [i.name for i in self.pipeline.instances if not i.status().ready]
+        lag = self.pipeline.lag.total() if not not_ready else 0
+        return self.catch_up.settled(not_ready, lag, time.monotonic())
 
     def _run(self) -> None:
         try:
@@ -226,9 +284,15 @@ class LocalController:
         self._started_all = True
         if self.after_s is None:
             return
-        while not self._settled():
-            if self._cancel.wait(POLL_INTERVAL_S):
-                return
+        try:
+            while not self._settled():
+                if self._cancel.wait(POLL_INTERVAL_S):
+                    return
+        except RollFailed as exc:
+            self.error = str(exc)
+            log.error("%s", exc)
+            return
+        self._caught_up_at = time.monotonic()
         if self._cancel.wait(self.after_s):
             return
         self.started_ms = now_ms()
