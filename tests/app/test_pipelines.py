@@ -1,32 +1,54 @@
 """The repository's aggregations keep the promises the machinery relies on: a fold of a range in
 one piece or in two gives the same state, the changelog value restores the state whole, the
-generated records keep the input contract, and every dead-letter reason is documented."""
+generated records keep the input contract, and every dead-letter reason is documented.
+
+Every aggregation of `app/pipelines/` is checked, found by its module: a fork's new one is, with
+nothing to add here (its records come from its own `generate_value`, as the load's do)."""
 
 from __future__ import annotations
 
-import json
+import importlib
+import inspect
+import pkgutil
 import random
 
 import pytest
 
+import app.pipelines
 from app.pipelines.distinct_users import DistinctUsers
-from app.pipelines.page_view_count import PageViewCount
-from app.pipelines.product_revenue import ProductRevenue
 from app.processor.aggregation import Aggregation, load_aggregation
+from policies.contract.processor_keys import DEFAULTS
 
-AGGREGATIONS = [PageViewCount(), ProductRevenue(), DistinctUsers()]
+
+def _pipelines_aggregations() -> list[Aggregation]:
+    """An instance of every concrete `Aggregation` defined in a module of `app/pipelines/`."""
+    found = []
+    for module_info in pkgutil.iter_modules(app.pipelines.__path__, "app.pipelines."):
+        module = importlib.import_module(module_info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            defined_here = cls.__module__ == module.__name__
+            if defined_here and issubclass(cls, Aggregation) and not inspect.isabstract(cls):
+                found.append(cls())
+    return found
+
+
+AGGREGATIONS = _pipelines_aggregations()
 MALFORMED = [(None, b"{}"), (b"", b"{}"), (b"\xff", b"{}"), (b"k", None), (b"k", b"nope")]
 
 
 def _records(aggregation: Aggregation, n: int) -> list[tuple[bytes, bytes]]:
+    """`n` records of one key, as the load generator makes them."""
     rnd = random.Random(3)
-    key = aggregation.key_name(0).encode()
-    values = {
-        PageViewCount: lambda i: {"page": key.decode(), "n": i},
-        ProductRevenue: lambda i: {"amount_cents": rnd.randrange(-100, 1000)},
-        DistinctUsers: lambda i: {"user": f"u{rnd.randrange(7)}"},
-    }[type(aggregation)]
-    return [(key, json.dumps(values(i)).encode()) for i in range(n)]
+    key = aggregation.key_name(0)
+    return [
+        (key.encode(), aggregation.generate_value(key, rnd, 1_700_000_000_000 + i))
+        for i in range(n)
+    ]
+
+
+def test_the_processors_default_aggregation_is_among_those_checked() -> None:
+    found = {f"{type(a).__module__}.{type(a).__name__}" for a in AGGREGATIONS}
+    assert DEFAULTS["aggregation.class"] in found, found
 
 
 def _fold(aggregation: Aggregation, records: list[tuple[bytes, bytes]]) -> object:
