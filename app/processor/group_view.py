@@ -10,6 +10,8 @@ crashed its process around a coordinator change. Who keeps which copy is the rin
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Mapping
 
 from app.processor.group_describer import GroupDescriber, GroupDescription
@@ -20,6 +22,8 @@ log = logging.getLogger("app.processor.membership")
 # What the admin client that describes the group takes from the member's settings.
 _ADMIN_KEYS = ("bootstrap.servers", "client.id", "security.protocol")
 _ADMIN_PREFIXES = ("sasl.", "ssl.")
+# How often a description waited for is looked for (the child answers in a few ms once started).
+DESCRIBE_POLL_S = 0.05
 
 
 class GroupView:
@@ -62,6 +66,25 @@ class GroupView:
             )
             return None
         return generation, description
+
+    def describe_now(self, timeout_s: float, stop: threading.Event) -> GroupDescription | None:
+        """One description, waited for up to `timeout_s` (or `stop`): before the member joins,
+        when nothing else asks. None, logged, when none came."""
+        self.request(0)
+        assert self._describer is not None
+        deadline = time.monotonic() + timeout_s
+        while not stop.wait(DESCRIBE_POLL_S):
+            answer = self._describer.result()
+            if answer is not None:
+                description = answer[1]
+                if not isinstance(description, str):
+                    return description
+                log.info("group %s could not be described: %s", self._group_id, description)
+                return None
+            if time.monotonic() > deadline:
+                log.info("group %s: no description within %.0f s", self._group_id, timeout_s)
+                return None
+        return None
 
     def standbys(self, description: GroupDescription) -> set[int] | None:
         """The partitions whose copies this member keeps, None to keep what it keeps (no

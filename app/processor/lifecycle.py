@@ -44,7 +44,7 @@ from app.processor.source_offsets import (
     running_batch,
 )
 from app.processor.startup import StartupClock
-from app.processor.state_restore import copies_path, read_copies
+from app.processor.state_restore import Member, copies_path, read_copies, warm_up_partitions
 from policies.contract.processor_keys import MEMBERSHIP_HANDOFF
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,9 @@ WARM_UP_TIMEOUT_S = 180.0
 # a slower one (the first: Python workers, plans) is followed by another, at most this many.
 CAUGHT_UP_ROUND_S = 5.0
 MAX_WARM_UP_ROUNDS = 4
+# How long the group's description before the warm-up may take (a child process's start, an
+# answer from the coordinator); without one the instance warms the copies it has, as before.
+DESCRIBE_BEFORE_JOIN_S = 30.0
 
 # A stop still running this long after shutdown.timeout.ms dumps every Python thread's stack to
 # the log (stderr): a shutdown that hangs says where, before the kubelet's SIGKILL at
@@ -167,6 +170,8 @@ class ProcessorInstance:
                 warm = self._warm_up(spark, sink)
                 self.clock.mark("warm-up")
                 log.info("warm %.1f s after start: joining the group", self.clock.since_start())
+                # Standbys until the group's description says which to keep: what warmed up.
+                self.member.keep_copies(self._copies())
                 self.member.start()
             if not self._wait_for_assignment():
                 return EXIT_OK if self._stop.is_set() else EXIT_FAILED
@@ -225,11 +230,18 @@ class ProcessorInstance:
         return False
 
     def _warm_up(self, spark: object, sink: TransactionalSink) -> StreamingQuery:
-        """Start the query and run warm-up batches (no input; the copies' changelog tails)
-        until one is quick, so that the copies are caught up, before the instance joins."""
-        copies = self._copies()
+        """Start the query and run warm-up batches (no input: the changelogs of the copies it
+        has and of those the group may hand it, `state_restore.warm_up_partitions`) until one
+        is quick, so that every copy is caught up before the instance joins."""
+        have = self._copies()
+        copies = sorted(set(have) | self._partitions_to_warm())
         if copies:
-            log.info("warming up: catching up the copies of partitions %s first", copies)
+            cold = sorted(set(copies) - set(have))
+            log.info(
+                "warming up: catching up the copies of partitions %s first (%s)",
+                copies,
+                f"{cold} from the beginning, none here" if cold else "all from copies here",
+            )
         query: StreamingQuery | None = None
         deadline = time.monotonic() + WARM_UP_TIMEOUT_S
         for round_ in range(1, MAX_WARM_UP_ROUNDS + 1):
@@ -256,6 +268,24 @@ class ProcessorInstance:
                 break  # what the copies missed meanwhile is a few seconds of changelog
         assert query is not None
         return query
+
+    def _partitions_to_warm(self) -> set[int]:
+        """The partitions the group may hand this instance once it joins, from the group's
+        description before the join (none without standbys, or without a description)."""
+        replicas = self.settings.num_standby_replicas
+        if replicas < 1:
+            return set()
+        group = self.member.describe_before_joining(DESCRIBE_BEFORE_JOIN_S)
+        if group is None:
+            log.warning(
+                "group %s not described before the join (see above; a topic not created yet, "
+                "brokers starting): warming up only the copies this instance has, so what the "
+                "group hands it without one is rebuilt from the changelog while it waits",
+                self.settings.application_id,
+            )
+            return set()
+        members = [Member(m.name, m.partitions) for m in group.members]
+        return warm_up_partitions(members, self.member.name, replicas, group.topic_partitions)
 
     def _copies(self) -> list[int]:
         """The partitions whose state copies this instance has (kept when standbys are on)."""

@@ -158,6 +158,11 @@ class GroupMember:
         """Whether the first assignment arrived within `timeout_s`."""
         return self._assigned.wait(timeout_s)
 
+    def describe_before_joining(self, timeout_s: float) -> GroupDescription | None:
+        """The group as it is before this member joins (what a hand-off warm-up plans from);
+        None when it could not be described within `timeout_s`."""
+        return self._view.describe_now(timeout_s, self._stop)
+
     def keep_copies(self, partitions: Iterable[int]) -> None:
         """Keep these copies as standbys until the group's membership says which to keep."""
         with self._lock:

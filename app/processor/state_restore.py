@@ -31,8 +31,14 @@ state is built from its changelog (`SourceOffsets` holds the positions):
   names (`group.instance.id`, else `client.id`, which the processor sets to its pod name), as a
   ring; the `num.standby.replicas` members after a partition's owner keep its copies. With
   `num.standby.replicas` >= the other members, every member keeps a copy of every partition it
-  does not own, so every move lands on a warm copy, whatever the assignor decides. A member
-  that is not in the group yet (a hand-off instance warming up) keeps the copies it has.
+  does not own, so every move lands on a warm copy, whatever the assignor decides.
+- **Warm before joining** (`warm_up_partitions`): a hand-off instance that is not in the group
+  yet (a restart, a wiped volume, a scale-out's new pod) catches up, before it joins, the copies
+  of every partition the group may hand it: the assignor (librdkafka's cooperative-sticky, or the
+  broker's under KIP-848) balances counts and cannot see copies, so a newcomer without them
+  would take partitions cold from members that hold them warm (Kafka Streams keeps those on
+  the caught-up member and warms the newcomer first, KIP-441; the processor, which cannot steer
+  the assignor, warms first instead).
 
 The pages of one partition never appear in another (records are partitioned by key), so a
 partition's copy changes only through its own changelog reads and batches.
@@ -195,3 +201,24 @@ def standby_partitions(
     for step in range(1, replicas + 1):  # fewer than the other members (above)
         kept |= ring[(mine - step) % len(ring)].partitions
     return kept - ring[mine].partitions
+
+
+def warm_up_partitions(
+    members: Sequence[Member], me: str, replicas: int, partitions: int
+) -> set[int]:
+    """The partitions whose copies member `me` catches up before it joins the group of
+    `members` (see the module docstring): those it will keep as a standby once in the ring, and
+    those the assignor may move to it. With a copy on every other member, that is all of them;
+    else the partitions of members owning more than their share after the join (the only ones
+    a balancing assignor takes from) and any owned by nobody."""
+    others = [m for m in members if m.name != me]
+    if replicas < 1 or partitions < 1:
+        return set()
+    if replicas >= len(others):
+        return set(range(partitions))
+    ring = [*others, Member(me, frozenset())]
+    share = partitions // len(ring)
+    movable = {p for m in others if len(m.partitions) > share for p in m.partitions}
+    owned = {p for m in others for p in m.partitions}
+    unowned = set(range(partitions)) - owned
+    return standby_partitions(ring, me, replicas, partitions) | movable | unowned

@@ -327,6 +327,44 @@ def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, starte
         assert code == 0, processor.log()[-3000:]
 
 
+def test_a_wiped_hand_off_instance_catches_up_before_it_takes_a_partition(
+    group: Group, started: Started
+) -> None:
+    """A lost volume or a new pod: the assignor hands partitions to the newcomer whatever it
+    holds, so it must hold them warm before it joins, not rebuild them while they wait."""
+    first, second = _start_hand_off_pair(group, started, events=4000)
+    code, _ = second.terminate()  # its partitions go to the first instance's copies
+    assert code == 0, second.log()[-3000:]
+    wait_until(
+        lambda: _assigned(first) == PARTITIONS,
+        RUN_TIMEOUT_S,
+        "the first instance to own every partition",
+        interval_s=0.5,
+    )
+    group.produce(2000)
+    wiped = group.start("page-view-counter-1", state="page-view-counter-1-wiped", **HANDOFF)
+    started.processors.append(wiped)
+    wait_until(
+        lambda: _ready(wiped) and _assigned(wiped) > 0,
+        RUN_TIMEOUT_S,
+        "the wiped instance to be ready with partitions",
+        interval_s=0.5,
+    )
+    group.produce(1000)
+    group.wait_exact(first, wiped)
+    log = wiped.log()
+    joined = log.index("s after start: joining the group")
+    gained = re.findall(r"\(gained\): reading \S+ (from the beginning|after this instance)", log)
+    assert gained and "from the beginning" not in gained, (
+        f"partitions taken without a copy: {gained}\n{log[-4000:]}"
+    )
+    rebuilt = re.findall(r"\(standby copy\): reading \S+ from the beginning", log[:joined])
+    assert rebuilt, f"no copy rebuilt before the join:\n{log[:joined][-4000:]}"
+    for processor in (first, wiped):
+        code, _ = processor.terminate()
+        assert code == 0, processor.log()[-3000:]
+
+
 def test_a_broker_lost_and_back_keeps_the_instances_up_and_counts_exact(
     kraft_cluster: KraftCluster, tmp_path: Path, started: Started
 ) -> None:

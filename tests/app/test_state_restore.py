@@ -13,6 +13,7 @@ from app.processor.state_restore import (
     read_copies,
     record_batch,
     standby_partitions,
+    warm_up_partitions,
     write_copies,
 )
 
@@ -47,6 +48,30 @@ def test_no_standbys_without_the_setting_a_peer_or_membership() -> None:
     assert standby_partitions(members(a=(0, 1)), "a", 1, 2) == set()
     assert standby_partitions(members(a=(0,), b=(1,)), "a", 0, 2) == set()
     assert standby_partitions(members(a=(0,), b=(1,)), "c", 1, 2) == set()
+
+
+def test_a_newcomer_with_a_copy_due_on_every_member_warms_every_partition() -> None:
+    # A hand-off restart (the others took its partitions) and a scale-out: whatever the
+    # assignor hands over, a warm copy of it is here first.
+    assert warm_up_partitions(members(a=(0, 1, 2), b=(3, 4, 5)), "c", 2, 6) == set(range(6))
+    assert warm_up_partitions(members(a=(0, 1), b=(2, 3), c=(4, 5)), "d", 3, 6) == set(range(6))
+    # Its own former membership (a crash, not yet expired) is not one of the others.
+    assert warm_up_partitions(members(a=(0, 1, 2), c=(3, 4, 5)), "c", 1, 6) == set(range(6))
+
+
+def test_a_newcomer_with_fewer_copies_warms_its_ring_share_and_what_can_move_to_it() -> None:
+    # 3 members of 2 partitions each, a fourth joins with 1 standby: its share is 1, so each
+    # member's 2 can move; 4 members of 3 + a fifth: only the members above 2 give one up.
+    group = members(a=(0, 1), b=(2, 3), c=(4, 5))
+    assert warm_up_partitions(group, "d", 1, 6) == set(range(6))
+    big = members(a=(0, 1, 2), b=(3, 4), c=(5, 6), e=(7, 8, 9))
+    assert warm_up_partitions(big, "d", 1, 10) == {0, 1, 2, 5, 6, 7, 8, 9}  # c's: the ring's
+
+
+def test_no_warm_up_copies_without_standbys_or_partitions() -> None:
+    assert warm_up_partitions(members(a=(0, 1)), "b", 0, 2) == set()
+    assert warm_up_partitions([], "a", 1, 0) == set()
+    assert warm_up_partitions([], "a", 1, 4) == {0, 1, 2, 3}  # the first member of a new group
 
 
 def test_a_batch_records_reads_and_writes_and_forgets_unwritten_state() -> None:
