@@ -4,7 +4,8 @@ On a secured cluster each broker pod runs three containers: the broker; `grant-a
 broker's image with the broker's certificate, which grants the bootstrap ACLs
 (`infra/bootstrap_grants.py`); and the readiness sidecar on the processor's image
 (`app.admin.broker_readiness`), which connects as its own describe-only SCRAM user and never sees
-the broker's key.
+the broker's key. What each container runs, and the folders and files its command names, are
+`policies.contract.container_commands`' (the pack renders them again and compares).
 """
 
 from __future__ import annotations
@@ -19,9 +20,24 @@ import pulumi_random as random
 
 from infra import bootstrap_grants, stateful_volumes, workload
 from infra.config import KafkaConfig, SecurityConfig, quantity
-from infra.kafka_credentials import USERS_DIR, KafkaCredentials
-from policies.contract import acl_grants, acl_specs
+from infra.kafka_credentials import KafkaCredentials
+from policies.contract import acl_grants, acl_specs, container_commands
 from policies.contract.acl_specs import KafkaUser
+from policies.contract.container_commands import (
+    BOOTSTRAP_ACLS_FILE,
+    BOOTSTRAP_DIR,
+    DATA_DIR,
+    FORMAT_FILE,
+    GRANT_CLIENT_FILE,
+    KAFKA_CONFIG_DIR,
+    NODE_ID_VARIABLE,
+    READINESS_CLIENT_FILE,
+    READINESS_PORT,
+    READINESS_PREVIOUS_CLIENT_FILE,
+    SCRAM_MECHANISM_FILE,
+    SEED_DIR,
+    USERS_DIR,
+)
 from policies.contract.java_properties import format_properties
 from policies.contract.kafka_security import (
     CLIENT_LISTENER,
@@ -34,28 +50,13 @@ CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
 # Replication between brokers, and the `grant-acls` containers (who connect as the broker).
 INTERNAL_PORT = 9094
-# The broker-readiness sidecar's HTTP port (`app.admin.broker_readiness`): /ready, /live, /metrics.
-READINESS_PORT = 8090
 # A restarted broker is ready once back in every ISR: the roll's budget per broker allows this
 # long for its replicas to catch up with what was written while it was down.
 CATCH_UP_SECONDS = 300
-DATA_DIR = "/var/lib/kafka/data"
 # The brokers' key, certificate and CA (the TLS Secret), read-only.
 TLS_DIR = "/etc/kafka/tls"
-# What a new cluster starts from (the `<name>-bootstrap` ConfigMap): the settings its storage
-# is formatted with, the ACLs the `grant-acls` containers grant (the topic reconciler's and the
-# readiness user's own) as JSON (what the readiness sidecars check) and as `kafka-acls.sh`
-# arguments (what the grant script runs), and the readiness sidecars' client settings.
-BOOTSTRAP_DIR = "/etc/kafka/bootstrap"
-FORMAT_FILE = "server.properties"
-BOOTSTRAP_ACLS_FILE = "bootstrap-acls.json"
-READINESS_CLIENT_FILE = "readiness-client.properties"
-# Its previous credentials revision's login, while a rotation is under way.
-READINESS_PREVIOUS_CLIENT_FILE = "readiness-previous-client.properties"
-# The SCRAM mechanism of the current credentials revision, which the format step creates the
-# users with. A file, not part of the script: a rotation changes it without rolling the brokers.
-SCRAM_MECHANISM_FILE = "scram-mechanism"
-# Read by the format step, the grant container and the readiness sidecar alike.
+# The bootstrap ConfigMap at `BOOTSTRAP_DIR`, read by the format step, the grant container and
+# the readiness sidecar alike.
 BOOTSTRAP_MOUNT = k8s.core.v1.VolumeMountArgs(
     name="bootstrap", mount_path=BOOTSTRAP_DIR, read_only=True
 )
@@ -75,7 +76,7 @@ def broker_env_name(config: str) -> str:
 # The pod's ordinal, set by the StatefulSet controller (beta 1.28, GA 1.32): node N is always
 # pod kafka-N, so the voters list needs no script to derive it.
 NODE_ID_ENV = k8s.core.v1.EnvVarArgs(
-    name="KAFKA_NODE_ID",
+    name=NODE_ID_VARIABLE,
     value_from=k8s.core.v1.EnvVarSourceArgs(
         field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
             field_path="metadata.labels['apps.kubernetes.io/pod-index']"
@@ -97,31 +98,6 @@ def broker_dns_names(name: str, namespace: str, replicas: int) -> list[str]:
         f"{name}.{namespace}.svc",
         "localhost",
     ]
-
-
-# Formats the node's storage with every SCRAM user before the image's own start formats it
-# without them (which then finds it formatted, and the image goes on): KRaft writes users
-# given at format into the cluster's first metadata, so they exist before any client connects,
-# each with its password of the current credentials revision for that revision's mechanism.
-# The passwords are files (a projected volume of the user Secrets), never environment, and reach
-# a command line only for the first format: a formatted node skips the step at every later start.
-FORMAT_SCRIPT = f"""set -eu
-if [ -f {DATA_DIR}/logs/meta.properties ]; then
-  echo "{DATA_DIR}/logs is formatted already: nothing to do"
-  exit 0
-fi
-config=/tmp/format.properties
-cp {BOOTSTRAP_DIR}/{FORMAT_FILE} "$config"
-echo "node.id=$KAFKA_NODE_ID" >> "$config"
-mechanism=$(cat {BOOTSTRAP_DIR}/{SCRAM_MECHANISM_FILE})
-set --
-for file in {USERS_DIR}/*; do
-  set -- "$@" --add-scram "$mechanism=[name=$(basename "$file"),password=$(cat "$file")]"
-done
-echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) $mechanism user(s)"
-exec /opt/kafka/bin/kafka-storage.sh format --cluster-id "$CLUSTER_ID" --config "$config" \
-  --ignore-formatted "$@"
-"""
 
 
 def heap_megabytes(memory: str) -> int:
@@ -176,7 +152,7 @@ class KafkaCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         headless = f"{name}-headless"
         component_labels = workload.labels(name, "kafka")
-        self.bootstrap_servers = f"{name}.{ns}.svc.cluster.local:{CLIENT_PORT}"
+        self.bootstrap_servers = container_commands.bootstrap_servers(name, ns, CLIENT_PORT)
         self.client_egress = k8s.networking.v1.NetworkPolicyEgressRuleArgs(
             to=[workload.pod_peer(workload.selector(name))],
             ports=workload.tcp_ports(CLIENT_PORT),
@@ -268,9 +244,7 @@ class KafkaCluster(pulumi.ComponentResource):
                     # update without a roll.
                     BOOTSTRAP_ACLS_FILE: acl_specs.dumps(list(args.bootstrap_users)),
                     acl_grants.GRANTS_FILE: acl_grants.grant_lines(list(args.bootstrap_users)),
-                    bootstrap_grants.GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(
-                        TLS_DIR
-                    ),
+                    GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(TLS_DIR),
                     READINESS_CLIENT_FILE: format_properties(readiness.properties),
                     READINESS_PREVIOUS_CLIENT_FILE: format_properties(
                         readiness.previous_properties
@@ -352,7 +326,7 @@ class KafkaCluster(pulumi.ComponentResource):
         security = workload.container_security_context()
         # The image's start script writes server.properties into /opt/kafka/config and logs into
         # /opt/kafka/logs; with a read-only root those are emptyDirs, seeded with the image's files.
-        writable = {"config": "/opt/kafka/config", "logs": "/opt/kafka/logs", "tmp": "/tmp"}
+        writable = {"config": KAFKA_CONFIG_DIR, "logs": "/opt/kafka/logs", "tmp": "/tmp"}
         mounts = [
             k8s.core.v1.VolumeMountArgs(name=volume, mount_path=path)
             for volume, path in writable.items()
@@ -361,15 +335,16 @@ class KafkaCluster(pulumi.ComponentResource):
             k8s.core.v1.VolumeArgs(name=volume, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())
             for volume in writable
         ]
+        seed = container_commands.seed_config()
         init_containers = [
             k8s.core.v1.ContainerArgs(
-                name="seed-config",
+                name=seed.name,
                 image=cfg.image,
                 image_pull_policy="Always",
-                command=["sh", "-c", "cp -R /opt/kafka/config/. /seed/"],
+                command=list(seed.command),
                 resources=resources,
                 security_context=security,
-                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="config", mount_path="/seed")],
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="config", mount_path=SEED_DIR)],
             )
         ]
         tls_mounts: list[k8s.core.v1.VolumeMountArgs] = []
@@ -394,12 +369,13 @@ class KafkaCluster(pulumi.ComponentResource):
                     config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=bootstrap.metadata.name),
                 ),
             ]
+            format_storage = container_commands.format_storage()
             init_containers.append(
                 k8s.core.v1.ContainerArgs(
-                    name="format-storage",
+                    name=format_storage.name,
                     image=cfg.image,
                     image_pull_policy="Always",
-                    command=["sh", "-c", FORMAT_SCRIPT],
+                    command=list(format_storage.command),
                     env=[
                         *(e for e in env if e.name in ("CLUSTER_ID", NODE_ID_ENV.name)),
                     ],
@@ -444,7 +420,8 @@ class KafkaCluster(pulumi.ComponentResource):
                 init_containers=init_containers,
                 containers=[
                     k8s.core.v1.ContainerArgs(
-                        name="kafka",
+                        # No command or args: the image's own start.
+                        name=container_commands.kafka_broker().name,
                         image=cfg.image,
                         image_pull_policy="Always",
                         env=env,
@@ -509,31 +486,13 @@ class KafkaCluster(pulumi.ComponentResource):
         Pulumi starts once every broker is ready) is never refused on a new cluster, and it
         serves the certificates' expiry on /metrics.
         """
-        connect = ["--bootstrap-server", f"localhost:{CLIENT_PORT}"]
-        if mounts:
-            connect += [
-                "--command-config",
-                f"{BOOTSTRAP_DIR}/{READINESS_CLIENT_FILE}",
-                "--fallback-command-config",
-                f"{BOOTSTRAP_DIR}/{READINESS_PREVIOUS_CLIENT_FILE}",
-                "--bootstrap-acls",
-                f"{BOOTSTRAP_DIR}/{BOOTSTRAP_ACLS_FILE}",
-            ]
+        runs = container_commands.broker_readiness(CLIENT_PORT, secured=bool(mounts))
         return k8s.core.v1.ContainerArgs(
-            name="broker-readiness",
+            name=runs.name,
             image=args.readiness_image,
             image_pull_policy=args.readiness_image_pull_policy,
             # `args`: the image's ENTRYPOINT (tini) stays PID 1.
-            args=[
-                "python",
-                "-m",
-                "app.admin.broker_readiness",
-                "--node-id",
-                "$(KAFKA_NODE_ID)",
-                *connect,
-                "--port",
-                str(READINESS_PORT),
-            ],
+            args=list(runs.args),
             env=[NODE_ID_ENV],
             volume_mounts=mounts or None,
             ports=[k8s.core.v1.ContainerPortArgs(name="readiness", container_port=READINESS_PORT)],
@@ -558,32 +517,25 @@ class KafkaCluster(pulumi.ComponentResource):
         """`grant-acls`: the bootstrap ACLs, granted as the broker from the broker's own image.
 
         The broker's key stays with the image that runs the broker; the script
-        (`infra/bootstrap_grants.py`) needs only busybox sh and Kafka's `kafka-acls.sh`.
+        (`policies.contract.container_commands.grant_script`) needs only busybox sh and Kafka's
+        `kafka-acls.sh`.
         `mounts`: the broker's TLS Secret and its writable folders (the tool's logs, config, /tmp).
         """
-        # Each round touches the heartbeat; one stuck longer than this is restarted.
-        alive = [
-            "sh",
-            "-c",
-            f'test -n "$(find {bootstrap_grants.HEARTBEAT} '
-            f'-mmin -{bootstrap_grants.STUCK_MINUTES})"',
-        ]
+        runs = container_commands.grant_acls(INTERNAL_PORT)
+        # Each round touches the heartbeat; one stuck longer than the contract allows is restarted.
+        alive = k8s.core.v1.ExecActionArgs(command=list(runs.probe))
         return k8s.core.v1.ContainerArgs(
-            name="grant-acls",
+            name=runs.name,
             image=image,
             image_pull_policy="Always",
-            command=[
-                "sh",
-                "-c",
-                bootstrap_grants.grant_script(BOOTSTRAP_DIR, f"localhost:{INTERNAL_PORT}"),
-            ],
+            command=list(runs.command),
             # kafka-acls.sh starts a JVM a line; the tool needs little heap.
             env=[k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value="-Xmx128m")],
             volume_mounts=[*mounts, BOOTSTRAP_MOUNT],
             resources=workload.guaranteed_resources("250m", "384Mi"),
             security_context=workload.container_security_context(),
             startup_probe=k8s.core.v1.ProbeArgs(
-                exec_=k8s.core.v1.ExecActionArgs(command=alive),
+                exec_=alive,
                 period_seconds=5,
                 failure_threshold=12,
             ),
@@ -591,12 +543,12 @@ class KafkaCluster(pulumi.ComponentResource):
             # the readiness sidecar (DescribeAcls: they exist in the cluster), so a restarted
             # broker does not wait for its own container to grant them again.
             readiness_probe=k8s.core.v1.ProbeArgs(
-                exec_=k8s.core.v1.ExecActionArgs(command=alive),
+                exec_=alive,
                 period_seconds=10,
                 failure_threshold=3,
             ),
             liveness_probe=k8s.core.v1.ProbeArgs(
-                exec_=k8s.core.v1.ExecActionArgs(command=alive),
+                exec_=alive,
                 period_seconds=60,
                 failure_threshold=3,
             ),

@@ -60,9 +60,6 @@ PASSWORD_LENGTH = 40
 # Where a client pod mounts its user's Secret and the cluster's CA.
 USER_DIR = "/etc/kafka-user"
 CA_DIR = "/etc/kafka-ca"
-# Where the brokers' format step and the reconciler read every user's password: one file per
-# user, named after it (a projected volume of the user Secrets).
-USERS_DIR = "/etc/kafka/users"
 
 
 @dataclass(frozen=True)
@@ -269,7 +266,8 @@ class KafkaCredentials(pulumi.ComponentResource):
 
     def users_volume(self, name: str) -> k8s.core.v1.VolumeArgs:
         """Every SCRAM user's password of the current revision as a file named after the user
-        (mount it at USERS_DIR). The key does not change with the revision, so a rotation does
+        (mount it at `policies.contract.container_commands.USERS_DIR`, where the format step and
+        the reconciler read them). The key does not change with the revision, so a rotation does
         not change the pod template of a pod that mounts this (the brokers')."""
         return k8s.core.v1.VolumeArgs(
             name=name,

@@ -13,7 +13,9 @@ import pulumi_kubernetes as k8s
 from infra import stateful_volumes, workload
 from infra.config import ProcessorConfig
 from infra.kafka_credentials import ClientAccess
-from infra.processor_properties import HEALTH_PORT, PROPERTIES_DIR, PROPERTIES_FILE, STATE_DIR
+from infra.processor_properties import HEALTH_PORT, STATE_DIR
+from policies.contract import container_commands
+from policies.contract.container_commands import PROPERTIES_DIR, PROPERTIES_FILE
 from policies.contract.java_properties import format_properties
 from policies.contract.topic_specs import DeploymentNames
 
@@ -175,6 +177,7 @@ class Processor(pulumi.ComponentResource):
         )
 
         http_probe = partial(workload.http_probe, port=HEALTH_PORT)
+        runs = container_commands.processor()
         files = workload.config_and_tmp("config", config_map.metadata.name, PROPERTIES_DIR)
         return k8s.core.v1.PodTemplateSpecArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -199,18 +202,12 @@ class Processor(pulumi.ComponentResource):
                 topology_spread_constraints=spread,
                 containers=[
                     k8s.core.v1.ContainerArgs(
-                        name="processor",
+                        name=runs.name,
                         image=image,
                         image_pull_policy=cfg.image_pull_policy,
                         # `args`, not `command`: `command` replaces the image's ENTRYPOINT,
                         # and tini (PID 1: forwards SIGTERM, reaps the JVM's children) must run.
-                        args=[
-                            "python",
-                            "-m",
-                            "app.processor",
-                            "--properties",
-                            f"{PROPERTIES_DIR}/{PROPERTIES_FILE}",
-                        ],
+                        args=list(runs.args),
                         # POD_NAME is the instance id: group.instance.id and transactional.id.
                         env=workload.downward_env(),
                         ports=[

@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # infra.config validates a stack by rendering its properties 
 
 STATE_DIR = "/var/lib/processor"
 HEALTH_PORT = 8080
-PROPERTIES_DIR = "/etc/processor"
-PROPERTIES_FILE = "processor.properties"
 
 # The processor's default heartbeat (why it is short: its row in the contract's processor_keys);
 # the session timeout here is minutes, so a third of it would let a member miss a rebalance for

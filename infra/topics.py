@@ -12,19 +12,21 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra import workload
-from infra.kafka_credentials import USERS_DIR, KafkaCredentials
-from policies.contract import acl_specs
+from infra.kafka_credentials import KafkaCredentials
+from policies.contract import acl_specs, container_commands
 from policies.contract.acl_specs import KafkaUser
+from policies.contract.container_commands import (
+    ACLS_FILE,
+    CLIENT_FILE,
+    PREVIOUS_CLIENT_FILE,
+    SPECS_DIR,
+    SPECS_FILE,
+    USERS_DIR,
+    ContainerCommand,
+)
 from policies.contract.java_properties import format_properties
 from policies.contract.topic_specs import GroupConfigSpec, TopicSpec, dumps
 
-SPECS_DIR = "/etc/topics"
-SPECS_FILE = "topics.json"
-ACLS_FILE = "acls.json"
-CLIENT_FILE = "client.properties"
-# The reconciler's login when Kafka refuses CLIENT_FILE's: in a rotation its new credential does
-# not exist until it sets it, and it logs in with the previous revision's (still valid) instead.
-PREVIOUS_CLIENT_FILE = "previous-client.properties"
 # The SCRAM user the Job connects as (one of `policies.contract.acl_specs.pipeline_users`).
 RECONCILER_USER = "topic-reconciler"
 RECONCILER_UID = 10001
@@ -71,45 +73,24 @@ class TopicReconciliation(pulumi.ComponentResource):
         specs_json = dumps(list(args.specs), list(args.groups))
         data = {SPECS_FILE: specs_json}
         component_labels = workload.labels(name, "topic-reconciler")
-        # The container's `args` (the image's ENTRYPOINT, tini, stays PID 1).
-        command_line = [
-            "python",
-            "-m",
-            "app.admin.topics",
-            "--bootstrap-servers",
-            args.bootstrap_servers,
-            "--specs",
-            f"{SPECS_DIR}/{SPECS_FILE}",
-        ]
-        if args.allow_partition_increase:
-            command_line.append("--allow-partition-increase")
         access = None
         if args.credentials is not None:
             access = args.credentials.client_access(RECONCILER_USER, previous=True)
             data[ACLS_FILE] = acl_specs.dumps(list(args.users))
             data[CLIENT_FILE] = format_properties(access.properties)
             data[PREVIOUS_CLIENT_FILE] = format_properties(access.previous_properties)
-            command_line += [
-                "--acls",
-                f"{SPECS_DIR}/{ACLS_FILE}",
-                "--command-config",
-                f"{SPECS_DIR}/{CLIENT_FILE}",
-                "--fallback-command-config",
-                f"{SPECS_DIR}/{PREVIOUS_CLIENT_FILE}",
-                # Every user's password, upserted as its SCRAM credential of the revision's
-                # mechanism beside the previous one's: the first step of a rotation.
-                "--scram-passwords-dir",
-                USERS_DIR,
-                "--scram-mechanism",
-                args.credentials.scram_mechanism,
-            ]
+        runs = container_commands.topic_reconciler(
+            args.bootstrap_servers,
+            allow_partition_increase=args.allow_partition_increase,
+            scram_mechanism=args.credentials.scram_mechanism if args.credentials else None,
+        )
         # Everything in the immutable Job template that can change, so a change is a new Job
         # (a new credentials revision too: the new passwords are upserted by the new Job).
         revision = workload.content_name(
             name,
             "".join(data.values())
             + "args: "
-            + " ".join(command_line)
+            + " ".join(runs.args)
             + args.image
             + str(access.annotations if access else ""),
         )
@@ -135,7 +116,7 @@ class TopicReconciliation(pulumi.ComponentResource):
         reconciler_job(
             name,
             ReconcilerPod(ns, revision, component_labels, args.image, args.image_pull_policy),
-            command_line,
+            runs,
             mounts,
             volumes,
             child,
@@ -149,26 +130,25 @@ class TopicReconciliation(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class ReconcilerPod:
-    """What a reconciler Job's metadata and container take besides its command and volumes."""
+    """What a reconciler Job's metadata and container take besides what it runs and mounts."""
 
     namespace: str
     job_name: str
     labels: dict[str, str]
     image: str
     image_pull_policy: str
-    container: str = "reconcile"
 
 
 def reconciler_job(
     name: str,
     pod: ReconcilerPod,
-    command_line: Sequence[str],
+    runs: ContainerCommand,
     mounts: Sequence[k8s.core.v1.VolumeMountArgs],
     volumes: Sequence[k8s.core.v1.VolumeArgs],
     opts: pulumi.ResourceOptions,
 ) -> k8s.batch.v1.Job:
-    """A Job that runs `command_line` once as the reconciler's user (its pods are the
-    reconciler's: the same labels, so the same NetworkPolicy)."""
+    """A Job whose one container runs `runs` (the contract's) once as the reconciler's user
+    (its pods are the reconciler's: the same labels, so the same NetworkPolicy)."""
     return k8s.batch.v1.Job(
         name,
         metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -193,10 +173,11 @@ def reconciler_job(
                     security_context=workload.pod_security_context(RECONCILER_UID),
                     containers=[
                         k8s.core.v1.ContainerArgs(
-                            name=pod.container,
+                            name=runs.name,
                             image=pod.image,
                             image_pull_policy=pod.image_pull_policy,
-                            args=list(command_line),
+                            # `args`: the image's ENTRYPOINT (tini) stays PID 1.
+                            args=list(runs.args),
                             resources=workload.guaranteed_resources("250m", "256Mi"),
                             security_context=workload.container_security_context(),
                             volume_mounts=list(mounts),
@@ -253,21 +234,8 @@ class ScramRetirement(pulumi.ComponentResource):
                 reconciliation.pod_labels,
                 args.image,
                 args.image_pull_policy,
-                container="retire",
             ),
-            [
-                "python",
-                "-m",
-                "app.admin.scram_retire",
-                "--bootstrap-servers",
-                args.bootstrap_servers,
-                "--acls",
-                f"{SPECS_DIR}/{ACLS_FILE}",
-                "--command-config",
-                f"{SPECS_DIR}/{CLIENT_FILE}",
-                "--retire",
-                retired,
-            ],
+            container_commands.scram_retire(args.bootstrap_servers, retired),
             [*files.mounts, *access.mounts],
             [*files.volumes, *access.volumes],
             pulumi.ResourceOptions(parent=self),

@@ -3,10 +3,10 @@
 One row per processor key (`processor_keys`), the membership rules (`membership`), the restart
 budget (`restart_budget`), Kubernetes quantities (`quantity`), the properties codec
 (`java_properties`), TLS weakenings (`tls_settings`), the listeners' security and the SCRAM
-mechanisms (`kafka_security`), and the pipeline's topics and users with their codecs
-(`topic_specs`, `acl_specs`): stack validation at `pulumi up`, the processor's check at start and
-the pack's rules in review all call these, each with its own message framing, so a rule is
-stated once.
+mechanisms (`kafka_security`), the pipeline's topics and users with their codecs
+(`topic_specs`, `acl_specs`), and what each container runs (`container_commands`): stack
+validation at `pulumi up`, the processor's check at start and the pack's rules in review all call
+these, each with its own message framing, so a rule is stated once.
 
 It lives inside the policy pack because `pulumi policy publish` and
 `pulumi preview --policy-pack policies` take the pack's directory alone: the pack must carry

@@ -21,6 +21,7 @@ def all_policies() -> list[Policy]:
     from . import (
         acls,
         broker_security,
+        commands,
         credentials,
         group_membership,
         kafka_cluster,
@@ -43,6 +44,7 @@ def all_policies() -> list[Policy]:
         *processor.POLICIES,
         *pair.POLICIES,
         *acls.POLICIES,
+        *commands.POLICIES,
         *group_membership.POLICIES,
         *workloads.POLICIES,
         *pod_security.POLICIES,

@@ -117,25 +117,32 @@ class StackView:
                 return resource
         return None
 
-    def kafka_user(self, workload: PolicyResource) -> str | None:
-        """The Kafka user a workload connects as: `sasl.username` of a properties file in a
-        ConfigMap its pods mount (else a processor's `application.id`, which names its user).
-
-        For a Kafka cluster that is its readiness sidecars' user (the brokers themselves are
-        their certificate, and no properties file of theirs names a SCRAM user)."""
+    def mounted_config_maps(self, workload: PolicyResource) -> list[PolicyResource]:
+        """The ConfigMaps of this stack a workload's pods mount (as volumes or projections)."""
         namespace = namespace_of(workload.props)
-        found: dict[str, str] = {}
+        found = []
         for volume in items(pod_spec(workload.resource_type, workload.props), "volumes"):
             names = [get(volume, "configMap", "name")] + [
                 get(source, "configMap", "name") for source in items(volume, "projected", "sources")
             ]
             for name in filter(None, names):
                 config_map = self.config_map(namespace, str(name))
-                data = get(config_map.props, "data", default={}) if config_map else {}
-                for key, text in data.items():
-                    if str(key).endswith(PROPERTIES_SUFFIX) and isinstance(text, str):
-                        for setting, value in load_properties(text).items():
-                            found.setdefault(setting, value)
+                if config_map is not None:
+                    found.append(config_map)
+        return found
+
+    def kafka_user(self, workload: PolicyResource) -> str | None:
+        """The Kafka user a workload connects as: `sasl.username` of a properties file in a
+        ConfigMap its pods mount (else a processor's `application.id`, which names its user).
+
+        For a Kafka cluster that is its readiness sidecars' user (the brokers themselves are
+        their certificate, and no properties file of theirs names a SCRAM user)."""
+        found: dict[str, str] = {}
+        for config_map in self.mounted_config_maps(workload):
+            for key, text in get(config_map.props, "data", default={}).items():
+                if str(key).endswith(PROPERTIES_SUFFIX) and isinstance(text, str):
+                    for setting, value in load_properties(text).items():
+                        found.setdefault(setting, value)
         return found.get("sasl.username") or found.get("application.id")
 
     def processors(self) -> list[ProcessorDeployment]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from policies.contract import container_commands
 from policies.evaluate import Violation
 from tests.policies.conftest import Evaluate, findings_of, stack_config
 from tests.policies.handmade_stack import (
@@ -192,18 +193,25 @@ def test_a_pod_beyond_the_restricted_standard_is_caught(run, edit: Edit, expecte
 
 
 def test_an_init_container_is_held_to_the_same_standard(run) -> None:
+    seed = container_commands.seed_config()
+
     def add_init(r: Resource) -> None:
-        init = copy.deepcopy(first_container(r))
-        init.update(name="setup", securityContext={"capabilities": {"add": ["NET_ADMIN"]}})
+        # One the contract declares, running its render: only its security context is at fault.
+        init = {k: v for k, v in copy.deepcopy(first_container(r)).items() if k != "args"}
+        init.update(
+            name=seed.name,
+            command=list(seed.command),
+            securityContext={"capabilities": {"add": ["NET_ADMIN"]}},
+        )
         pod(r)["initContainers"] = [init]
 
     violations = _findings(run, _processor(add_init))
     fields = {v.message.split(" is ")[0].removeprefix(f"{PROCESSOR}: ") for v in violations}
     assert {
-        "container setup securityContext.allowPrivilegeEscalation",
-        "container setup securityContext.readOnlyRootFilesystem",
-        "container setup securityContext.capabilities.drop",
-        "container setup securityContext.capabilities.add",
+        f"container {seed.name} securityContext.allowPrivilegeEscalation",
+        f"container {seed.name} securityContext.readOnlyRootFilesystem",
+        f"container {seed.name} securityContext.capabilities.drop",
+        f"container {seed.name} securityContext.capabilities.add",
     } <= fields
 
 

@@ -419,6 +419,15 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "${dir:DIRECTORY:FILE} or ${env:NAME} reference",
     ),
     (
+        "container-commands",
+        "processor",
+        lambda r: first_container(r)["args"].append("--debug-shell"),
+        "container processor args is python -m app.processor --properties "
+        "/etc/processor/processor.properties --debug-shell (word 6 '--debug-shell' is more than "
+        "the contract has); required: exactly python -m app.processor --properties "
+        "/etc/processor/processor.properties",
+    ),
+    (
         "kafka-least-privilege",
         "topics-specs",
         with_acl("TOPIC", "*", "READ"),
@@ -445,7 +454,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 48
+    assert len(policies) == 49
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:

@@ -8,7 +8,7 @@ import base64
 import pytest
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from policies.contract import kafka_security
+from policies.contract import container_commands, kafka_security
 from policies.contract.java_properties import load_properties
 from policies.contract.kafka_security import (
     broker_security_configs,
@@ -620,7 +620,8 @@ def test_a_literal_password_in_an_init_container_is_refused(run) -> None:
         pod(r)["initContainers"] = [
             {
                 **first_container(r),
-                "name": "format-storage",
+                "name": container_commands.FORMAT_STORAGE,
+                "command": list(container_commands.format_storage().command),
                 "env": [{"name": "KAFKA_SASL_PASSWORD", "value": PASSWORD}],
             }
         ]

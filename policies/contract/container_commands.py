@@ -1,0 +1,323 @@
+"""What each container of the stack runs: its command, its args, the command of its exec probes,
+and the files it acts on, for the Pulumi program and the policy pack alike.
+
+A container runs with its pod's credentials (the brokers' key, a user's password), so what it
+runs must be exactly what review judged. The program renders every container from the
+functions here (`infra/kafka_cluster.py`, `infra/processor.py`, `infra/topics.py`), and the
+pack's `container-commands` rule renders each again from the same inputs, read from the stack
+it reviews (the brokers' listeners, the Kafka cluster's address, the credentials revision's
+SCRAM mechanism), and refuses any difference: a line added to a script, another module, an
+exec probe or a lifecycle hook the contract does not declare, a `$(NAME)` the kubelet would
+substitute, a file acted on that is not a ConfigMap of the stack, or a container it does not
+know. Change what a container runs here, never in a manifest.
+
+The images' own ENTRYPOINT and CMD are outside a manifest: `pinned-images` holds them by digest.
+
+Standard library only: the Pulumi program, the pack and the processor image import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.contract.acl_grants import GRANTS_FILE
+from policies.contract.kafka_security import scram_key
+
+
+@dataclass(frozen=True)
+class ContainerCommand:
+    """What one container runs, as its manifest spells it."""
+
+    # The container's name: the program names it so, and the pack finds its render by it.
+    name: str
+    # `command` (empty: the image's ENTRYPOINT) and `args` (empty: the image's CMD).
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    # The command every exec probe of the container runs (empty: it has none; an httpGet or
+    # tcpSocket probe runs nothing inside it).
+    probe: tuple[str, ...] = ()
+    # The env vars the kubelet substitutes into `command` and `args` (`$(NAME)`): any other
+    # `$(...)` an env var could fill would change what runs.
+    substituted: tuple[str, ...] = ()
+    # Files it acts on (runs, grants, applies), each a key of a ConfigMap of the stack mounted
+    # whole at the file's folder, so the file is one the pack reviews.
+    acts_on: tuple[str, ...] = ()
+
+
+# The containers' names: the program's manifests use them, and the pack finds a render by them.
+SEED_CONFIG = "seed-config"
+FORMAT_STORAGE = "format-storage"
+KAFKA = "kafka"
+GRANT_ACLS = "grant-acls"
+BROKER_READINESS = "broker-readiness"
+PROCESSOR = "processor"
+RECONCILE = "reconcile"
+RETIRE = "retire"
+
+
+# --- the brokers' pod (infra/kafka_cluster.py) ------------------------------------------------
+
+# The image's own config folder, an emptyDir under a read-only root, seeded with its files.
+KAFKA_CONFIG_DIR = "/opt/kafka/config"
+SEED_DIR = "/seed"
+DATA_DIR = "/var/lib/kafka/data"
+# Where the format step and the reconciler read every user's password: one file per user,
+# named after it (a projected volume of the user Secrets).
+USERS_DIR = "/etc/kafka/users"
+# What a new cluster starts from (the `<name>-bootstrap` ConfigMap): the settings its storage
+# is formatted with, the ACLs the `grant-acls` containers grant (the topic reconciler's and the
+# readiness user's own) as JSON (what the readiness sidecars check) and as `kafka-acls.sh`
+# arguments (`GRANTS_FILE`, what the grant script runs), and the readiness sidecars' and the
+# grant tool's client settings.
+BOOTSTRAP_DIR = "/etc/kafka/bootstrap"
+FORMAT_FILE = "server.properties"
+BOOTSTRAP_ACLS_FILE = "bootstrap-acls.json"
+GRANT_CLIENT_FILE = "grant-client.properties"
+READINESS_CLIENT_FILE = "readiness-client.properties"
+# Its previous credentials revision's login, while a rotation is under way.
+READINESS_PREVIOUS_CLIENT_FILE = "readiness-previous-client.properties"
+# The SCRAM mechanism of the current credentials revision, which the format step creates the
+# users with. A file, not part of the script: a rotation changes it without rolling the brokers.
+SCRAM_MECHANISM_FILE = "scram-mechanism"
+# The broker-readiness sidecar's HTTP port (`app.admin.broker_readiness`): /ready, /live, /metrics.
+READINESS_PORT = 8090
+# The pod's ordinal, which the program sets from the downward API (the sidecar's `--node-id`).
+NODE_ID_VARIABLE = "KAFKA_NODE_ID"
+KAFKA_ACLS = "/opt/kafka/bin/kafka-acls.sh"
+KAFKA_STORAGE = "/opt/kafka/bin/kafka-storage.sh"
+# The grant script's own files, in the pod's /tmp: a heartbeat touched every round (the
+# container's probes read it), and the last tool output, shown when a line fails.
+STATE_DIR = "/tmp"
+HEARTBEAT = f"{STATE_DIR}/bootstrap-acls.alive"
+# Seconds between two looks at the grant lines (and between two tries while the broker starts).
+PERIOD_S = 15
+# A round that has not come back in this many minutes is stuck (the liveness probe's limit):
+# each kafka-acls.sh call gives up after its request timeout (infra/bootstrap_grants.py).
+STUCK_MINUTES = 5
+
+# The image's start script writes server.properties into its config folder: with a read-only
+# root that is an emptyDir, which this copies the image's own files into first.
+SEED_CONFIG_SCRIPT = f"cp -R {KAFKA_CONFIG_DIR}/. {SEED_DIR}/"
+
+# Formats the node's storage with every SCRAM user before the image's own start formats it
+# without them (which then finds it formatted, and the image goes on): KRaft writes users
+# given at format into the cluster's first metadata, so they exist before any client connects,
+# each with its password of the current credentials revision for that revision's mechanism.
+# The passwords are files (a projected volume of the user Secrets), never environment, and reach
+# a command line only for the first format: a formatted node skips the step at every later start.
+FORMAT_SCRIPT = f"""set -eu
+if [ -f {DATA_DIR}/logs/meta.properties ]; then
+  echo "{DATA_DIR}/logs is formatted already: nothing to do"
+  exit 0
+fi
+config=/tmp/format.properties
+cp {BOOTSTRAP_DIR}/{FORMAT_FILE} "$config"
+echo "node.id=$KAFKA_NODE_ID" >> "$config"
+mechanism=$(cat {BOOTSTRAP_DIR}/{SCRAM_MECHANISM_FILE})
+set --
+for file in {USERS_DIR}/*; do
+  set -- "$@" --add-scram "$mechanism=[name=$(basename "$file"),password=$(cat "$file")]"
+done
+echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) $mechanism user(s)"
+exec {KAFKA_STORAGE} format --cluster-id "$CLUSTER_ID" --config "$config" \
+  --ignore-formatted "$@"
+"""
+
+# The grant container's probes: each round touches the heartbeat; one stuck longer is restarted.
+ALIVE_PROBE = ("sh", "-c", f'test -n "$(find {HEARTBEAT} -mmin -{STUCK_MINUTES})"')
+
+
+def grant_script(bootstrap_dir: str, bootstrap_server: str) -> str:
+    """The `grant-acls` container's `sh -c` script (busybox sh, `sha256sum`, `kafka-acls.sh`):
+    `kafka-acls.sh --add` once per line of `GRANTS_FILE`, again whenever the file changes."""
+    output = f"{STATE_DIR}/kafka-acls.out"
+    return f"""set -eu
+set -f  # each rendered line is split into words, never globbed
+lines={bootstrap_dir}/{GRANTS_FILE}
+config={bootstrap_dir}/{GRANT_CLIENT_FILE}
+server={bootstrap_server}
+granted=""
+touch {HEARTBEAT}
+echo "granting the ACLs of $lines as the broker on $server, again on each change"
+while :; do
+  touch {HEARTBEAT}
+  digest=$(sha256sum "$lines" | cut -d ' ' -f 1)
+  if [ "$digest" != "$granted" ]; then
+    failed=""
+    while IFS= read -r line; do
+      [ -n "$line" ] || continue
+      # shellcheck disable=SC2086 # the line's words are the tool's arguments
+      if ! {KAFKA_ACLS} --bootstrap-server "$server" --command-config "$config" \\
+          --add $line < /dev/null > {output} 2>&1; then  # stdin: the lines, not the tool's
+        failed=$line
+        break
+      fi
+    done < "$lines"
+    if [ -z "$failed" ]; then
+      granted=$digest
+      echo "granted every ACL of $lines (sha256 $digest)"
+    else
+      echo "kafka-acls.sh --add $failed: failed (the broker may be starting), retrying:"
+      tail -n 5 {output}
+    fi
+  fi
+  sleep {PERIOD_S}
+done
+"""
+
+
+def seed_config() -> ContainerCommand:
+    """`seed-config`: the image's config files into the writable folder that replaces it."""
+    return ContainerCommand(SEED_CONFIG, command=("sh", "-c", SEED_CONFIG_SCRIPT))
+
+
+def format_storage() -> ContainerCommand:
+    """`format-storage`: the node's storage formatted with every SCRAM user (secured only)."""
+    return ContainerCommand(FORMAT_STORAGE, command=("sh", "-c", FORMAT_SCRIPT))
+
+
+def kafka_broker() -> ContainerCommand:
+    """`kafka`: the image's own start, configured by its environment alone."""
+    return ContainerCommand(KAFKA)
+
+
+def grant_acls(internal_port: int) -> ContainerCommand:
+    """`grant-acls`: the bootstrap ACLs, granted as the broker on its INTERNAL listener."""
+    return ContainerCommand(
+        GRANT_ACLS,
+        command=("sh", "-c", grant_script(BOOTSTRAP_DIR, f"localhost:{internal_port}")),
+        probe=ALIVE_PROBE,
+        # It runs every line of it with the broker's key (`kafka-least-privilege` reviews it).
+        acts_on=(f"{BOOTSTRAP_DIR}/{GRANTS_FILE}",),
+    )
+
+
+def broker_readiness(client_port: int, *, secured: bool) -> ContainerCommand:
+    """`broker-readiness`: `python -m app.admin.broker_readiness` beside the broker, on its
+    CLIENT listener; on a secured cluster as the readiness user, checking the bootstrap ACLs."""
+    connect: tuple[str, ...] = ("--bootstrap-server", f"localhost:{client_port}")
+    if secured:
+        connect += (
+            "--command-config",
+            f"{BOOTSTRAP_DIR}/{READINESS_CLIENT_FILE}",
+            "--fallback-command-config",
+            f"{BOOTSTRAP_DIR}/{READINESS_PREVIOUS_CLIENT_FILE}",
+            "--bootstrap-acls",
+            f"{BOOTSTRAP_DIR}/{BOOTSTRAP_ACLS_FILE}",
+        )
+    return ContainerCommand(
+        BROKER_READINESS,
+        # `args`: the image's ENTRYPOINT (tini) stays PID 1.
+        args=(
+            "python",
+            "-m",
+            "app.admin.broker_readiness",
+            "--node-id",
+            f"$({NODE_ID_VARIABLE})",
+            *connect,
+            "--port",
+            str(READINESS_PORT),
+        ),
+        substituted=(NODE_ID_VARIABLE,),
+    )
+
+
+def bootstrap_servers(cluster: str, namespace: str, client_port: int) -> str:
+    """The address the Jobs are given: the cluster's client Service in cluster DNS."""
+    return f"{cluster}.{namespace}.svc.cluster.local:{client_port}"
+
+
+# --- the processor (infra/processor.py) -------------------------------------------------------
+
+PROPERTIES_DIR = "/etc/processor"
+PROPERTIES_FILE = "processor.properties"
+
+
+def processor() -> ContainerCommand:
+    """`processor`: `python -m app.processor` with the properties the pack reviews."""
+    properties = f"{PROPERTIES_DIR}/{PROPERTIES_FILE}"
+    return ContainerCommand(
+        PROCESSOR,
+        # `args`, not `command`: `command` replaces the image's ENTRYPOINT, and tini (PID 1:
+        # forwards SIGTERM, reaps the JVM's children) must run.
+        args=("python", "-m", "app.processor", "--properties", properties),
+        acts_on=(properties,),
+    )
+
+
+# --- the topic reconciler's and the SCRAM retirement's Jobs (infra/topics.py) -----------------
+
+SPECS_DIR = "/etc/topics"
+SPECS_FILE = "topics.json"
+ACLS_FILE = "acls.json"
+CLIENT_FILE = "client.properties"
+# The reconciler's login when Kafka refuses CLIENT_FILE's: in a rotation its new credential does
+# not exist until it sets it, and it logs in with the previous revision's (still valid) instead.
+PREVIOUS_CLIENT_FILE = "previous-client.properties"
+# A stack setting (`topics.allowPartitionIncrease`) that only this flag shows.
+ALLOW_PARTITION_INCREASE = "--allow-partition-increase"
+
+
+def topic_reconciler(
+    bootstrap_servers: str, *, allow_partition_increase: bool, scram_mechanism: str | None
+) -> ContainerCommand:
+    """`reconcile`: `python -m app.admin.topics`, the topic specs and, on a secured cluster
+    (`scram_mechanism`: the credentials revision's), the users, their ACLs and passwords."""
+    args = [
+        "python",
+        "-m",
+        "app.admin.topics",
+        "--bootstrap-servers",
+        bootstrap_servers,
+        "--specs",
+        f"{SPECS_DIR}/{SPECS_FILE}",
+    ]
+    if allow_partition_increase:
+        args.append(ALLOW_PARTITION_INCREASE)
+    acts_on = [f"{SPECS_DIR}/{SPECS_FILE}"]
+    if scram_mechanism is not None:
+        args += [
+            "--acls",
+            f"{SPECS_DIR}/{ACLS_FILE}",
+            "--command-config",
+            f"{SPECS_DIR}/{CLIENT_FILE}",
+            "--fallback-command-config",
+            f"{SPECS_DIR}/{PREVIOUS_CLIENT_FILE}",
+            # Every user's password, upserted as its SCRAM credential of the revision's
+            # mechanism beside the previous one's: the first step of a rotation.
+            "--scram-passwords-dir",
+            USERS_DIR,
+            "--scram-mechanism",
+            _mechanism(scram_mechanism),
+        ]
+        acts_on.append(f"{SPECS_DIR}/{ACLS_FILE}")
+    return ContainerCommand(RECONCILE, args=tuple(args), acts_on=tuple(acts_on))
+
+
+def scram_retire(bootstrap_servers: str, retired: str) -> ContainerCommand:
+    """`retire`: `python -m app.admin.scram_retire`, deleting every user's credential of the
+    `retired` mechanism (the previous revision's) once every client has moved on."""
+    acls = f"{SPECS_DIR}/{ACLS_FILE}"
+    return ContainerCommand(
+        RETIRE,
+        args=(
+            "python",
+            "-m",
+            "app.admin.scram_retire",
+            "--bootstrap-servers",
+            bootstrap_servers,
+            "--acls",
+            acls,
+            "--command-config",
+            f"{SPECS_DIR}/{CLIENT_FILE}",
+            "--retire",
+            _mechanism(retired),
+        ),
+        acts_on=(acls,),
+    )
+
+
+def _mechanism(mechanism: str) -> str:
+    """`mechanism`, after checking it is one of Kafka's two SCRAM mechanisms."""
+    scram_key(mechanism)
+    return mechanism
