@@ -327,7 +327,25 @@ def test_a_kill_during_a_hand_off_loses_and_doubles_nothing(group: Group, starte
         assert code == 0, processor.log()[-3000:]
 
 
-def test_a_wiped_hand_off_instance_catches_up_before_it_takes_a_partition(
+def _assert_warm_before_it_took_anything(newcomer: ProcessorProcess) -> None:
+    """The newcomer rebuilt copies before it joined, and read every partition it gained after
+    its copy, none from the beginning; prints what it restored."""
+    log = newcomer.log()
+    joined = log.index("s after start: joining the group")
+    gained = re.findall(r"\(gained\): reading \S+ (from the beginning|after this instance)", log)
+    assert gained and "from the beginning" not in gained, (
+        f"partitions taken without a copy: {gained}\n{log[-4000:]}"
+    )
+    rebuilt = re.findall(r"\(standby copy\): reading \S+ from the beginning", log[:joined])
+    assert rebuilt, f"no copy rebuilt before the join:\n{log[:joined][-4000:]}"
+    print(
+        f"{newcomer.log_path.stem}: {len(rebuilt)} copies rebuilt before the join, {len(gained)} "
+        f"partitions gained after a copy; restored for them: "
+        f"{newcomer.metric('processor_restore_records_total'):.0f} changelog records"
+    )
+
+
+def test_a_wiped_or_new_hand_off_instance_catches_up_before_it_takes_a_partition(
     group: Group, started: Started
 ) -> None:
     """A lost volume or a new pod: the assignor hands partitions to the newcomer whatever it
@@ -352,15 +370,21 @@ def test_a_wiped_hand_off_instance_catches_up_before_it_takes_a_partition(
     )
     group.produce(1000)
     group.wait_exact(first, wiped)
-    log = wiped.log()
-    joined = log.index("s after start: joining the group")
-    gained = re.findall(r"\(gained\): reading \S+ (from the beginning|after this instance)", log)
-    assert gained and "from the beginning" not in gained, (
-        f"partitions taken without a copy: {gained}\n{log[-4000:]}"
+    _assert_warm_before_it_took_anything(wiped)
+    # Scaling out: a third pod, a new volume; the two others keep serving meanwhile.
+    third = group.start("page-view-counter-2", **HANDOFF)
+    started.processors.append(third)
+    group.produce(1000)
+    wait_until(
+        lambda: _ready(third) and _assigned(third) > 0,
+        RUN_TIMEOUT_S,
+        "the third instance to be ready with partitions",
+        interval_s=0.5,
     )
-    rebuilt = re.findall(r"\(standby copy\): reading \S+ from the beginning", log[:joined])
-    assert rebuilt, f"no copy rebuilt before the join:\n{log[:joined][-4000:]}"
-    for processor in (first, wiped):
+    group.produce(1000)
+    group.wait_exact(first, wiped, third)
+    _assert_warm_before_it_took_anything(third)
+    for processor in (first, wiped, third):
         code, _ = processor.terminate()
         assert code == 0, processor.log()[-3000:]
 

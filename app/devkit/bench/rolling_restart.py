@@ -154,6 +154,13 @@ CASES: tuple[Case, ...] = (
         membership_mode=MEMBERSHIP_HANDOFF,
     ),
     Case(
+        "handoff-wiped",
+        "membership.mode=handoff, state dir wiped (a lost PVC, a new pod): the instance "
+        "restarts with no copy, catches up the copies of what it may be handed, then joins",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        wipe_state=True,
+    ),
+    Case(
         "handoff-crash-restart",
         "membership.mode=handoff, the instance SIGKILLed and started again at once (the "
         "kubelet restarting a crashed container): its partitions wait for its session to "

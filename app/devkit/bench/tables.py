@@ -49,6 +49,13 @@ TABLES: tuple[DocTable, ...] = (
         "--instances 3 --partitions 6 --rate 1000 --keys 10000 --session-timeout-ms 10000",
     ),
     DocTable(
+        "wiped-restart",
+        "An instance back without its state",
+        "rolling-restart --cases handoff-wiped --instances 3 --partitions 6 --rate 1000 "
+        "--keys 10000 --session-timeout-ms 10000 --standby-replicas 2 "
+        "--engines processor,kafka-streams",
+    ),
+    DocTable(
         "handoff-phases",
         "Where a hand-off's time goes",
         "rolling-restart --cases rollout-handoff --instances 3 --partitions 6 --rate 1000 "
