@@ -1,6 +1,8 @@
 """The README's "Fork it" table, performed: a copy of the repository gets the edits the table
 names for a fork (the project's name, the application id and the topics, the aggregation) and
-its infra, policy and fast application tests pass there, under the new names.
+its infra, policy and fast application tests pass there, under the new names, and so does its
+local run's rolled test (the README's first command, small, on a local Apache Kafka): the tests
+that start the pipeline must not assume the example's names.
 
 Each edit is a text substitution that must find its old text exactly once, in a file the
 README's row still names: when the README and the files drift apart, this test says where.
@@ -33,6 +35,7 @@ from tests.infra.project_runs import (
     Run,
     part_name,
     passed,
+    pytest_run,
     set_up_like_a_clone,
     start,
     start_suites,
@@ -41,6 +44,10 @@ from tests.infra.project_runs import (
 from tests.infra.source_tree import copy_source_tree
 
 THIS = Path(__file__).relative_to(REPO).as_posix()
+# The fork's local run, rolled, and how its pipeline is chosen (one Spark run; the KIP-848 and
+# Ctrl-C cases test the machinery, not the names).
+LOCAL_RUN = "local-run"
+LOCAL_RUN_TESTS = ["tests/app/test_local_run.py", "-k", "not kip848 and not ctrl_c"]
 
 # The fork: a shop's revenue per product, summed by the repository's second example pipeline.
 PROJECT_NAME = "shop-revenue"
@@ -212,6 +219,7 @@ def runs(fork: Path) -> Iterator[dict[str, Run]]:
     if APP in started:
         probe = "import json, app, policies; print(json.dumps([app.__file__, policies.__file__]))"
         started["app probe"] = start("app-probe", fork, [str(APP_PYTHON), "-c", probe])
+        started[LOCAL_RUN] = pytest_run(LOCAL_RUN, fork, APP_PYTHON, LOCAL_RUN_TESTS)
     yield started
     stop(started)
 
@@ -277,3 +285,9 @@ def test_an_edit_whose_text_has_moved_fails_naming_the_file(tmp_path: Path) -> N
     moved = dataclasses.replace(edit, named="`a file the README does not name`")
     with pytest.raises(AssertionError, match="no longer names `a file the README does not"):
         apply(moved, table, tmp_path)
+
+
+def test_the_forks_local_run_rolls_exactly_under_its_names(runs: dict[str, Run]) -> None:
+    if LOCAL_RUN not in runs:
+        pytest.skip(f"no application environment at {APP_PYTHON} (make setup)")
+    passed(runs, LOCAL_RUN)
