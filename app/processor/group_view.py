@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 
 from app.processor.group_describer import GroupDescriber, GroupDescription
-from app.processor.state_restore import Member, standby_partitions
+from app.processor.state_restore import Member, standby_partitions, warm_up_partitions
 
 log = logging.getLogger("app.processor.membership")
 
@@ -86,12 +86,25 @@ class GroupView:
                 return None
         return None
 
+    def partitions_to_warm(self, timeout_s: float, stop: threading.Event) -> set[int] | None:
+        """The partitions whose copies this member catches up before it joins
+        (`state_restore.warm_up_partitions`), from a description asked now; none without
+        standbys, None when the group could not be described within `timeout_s`."""
+        if self.standby_replicas < 1:
+            return set()
+        description = self.describe_now(timeout_s, stop)
+        if description is None:
+            return None
+        return warm_up_partitions(
+            _members(description), self.name, self.standby_replicas, description.topic_partitions
+        )
+
     def standbys(self, description: GroupDescription) -> set[int] | None:
         """The partitions whose copies this member keeps, None to keep what it keeps (no
         standbys configured, or a description from before this member joined)."""
         if self.standby_replicas < 1:
             return None
-        members = [Member(m.name, m.partitions) for m in description.members]
+        members = _members(description)
         if not any(m.name == self.name for m in members):
             return None
         return standby_partitions(
@@ -102,3 +115,8 @@ class GroupView:
         """Stop the describer child, if one was started."""
         if self._describer is not None:
             self._describer.close()
+
+
+def _members(description: GroupDescription) -> list[Member]:
+    """The description's members as the ring of copies knows them."""
+    return [Member(m.name, m.partitions) for m in description.members]

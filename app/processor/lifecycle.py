@@ -44,7 +44,7 @@ from app.processor.source_offsets import (
     running_batch,
 )
 from app.processor.startup import StartupClock
-from app.processor.state_restore import Member, copies_path, read_copies, warm_up_partitions
+from app.processor.state_restore import copies_path, read_copies
 from policies.contract.processor_keys import MEMBERSHIP_HANDOFF
 
 log = logging.getLogger(__name__)
@@ -272,11 +272,8 @@ class ProcessorInstance:
     def _partitions_to_warm(self) -> set[int]:
         """The partitions the group may hand this instance once it joins, from the group's
         description before the join (none without standbys, or without a description)."""
-        replicas = self.settings.num_standby_replicas
-        if replicas < 1:
-            return set()
-        group = self.member.describe_before_joining(DESCRIBE_BEFORE_JOIN_S)
-        if group is None:
+        warm = self.member.partitions_to_warm(DESCRIBE_BEFORE_JOIN_S)
+        if warm is None:
             log.warning(
                 "group %s not described before the join (see above; a topic not created yet, "
                 "brokers starting): warming up only the copies this instance has, so what the "
@@ -284,8 +281,7 @@ class ProcessorInstance:
                 self.settings.application_id,
             )
             return set()
-        members = [Member(m.name, m.partitions) for m in group.members]
-        return warm_up_partitions(members, self.member.name, replicas, group.topic_partitions)
+        return warm
 
     def _copies(self) -> list[int]:
         """The partitions whose state copies this instance has (kept when standbys are on)."""

@@ -158,10 +158,11 @@ class GroupMember:
         """Whether the first assignment arrived within `timeout_s`."""
         return self._assigned.wait(timeout_s)
 
-    def describe_before_joining(self, timeout_s: float) -> GroupDescription | None:
-        """The group as it is before this member joins (what a hand-off warm-up plans from);
-        None when it could not be described within `timeout_s`."""
-        return self._view.describe_now(timeout_s, self._stop)
+    def partitions_to_warm(self, timeout_s: float) -> set[int] | None:
+        """Before the join: the partitions the group may hand this member, whose copies a
+        hand-off warm-up catches up (`GroupView.partitions_to_warm`); None when the group could
+        not be described within `timeout_s`."""
+        return self._view.partitions_to_warm(timeout_s, self._stop)
 
     def keep_copies(self, partitions: Iterable[int]) -> None:
         """Keep these copies as standbys until the group's membership says which to keep."""

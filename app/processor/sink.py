@@ -82,7 +82,8 @@ FENCED_CODES = frozenset(
         KafkaError._FATAL,
     }
 )
-DLQ_HEADERS = ("dlq.reason", "dlq.source.topic", "dlq.source.partition", "dlq.source.offset")
+DLQ_REASON_HEADER = "dlq.reason"
+DLQ_HEADERS = (DLQ_REASON_HEADER, "dlq.source.topic", "dlq.source.partition", "dlq.source.offset")
 
 
 class TransactionAbortedError(RuntimeError):

@@ -45,6 +45,8 @@ from ..contract.acl_specs import (
     pair_switch_reader_group,
 )
 from ..contract.acl_specs import loads as load_users
+from ..contract.container_commands import ACLS_FILE as ACLS_KEY
+from ..contract.container_commands import BOOTSTRAP_ACLS_FILE as BOOTSTRAP_ACLS_KEY
 from ..contract.java_properties import load_properties
 from ..contract.processor_keys import PAIR_CONTROL_TOPIC_KEY
 from .config import MANDATORY, Threshold, stack_rule
@@ -54,8 +56,6 @@ from .pair import control_topic_of, side_of
 from .stack_view import ProcessorDeployment, StackView
 from .topics import group_configs_of, topics_of
 
-ACLS_KEY = "acls.json"
-BOOTSTRAP_ACLS_KEY = "bootstrap-acls.json"
 ACL_FILES = (ACLS_KEY, BOOTSTRAP_ACLS_KEY)
 # The reconciler's own client settings, in the ConfigMap that holds the topic specs.
 CLIENT_KEY = "client.properties"

@@ -9,6 +9,7 @@ from typing import Any
 
 from pulumi_policy import PolicyResource
 
+from ..contract.container_commands import PROPERTIES_FILE as PROPERTIES_KEY
 from ..contract.java_properties import load_properties
 from .manifests import (
     CONFIG_MAP,
@@ -28,7 +29,6 @@ from .manifests import (
     pod_spec,
 )
 
-PROPERTIES_KEY = "processor.properties"
 PROPERTIES_SUFFIX = ".properties"
 STANDBY_KEY = "num.standby.replicas"
 

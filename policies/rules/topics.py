@@ -14,11 +14,11 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
+from ..contract.container_commands import SPECS_FILE as TOPICS_KEY
 from .config import MANDATORY, Threshold, resource_rule
 from .manifests import CONFIG_MAP, fmt, get, label, number
 from .messages import violation
 
-TOPICS_KEY = "topics.json"
 CO_PARTITIONED_ROLES = ("input", "output", "changelog")
 UNCLEAN_ELECTION = "unclean.leader.election.enable"
 DEFAULT_SEGMENT_BYTES = 1073741824  # Kafka's log.segment.bytes default (1 GiB)

@@ -345,6 +345,30 @@ def _assert_warm_before_it_took_anything(newcomer: ProcessorProcess) -> None:
     )
 
 
+def _newcomer_serving_warm(
+    group: Group,
+    started: Started,
+    running: list[ProcessorProcess],
+    name: str,
+    state: str | None = None,
+) -> ProcessorProcess:
+    """Hand-off instance `name` started beside `running` on a new volume (`state`, else its
+    own), loaded while it warms up and once it serves: it counts exactly and took nothing cold."""
+    newcomer = group.start(name, state=state, **HANDOFF)
+    started.processors.append(newcomer)
+    group.produce(1000)
+    wait_until(
+        lambda: _ready(newcomer) and _assigned(newcomer) > 0,
+        RUN_TIMEOUT_S,
+        f"{name} to be ready with partitions",
+        interval_s=0.5,
+    )
+    group.produce(1000)
+    group.wait_exact(*running, newcomer)
+    _assert_warm_before_it_took_anything(newcomer)
+    return newcomer
+
+
 def test_a_wiped_or_new_hand_off_instance_catches_up_before_it_takes_a_partition(
     group: Group, started: Started
 ) -> None:
@@ -360,30 +384,9 @@ def test_a_wiped_or_new_hand_off_instance_catches_up_before_it_takes_a_partition
         interval_s=0.5,
     )
     group.produce(2000)
-    wiped = group.start("page-view-counter-1", state="page-view-counter-1-wiped", **HANDOFF)
-    started.processors.append(wiped)
-    wait_until(
-        lambda: _ready(wiped) and _assigned(wiped) > 0,
-        RUN_TIMEOUT_S,
-        "the wiped instance to be ready with partitions",
-        interval_s=0.5,
-    )
-    group.produce(1000)
-    group.wait_exact(first, wiped)
-    _assert_warm_before_it_took_anything(wiped)
+    wiped = _newcomer_serving_warm(group, started, [first], "page-view-counter-1", "wiped")
     # Scaling out: a third pod, a new volume; the two others keep serving meanwhile.
-    third = group.start("page-view-counter-2", **HANDOFF)
-    started.processors.append(third)
-    group.produce(1000)
-    wait_until(
-        lambda: _ready(third) and _assigned(third) > 0,
-        RUN_TIMEOUT_S,
-        "the third instance to be ready with partitions",
-        interval_s=0.5,
-    )
-    group.produce(1000)
-    group.wait_exact(first, wiped, third)
-    _assert_warm_before_it_took_anything(third)
+    third = _newcomer_serving_warm(group, started, [first, wiped], "page-view-counter-2")
     for processor in (first, wiped, third):
         code, _ = processor.terminate()
         assert code == 0, processor.log()[-3000:]

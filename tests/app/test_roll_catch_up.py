@@ -9,18 +9,18 @@ import pytest
 from app.devkit.local.__main__ import parse_args
 from app.devkit.local.roll import CATCH_UP_HINT_AFTER_S, CatchUpWait, RollFailed
 
-BAR = 2_100  # two batches at 1,000 records/s, and some
+BAR = 2_100  # the bar at 1,000 records/s: two batches, and some
 
 
 def test_the_wait_ends_when_every_instance_is_ready_and_the_lag_is_at_most_the_bar() -> None:
-    wait = CatchUpWait(BAR, 1000.0, timeout_s=None)
+    wait = CatchUpWait(1000.0, timeout_s=None)
     assert not wait.settled(["page-view-counter-2"], 0, at=0.0)
     assert not wait.settled([], BAR + 1, at=1.0)
     assert wait.settled([], BAR, at=2.0)
 
 
 def test_the_display_names_what_the_roll_waits_for_and_what_to_change_after_a_minute() -> None:
-    wait = CatchUpWait(BAR, 1000.0, timeout_s=None)
+    wait = CatchUpWait(1000.0, timeout_s=None)
     wait.settled(["app-1"], 0, at=0.0)
     assert wait.describe(at=5.0) == "the roll waits for app-1 not ready (5 s so far)"
     wait.settled([], 8_123, at=10.0)
@@ -32,7 +32,7 @@ def test_the_display_names_what_the_roll_waits_for_and_what_to_change_after_a_mi
 
 
 def test_a_wait_with_a_timeout_fails_naming_what_it_waited_for() -> None:
-    wait = CatchUpWait(BAR, 1000.0, timeout_s=300.0)
+    wait = CatchUpWait(1000.0, timeout_s=300.0)
     assert not wait.settled([], 9_000, at=0.0)
     assert not wait.settled([], 9_000, at=300.0)
     assert "gives up after 300 s" in wait.describe(at=300.0)

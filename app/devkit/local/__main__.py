@@ -291,12 +291,7 @@ def run(args: argparse.Namespace, began: float) -> int:
                 flush=True,
             )
             return EXIT_OK
-        # Caught up: at most about two batches' worth of input not yet processed.
-        catch_up = CatchUpWait(
-            round(2 * args.rate) + 100,
-            args.rate,
-            args.catch_up_timeout if args.until_rolled else None,
-        )
+        catch_up = CatchUpWait(args.rate, args.catch_up_timeout if args.until_rolled else None)
         controller = LocalController(
             pipeline, None if args.no_roll else args.roll_after, args.min_ready_s, catch_up
         ).start()

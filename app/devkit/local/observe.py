@@ -24,8 +24,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from app.admin.topics import librdkafka_logger
 from app.clients.kafka_retry import Retrying
+from app.clients.pair_control import read_to_end
 from app.devkit.truth import OutputRecord, Truth
 from app.devkit.waiting import poll_until, wait_until
+from app.processor.sink import DLQ_REASON_HEADER
 
 CLIENT_TIMEOUT_S = 10.0
 # How long a moving group coordinator or partition leader, or an open transaction, may keep the
@@ -356,55 +358,23 @@ class OutputTail:
             self._thread.join(timeout=CLIENT_TIMEOUT_S)
 
 
-# The header a dead-letter record carries its reason in (`app.processor.sink`).
-DLQ_REASON_HEADER = "dlq.reason"
-
-
 def dead_letter_reasons(
     bootstrap_servers: str,
     topic: str,
     client_config: Mapping[str, str] | None = None,
     timeout_s: float = MOVING_WAIT_S,
 ) -> Counter[str]:
-    """Per reason, the committed records of the dead-letter `topic`, read to its end (once the
-    instances have stopped: no transaction is left open)."""
-    config = {
-        **observer_config(
-            bootstrap_servers, f"dlq-read-{uuid.uuid4().hex[:8]}", client_config or {}
-        ),
-        "enable.partition.eof": "true",
-    }
-    consumer = Consumer(config)
+    """Per reason (the `dlq.reason` header), the committed records of the dead-letter `topic`,
+    read to its end (once the instances have stopped: no transaction is left open)."""
+    group = f"dlq-read-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(observer_config(bootstrap_servers, group, client_config or {}))
     reasons: Counter[str] = Counter()
     try:
-        partitions = partition_count(consumer, topic)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        at_end: set[int] = set()
-
-        def read_to_end() -> bool:
-            message = consumer.poll(1.0)
-            if message is None:
-                return False
-            error = message.error()
-            if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition() or 0)
-            elif error is not None:
-                raise KafkaException(error)
-            else:
+        for p in range(partition_count(consumer, topic)):
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+            for message in read_to_end(consumer, TopicPartition(topic, p), timeout_s):
                 reason = dict(message.headers() or []).get(DLQ_REASON_HEADER)
                 reasons[reason.decode() if isinstance(reason, bytes) else "(no reason header)"] += 1
-            return len(at_end) == partitions
-
-        wait_until(
-            read_to_end,
-            timeout_s,
-            f"the end of the dead-letter topic {topic}",
-            interval_s=0.0,
-            seen=lambda: (
-                f"{sum(reasons.values())} records read, partitions at their end: "
-                f"{sorted(at_end)} of {partitions}"
-            ),
-        )
     finally:
         consumer.close()
     return reasons

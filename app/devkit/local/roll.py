@@ -127,14 +127,15 @@ CATCH_UP_HINT_AFTER_S = 60.0
 
 
 class CatchUpWait:
-    """The wait before a roll: every instance ready and the group's lag at most `bar` records.
+    """The wait before a roll: every instance ready and the group's lag at most about two
+    batches' worth of the load's `rate` (`bar` records).
 
     Rolling a group that is behind would measure its backlog, not the roll. On a machine too
     busy for the load the lag never gets there: `describe` says what the wait is for and what
     to change, and with a `timeout_s` the wait ends, failed, instead of going on unseen."""
 
-    def __init__(self, bar: int, rate: float, timeout_s: float | None) -> None:
-        self.bar = bar
+    def __init__(self, rate: float, timeout_s: float | None) -> None:
+        self.bar = round(2 * rate) + 100
         self.rate = rate
         self.timeout_s = timeout_s
         self.since: float | None = None
