@@ -17,9 +17,9 @@ started as plain JVMs (`java -cp 'libs/*' kafka.Kafka`, storage formatted by
 Every node is a combined broker+controller (as in the Kubernetes StatefulSet), all three form
 a dynamic controller quorum (KIP-853: `controller.quorum.bootstrap.servers` and
 `StorageTool format --initial-controllers`). Data, configs and logs live in one temporary
-directory; `shutdown()` stops the nodes by controlled shutdown (the local run's end), `close()`
-kills what still runs (also at interpreter exit) and removes the directory unless asked to keep
-it for a post-mortem.
+directory; `shutdown()` stops the nodes by controlled shutdown (the local run's end) and reports
+how each ended, `close()` kills what still runs (also at interpreter exit) and removes the
+directory unless asked to keep it for a post-mortem.
 
 `KraftCluster(..., security=ClusterSecurity(scram_users={...}))` starts it secured exactly as
 the prod stack renders it (`policies.contract.kafka_security`): SASL_SSL/SCRAM clients, SSL with
@@ -131,6 +131,39 @@ _DIE_WITH_PARENT: tuple[str, ...] = (
 START_TIMEOUT_S = 300.0
 # How long `shutdown` lets the nodes stop on their own (about 6 s on a quiet 2-core machine).
 SHUTDOWN_TIMEOUT_S = 60.0
+# How long a node whose quorum has left may still log its approval before it counts as orphaned.
+ORPHAN_GRACE_S = 5.0
+# What BrokerLifecycleManager logs when the controller approves the broker's controlled shutdown.
+SHUTDOWN_APPROVED = "The controller has asked us to exit controlled shutdown"
+
+
+@dataclass
+class ShutdownReport:
+    """How `KraftCluster.shutdown` ended for each node."""
+
+    stopped: list[int] = field(default_factory=list)  # by its own controlled shutdown
+    orphaned: list[int] = field(default_factory=list)  # killed: its quorum left before approval
+    late: list[int] = field(default_factory=list)  # killed: still running at the deadline
+    took_s: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """Whether no node was killed."""
+        return not self.orphaned and not self.late
+
+    def describe(self, timeout_s: float) -> str:
+        """One line for the log: what stopped, what was killed and why."""
+        parts = [f"{len(self.stopped)} node(s) stopped by controlled shutdown"]
+        if self.orphaned:
+            parts.append(
+                f"node(s) {_ids(self.orphaned)} killed: their controlled shutdown waited for a "
+                "controller quorum that had left with the other nodes"
+            )
+        if self.late:
+            parts.append(
+                f"node(s) {_ids(self.late)} killed: still running {timeout_s:.0f} s after SIGTERM"
+            )
+        return "; ".join(parts) + f" ({self.took_s:.1f} s)"
 
 
 class KraftClusterError(RuntimeError):
@@ -474,42 +507,62 @@ class KraftCluster:
         self.start_node(node_id)
         self.wait_until_fully_replicated(timeout_s)
 
-    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> bool:
-        """Stop every running node at once by SIGTERM (each a controlled shutdown, as a pod's
-        deletion does) and wait for all within `timeout_s`; a node still running then is killed
-        and named. Whether every node stopped on its own."""
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> ShutdownReport:
+        """Stop every running node at once by SIGTERM, each by a controlled shutdown as a pod's
+        deletion does, and report how each ended.
+
+        A combined node's broker asks the controller quorum (2 of 3) to approve its shutdown,
+        and only then stops its own controller. So once two nodes are gone, a node not yet
+        approved waits for a quorum that left with them (Kafka waits 5 minutes); it is killed
+        then, as Kafka's own system tests kill the last nodes of a colocated cluster. On a
+        quiet machine every approval comes within a second and no node is killed. A node still
+        running after `timeout_s` is killed too."""
         running = [node for node in self.nodes if node.process is not None]
-        if not running:
-            return True
         started = time.monotonic()
-        deadline = started + timeout_s
-        # All at once: one by one, the last nodes would lose the controller quorum (2 of 3)
-        # that a broker's controlled shutdown asks, and wait for it until killed.
+        log_offsets = {node.node_id: _size(node.log_dir / "server.log") for node in running}
+        # All at once: one by one, the last node would always outlive its quorum.
         for node in running:
             assert node.process is not None
             node.process.send_signal(signal.SIGTERM)
-        late = []
-        for node in running:
-            assert node.process is not None
-            try:
-                node.process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                late.append(node)
-                node.process.kill()
-                node.process.wait()
-            node.process = None
-        took = time.monotonic() - started
-        if late:
+        report = ShutdownReport()
+        quorum = len(self.nodes) // 2 + 1
+        alone_since: dict[int, float] = {}
+        while running:
+            now = time.monotonic()
+            live = [node for node in running if node.process and node.process.poll() is None]
+            for node in running:
+                if node not in live:
+                    report.stopped.append(node.node_id)
+                    node.process = None
+            running = live
+            for node in live:
+                approved = _approved_since(node, log_offsets[node.node_id])
+                if len(live) < quorum and not approved:
+                    # The grace covers an approval logged a moment after its peers left.
+                    since = alone_since.setdefault(node.node_id, now)
+                    if now - since >= ORPHAN_GRACE_S:
+                        report.orphaned.append(node.node_id)
+                        self._kill(node)
+                elif now - started >= timeout_s:
+                    report.late.append(node.node_id)
+                    self._kill(node)
+            running = [node for node in running if node.process is not None]
+            if running:
+                time.sleep(0.2)
+        report.took_s = time.monotonic() - started
+        if report.late:
             log.warning(
-                "node(s) %s did not stop within %.0f s of SIGTERM (a controlled shutdown waits "
-                "for the controller quorum): killed. The nodes' logs end:\n%s",
-                ", ".join(str(node.node_id) for node in late),
-                timeout_s,
-                self.log_tails(),
+                "%s. The nodes' logs end:\n%s", report.describe(timeout_s), self.log_tails()
             )
         else:
-            log.info("%d node(s) stopped by controlled shutdown in %.1f s", len(running), took)
-        return not late
+            log.info("%s", report.describe(timeout_s))
+        return report
+
+    def _kill(self, node: KraftNode) -> None:
+        assert node.process is not None
+        node.process.kill()
+        node.process.wait()
+        node.process = None
 
     def close(self, keep_files: bool = False) -> None:
         """Kill every node; remove the working directory unless `keep_files` (post-mortems)."""
@@ -817,3 +870,22 @@ def _partitions_where(
         for partition in metadata.partitions.values()
         if matches(partition)
     ]
+
+
+def _ids(node_ids: list[int]) -> str:
+    return ", ".join(str(node_id) for node_id in node_ids)
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else 0
+
+
+def _approved_since(node: KraftNode, offset: int) -> bool:
+    """Whether the node's server.log shows its shutdown approved after `offset` (the log's
+    size at SIGTERM: a node restarted earlier logged an approval before)."""
+    path = node.log_dir / "server.log"
+    if not path.is_file():
+        return False
+    with path.open("rb") as server_log:
+        server_log.seek(offset if path.stat().st_size >= offset else 0)  # rolled over since
+        return SHUTDOWN_APPROVED.encode() in server_log.read()

@@ -9,7 +9,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigEntry, ConfigResource, NewTopic
 
-from app.devkit.kraft_cluster import KraftCluster
+from app.devkit.kraft_cluster import SHUTDOWN_APPROVED, SHUTDOWN_TIMEOUT_S, KraftCluster
 from app.devkit.waiting import wait_until
 
 
@@ -140,8 +140,29 @@ def test_a_shutdown_stops_every_node_by_a_controlled_shutdown_in_time() -> None:
     with KraftCluster() as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         create_topic(admin, partitions=3)  # leaders to move away, as a run's topics have
-        assert cluster.shutdown(), cluster.log_tails()  # no node killed
+        report = cluster.shutdown()
         assert all(node.process is None for node in cluster.nodes)
+        print(report.describe(SHUTDOWN_TIMEOUT_S))
+        assert report.late == [], cluster.log_tails()
+        # At most the last node outlives its quorum: the approval of two needs the third.
+        assert len(report.orphaned) <= 1
+        assert sorted(report.stopped + report.orphaned) == [1, 2, 3]
         for node in cluster.nodes:
             log = (node.log_dir / "server.log").read_text(encoding="utf-8")
             assert "Beginning controlled shutdown" in log, f"node {node.node_id}"
+            if node.node_id in report.stopped:
+                assert SHUTDOWN_APPROVED in log, f"node {node.node_id}"
+
+
+def test_a_node_whose_quorum_left_is_killed_at_once_and_named() -> None:
+    with KraftCluster() as cluster:
+        cluster.stop_node(2)
+        cluster.stop_node(3)  # approved by nodes 1 and 3: a quorum still
+        report = cluster.shutdown()
+        assert report.orphaned == [1]
+        assert report.stopped == [] and report.late == []
+        # Kafka's broker would wait 5 minutes for the approval; the shutdown does not.
+        assert report.took_s < SHUTDOWN_TIMEOUT_S / 2
+        assert "node(s) 1 killed: their controlled shutdown waited for a controller quorum" in (
+            report.describe(SHUTDOWN_TIMEOUT_S)
+        )
