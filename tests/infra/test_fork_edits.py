@@ -157,6 +157,21 @@ def fork_edits() -> list[Edit]:
             )
             for field in dataclasses.fields(PipelineNames)
         ),
+        # The settings table shows the presets' values, names included (test_readme_settings.py).
+        Edit(
+            "application id and topic names",
+            "the README's settings table",
+            "README.md",
+            f"| {original.input_topic}, {original.output_topic} | same |",
+            f"| {FORK_NAMES.input_topic}, {FORK_NAMES.output_topic} | same |",
+        ),
+        Edit(
+            "application id and topic names",
+            "the README's settings table",
+            "README.md",
+            f"| {original.application_id} | same |",
+            f"| {FORK_NAMES.application_id} | same |",
+        ),
         # dev sets no processor section: the fork adds one after the stack's last setting.
         Edit(
             "the aggregation",
