@@ -209,7 +209,7 @@ class ProcessorConfig(_Section):
     metrics_namespace: str
     # Processor properties (the contract's names), merged over the computed ones.
     properties: dict[str, str]
-    # An active/standby pair (DESIGN.md, lesson 9): two complete deployments, sides a and b, each
+    # An active/standby pair (docs/operations.md): two complete deployments, sides a and b, each
     # its own group, state, user and transactional ids, both reading all input; only the active
     # one publishes, and which one that is lives in the pair's compacted control topic.
     pair: bool

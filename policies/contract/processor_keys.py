@@ -154,7 +154,7 @@ KEYS: tuple[Key, ...] = (
         0,
         set_by=SetBy.STACK,
     ),
-    # An active/standby pair (DESIGN.md, lesson 9): two complete deployments, each its own group,
+    # An active/standby pair (docs/operations.md): two complete deployments, each its own group,
     # state and transactional ids, both reading all input; only the active side publishes, and
     # which side that is lives in the pair's control topic (`app/processor/pair.py`).
     # No default: a single deployment's file has neither key, so it renders as before pairs.

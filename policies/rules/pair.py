@@ -1,4 +1,4 @@
-"""An active/standby pair of processor deployments (DESIGN.md, lesson 9): two complete
+"""An active/standby pair of processor deployments (docs/operations.md): two complete
 deployments, sides a and b (`pair.side`), each its own consumer group, state and transactional
 ids, both consuming all input; only the active one publishes, and which one that is lives in
 the pair's compacted control topic (`pair.control.topic`).

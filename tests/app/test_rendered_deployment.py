@@ -7,7 +7,7 @@ Needs root, an unpacked Apache Kafka 4.x distribution ($KAFKA_HOME: the image's 
 its bin/ scripts and copies its config/, which the project's Maven-resolved release, jars only,
 does not have) and the docker/ folder of Apache Kafka's repository at that release
 ($KAFKA_DOCKER_DIR); skips, saying which, otherwise. Neither is on a registry this project's
-machines reach; issue 28 replaces this tier with the real Kubernetes control plane.
+machines reach; `tests/cluster/` and `tests/engine/` run the manifests on a real API server.
 """
 
 from __future__ import annotations

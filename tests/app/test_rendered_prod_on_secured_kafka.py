@@ -1,4 +1,4 @@
-"""The prod stack as rendered starts and counts on a secured 3-node Apache Kafka (issue 27).
+"""The prod stack as rendered starts and counts on a secured 3-node Apache Kafka (docs/security.md).
 
 Everything comes from `python -m infra.render --stack prod`: the brokers' settings (the
 `kafka-bootstrap` ConfigMap's server.properties), each broker pod's `grant-acls` script (run

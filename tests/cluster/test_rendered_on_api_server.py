@@ -6,7 +6,8 @@ kind. The manifests are the program's own, rendered under Pulumi's mocks, each s
 namespace of its own. What only a real API server checks: the schema and its defaulting,
 Pod Security admission (`restricted`, enforced on every pod the controllers create), and the
 StatefulSet controller's rolling update (highest ordinal first, each pod after `minReadySeconds`).
-The Pulumi engine itself cannot run here yet (issue 28: no Python language host is served).
+The Pulumi engine's own `preview`, `up` and `destroy` over the same API server are
+`tests/engine/`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`processor.pair`: the processor as an active/standby pair (DESIGN.md, lesson 9). Two complete
+"""`processor.pair`: the processor as an active/standby pair (docs/operations.md). Two complete
 deployments, sides a and b, each its own StatefulSet, group, changelog, transactional ids and
 user, both reading the same input and writing the same output and dead-letter topics; the pair's
 compacted control topic, which both sides read and write and the switch writes; the sides kept

@@ -2,7 +2,7 @@
 
 The rule tests mutate copies of it, so each rule is proven on its own, independently of
 `infra/`; the tests in test_real_stacks.py then run the same pack over the real recordings.
-Its security is what prod renders for issue 14: TLS listeners with SASL/SCRAM for the
+Its security is what prod renders (docs/security.md): TLS listeners with SASL/SCRAM for the
 clients, StandardAuthorizer, the pipeline's ACLs (`policies.contract.acl_specs`) beside the topic
 specs, passwords and the broker's key in Secrets, and in ConfigMaps only `${dir:...}` references to
 the files of the mounted Secrets.

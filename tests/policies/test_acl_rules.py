@@ -1,4 +1,4 @@
-"""Who may do what on the cluster (issue 27, section 3), on the real pulumi_policy objects.
+"""Who may do what on the cluster (docs/security.md), on the real pulumi_policy objects.
 
 Super users (`kafka-authorizer`): super.users holds the brokers' own principal(s) and nothing
 else. Least privilege (`kafka-least-privilege`): every ACL the stack grants, in the topic Job's

@@ -1,4 +1,4 @@
-"""What a container runs, not only what the pack reads (issue 47, item 1): `container-commands`
+"""What a container runs, not only what the pack reads (docs/security.md): `container-commands`
 refuses every container whose command, args, exec probes or lifecycle hooks differ from what
 `policies.contract.container_commands` renders from the stack's own inputs, a `$(NAME)` its env
 could fill, a file it acts on that is not a reviewed ConfigMap's, and a container the contract

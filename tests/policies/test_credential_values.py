@@ -1,4 +1,4 @@
-"""Credentials by value (issue 27, section 3): `credentials-in-secrets` finds a credential inside
+"""Credentials by value (docs/security.md): `credentials-in-secrets` finds a credential inside
 a value whose own key says nothing (JVM options, command lines, JSON/YAML/.env/JAAS text), on
 the real `pulumi_policy` argument objects, and the rendered stacks keep passing."""
 

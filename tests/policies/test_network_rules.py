@@ -1,4 +1,4 @@
-"""Network isolation (issue 27, section 3), on the real pulumi_policy objects: every workload has
+"""Network isolation (docs/security.md), on the real pulumi_policy objects: every workload has
 an ingress and an egress NetworkPolicy (`network-policy-coverage`), no rule is open to every
 source or destination (`network-policy-no-open-rules`), and no Service publishes the stack's pods
 outside the cluster (`services-cluster-internal`).

@@ -1,4 +1,4 @@
-"""Pod security (issue 27, section 3): every pod template meets the restricted Pod Security
+"""Pod security (docs/security.md): every pod template meets the restricted Pod Security
 Standard and mounts no API token (`pod-security`), and the namespace enforces the standard
 (`namespace-pod-security`), on the real pulumi_policy objects.
 

@@ -1,4 +1,4 @@
-"""Secret mounts least privilege (issue 27, sections 3 and 4, `secret-mounts-least-privilege`):
+"""Secret mounts least privilege (docs/security.md, `secret-mounts-least-privilege`):
 outside the brokers' own image, a workload (or a sidecar in a broker's pod) reads only its own
 Kafka user's Secret and `ca.crt` of the brokers' TLS Secret; on the real pulumi_policy objects,
 over the handmade and rendered prod stacks.

@@ -1,4 +1,4 @@
-"""The security rules of issue 14, passing and failing, on the handmade stack (prod's secured
+"""The security rules (docs/security.md), passing and failing, on the handmade stack (prod's secured
 shape) and its dev counterpart, per stack config."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ SECURED_MAP = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
 CA_FILE = "/etc/kafka-ca/ca.crt"
 # The processor's password: a file of its user's Secret, mounted (infra.kafka_credentials).
 PASSWORD_FILE = "${dir:/etc/kafka-user:password}"
-# What the dev stack renders (issue 14): the same listeners, none of them secured, and no
+# What the dev stack renders: the same listeners, none of them secured, and no
 # authorizer, ACLs or credentials.
 DEV_MAP = "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
 _PROD_ONLY_ENV = (
@@ -127,7 +127,7 @@ def _rendered_broker_env(client_listener: str) -> dict[str, str]:
 
 
 def test_the_handmade_prod_stack_is_configured_as_app_kafka_security_renders_it() -> None:
-    """So the rules are proven on what the Pulumi program will render (issue 14)."""
+    """So the rules are proven on what the Pulumi program will render."""
     stack = handmade_stack()
     expected = _rendered_broker_env("SASL_SSL")
     env = _kafka_env(stack)

@@ -289,7 +289,7 @@ class BenchParams:
     broker_down_s: float = 120.0  # how long the broker-kill case keeps its broker down
     # How long a restarted instance stays down from its stop to its start: 0 restarts it as
     # soon as it has exited (the kubelet's restart of a container); a pod replaced in a roll is
-    # down while it terminates and is scheduled again (Kafka Streams' restart in issue 31: 5 s).
+    # down while it terminates and is scheduled again (Kafka Streams' restart measured: 5 s).
     down_s: float = 0.0
     recovery_timeout_s: float = 240.0
     drain_timeout_s: float = 300.0

@@ -31,10 +31,10 @@ class DocTable:
         return f"python -m app.devkit.bench {self.arguments}"
 
 
-# Issue 31's targets, measured together: its restart of one of 2 instances (5 s down, as its
-# Kafka Streams case) and its one-instance throughput, restore and memory workload, each beside
-# Kafka Streams on the same brokers.
-TARGETS_HEADING = "Issue 31's targets in one run"
+# The performance targets, measured together: the restart of one of 2 instances (5 s down, as
+# the Kafka Streams case) and the one-instance throughput, restore and memory workload, each
+# beside Kafka Streams on the same brokers.
+TARGETS_HEADING = "The performance targets in one run"
 
 TABLES: tuple[DocTable, ...] = (
     DocTable(

@@ -7,12 +7,13 @@ processor's instances, and reads its /ready and /metrics. The class is compiled 
 with the release's jars (`app.devkit.kafka_release`, which resolves kafka-streams too) into
 `.venv/kafka-streams/<digest>/`.
 
-What Kafka Streams runs with is its documented configuration for the case the project
-compares against (issue 31): `processing.guarantee=exactly_once_v2`, `num.stream.threads=2`,
-static membership (`group.instance.id` = the instance's name) unless the case is a dynamic one,
-`num.standby.replicas` as the case says, the same session timeout and heartbeat as the
-processor's instances, and every other key at Kafka Streams' default (`commit.interval.ms` 100
-under exactly-once, a 10 MB record cache).
+What Kafka Streams runs with is its documented configuration for the case the project compares
+against (docs/benchmarks.md, "The performance targets in one run"):
+`processing.guarantee=exactly_once_v2`, `num.stream.threads=2`, static membership
+(`group.instance.id` = the instance's name) unless the case is a dynamic one,
+`num.standby.replicas` as the case says, the same session timeout and heartbeat as the processor's
+instances, and every other key at Kafka Streams' default (`commit.interval.ms` 100 under
+exactly-once, a 10 MB record cache).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ SOURCE = Path(__file__).with_name("PageViewCountStreams.java")
 MAIN_CLASS = "PageViewCountStreams"
 CLASSES_CACHE = kafka_release.REPO_ROOT / ".venv" / "kafka-streams"
 JAVAC_TIMEOUT_S = 300.0
-# The reference setup of issue 31's Kafka Streams figures.
+# The reference setup of the Kafka Streams figures in docs/benchmarks.md.
 STREAM_THREADS = 2
 PROCESSING_GUARANTEE = "exactly_once_v2"
 # The heap a Kafka Streams instance runs with: RocksDB keeps the state off the heap.
