@@ -1,0 +1,47 @@
+"""Every relative link in the Markdown docs leads somewhere: the file exists and, with an
+anchor, the file has that heading (GitHub's anchors)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", flags=re.MULTILINE | re.DOTALL)
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a document's headings (a repeated one gets -1, -2, ...)."""
+    seen: Counter[str] = Counter()
+    found = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", markdown), flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(f"{slug}-{seen[slug]}" if seen[slug] else slug)
+        seen[slug] += 1
+    return found
+
+
+def test_github_anchors_are_made_as_github_makes_them() -> None:
+    text = "# A title\n## Active/standby pair\n### `make run`: the local run\n## A title\n"
+    assert anchors(text) == {"a-title", "activestandby-pair", "make-run-the-local-run", "a-title-1"}
+
+
+def test_every_relative_link_in_the_docs_leads_to_a_file_and_heading() -> None:
+    broken = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for target in LINK.findall(FENCE.sub("", text)):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (doc.parent / path).resolve() if path else doc
+            where = f"{doc.relative_to(REPO)}: ({target})"
+            if not linked.exists():
+                broken.append(f"{where}: no file {linked.relative_to(REPO)}")
+            elif anchor and linked.suffix == ".md":
+                if anchor not in anchors(linked.read_text(encoding="utf-8")):
+                    broken.append(f"{where}: no heading with the anchor #{anchor}")
+    assert broken == [], "\n".join(broken)
