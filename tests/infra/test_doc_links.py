@@ -41,7 +41,10 @@ def test_every_relative_link_in_the_docs_leads_to_a_file_and_heading() -> None:
             where = f"{doc.relative_to(REPO)}: ({target})"
             if not linked.exists():
                 broken.append(f"{where}: no file {linked.relative_to(REPO)}")
-            elif anchor and linked.suffix == ".md":
-                if anchor not in anchors(linked.read_text(encoding="utf-8")):
-                    broken.append(f"{where}: no heading with the anchor #{anchor}")
+            elif (
+                anchor
+                and linked.suffix == ".md"
+                and anchor not in anchors(linked.read_text(encoding="utf-8"))
+            ):
+                broken.append(f"{where}: no heading with the anchor #{anchor}")
     assert broken == [], "\n".join(broken)
