@@ -157,18 +157,18 @@ def fork_edits() -> list[Edit]:
             )
             for field in dataclasses.fields(PipelineNames)
         ),
-        # The settings table shows the presets' values, names included (test_readme_settings.py).
+        # The settings table shows the presets' values, names included (test_settings_table.py).
         Edit(
             "application id and topic names",
-            "the README's settings table",
-            "README.md",
+            "the settings table in `docs/operations.md`",
+            "docs/operations.md",
             f"| {original.input_topic}, {original.output_topic} | same |",
             f"| {FORK_NAMES.input_topic}, {FORK_NAMES.output_topic} | same |",
         ),
         Edit(
             "application id and topic names",
-            "the README's settings table",
-            "README.md",
+            "the settings table in `docs/operations.md`",
+            "docs/operations.md",
             f"| {original.application_id} | same |",
             f"| {FORK_NAMES.application_id} | same |",
         ),

@@ -1,4 +1,5 @@
-"""The README's settings table names every stack setting the program reads, and no other."""
+"""The settings table (docs/operations.md, "Stack settings in full") names every stack setting
+of every preset, and no other, with each preset's value as `PRESETS` holds it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from infra.config import PRESETS
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+SECTION = "## Stack settings in full"
 # Sections whose values are free-form maps (configs, properties) or small groups of fields that
 # the table names as one (a probe's three numbers).
 GROUPED = ("configs", "properties", "startupProbe")
@@ -23,19 +25,19 @@ def _settings(preset: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
             yield f"{prefix}{key}"
 
 
-def _table_keys() -> set[str]:
-    section = README.read_text(encoding="utf-8").split("## Settings", 1)[1].split("\n## ", 1)[0]
-    keys: set[str] = set()
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            first_cell = line.split("|")[1]
-            keys |= {k.removesuffix(".<role>") for k in re.findall(r"`([^`]+)`", first_cell)}
-    return keys
+def _rows() -> Iterator[tuple[list[str], dict[str, str]]]:
+    """Each row's keys, and its cells by column name."""
+    section = OPERATIONS.read_text(encoding="utf-8").split(f"\n{SECTION}\n", 1)[1]
+    lines = [line for line in section.split("\n## ", 1)[0].splitlines() if line.startswith("|")]
+    header = _cells(lines[0])
+    for line in lines[2:]:
+        cells = dict(zip(header, _cells(line), strict=True))
+        keys = re.findall(r"`([^`]+)`", cells["key"])
+        yield [re.sub(r"\.<[^>]*>$", "", key) for key in keys], cells
 
 
-def test_the_readme_settings_table_names_every_setting_of_every_preset() -> None:
-    presets = {key for preset in PRESETS.values() for key in _settings(preset)}
-    assert _table_keys() == presets | {"profile"}
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
 
 
 def _value(key: str, value: Any) -> str:
@@ -57,6 +59,7 @@ def _value(key: str, value: Any) -> str:
 
 
 def _cell(keys: list[str], profile: str) -> str:
+    """What a row's cell for `profile` must read."""
     preset = PRESETS[profile]
     values = []
     for key in keys:
@@ -71,22 +74,20 @@ def _cell(keys: list[str], profile: str) -> str:
     return separator.join(values)
 
 
-def _rows() -> Iterator[tuple[list[str], str, str]]:
-    section = README.read_text(encoding="utf-8").split("## Settings", 1)[1].split("\n## ", 1)[0]
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            cells = [cell.strip() for cell in line.split("|")[1:-1]]
-            keys = [k.removesuffix(".<role>") for k in re.findall(r"`([^`]+)`", cells[0])]
-            yield keys, cells[1], cells[2]
+def test_the_settings_table_names_every_setting_of_every_preset() -> None:
+    presets = {key for preset in PRESETS.values() for key in _settings(preset)}
+    named = [key for keys, _ in _rows() for key in keys]
+    assert sorted(set(named)) == sorted(presets | {"profile"})
+    assert len(named) == len(set(named)), "a setting in two rows"
 
 
-def test_every_value_in_the_readme_settings_table_is_the_presets() -> None:
+def test_every_value_in_the_settings_table_is_the_presets() -> None:
     wrong = []
-    for keys, dev, prod in _rows():
+    for keys, cells in _rows():
         expected_dev, expected_prod = _cell(keys, "dev"), _cell(keys, "prod")
         if expected_prod == expected_dev and "profile" not in keys:
             expected_prod = "same"
-        if (dev, prod) != (expected_dev, expected_prod):
+        if (cells["dev"], cells["prod"]) != (expected_dev, expected_prod):
             wrong.append(f"{', '.join(keys)}: | {expected_dev} | {expected_prod} |")
     assert wrong == [], "rows whose dev | prod cells differ from PRESETS; they should read:\n" + (
         "\n".join(wrong)
