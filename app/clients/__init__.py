@@ -1,9 +1,9 @@
 """The Kafka client helpers shared by the processor (`app.processor`) and the cluster-side jobs
 (`app.admin`), so they run in the image; the developer kit imports them too: retries across
 broker restarts and leader moves (`kafka_retry`), the `--command-config` client properties
-files (`client_properties`), the properties codec's file helpers (`java_properties`) and the log
-line's format. The listeners' security settings are the contract's
-(`policies.contract.kafka_security`)."""
+files (`client_properties`) and the log line's format. The properties codec
+(`policies.contract.java_properties`) and the listeners' security settings
+(`policies.contract.kafka_security`) are the contract's."""
 
 # Every line a process of the image logs (the processor, its Spark Python processes, the jobs and
 # the sidecar), so one log query reads them all.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.clients.java_properties import PropertyLine, parse_properties, resolve_env
+from policies.contract.java_properties import PropertyLine, parse_properties, resolve_env
 from policies.contract.tls_settings import tls_weakenings
 
 # Client settings that apply to the consumer and the producer alike (security), as in Kafka Streams.

@@ -25,13 +25,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.clients.java_properties import format_properties
 from app.processor.aggregation import Aggregation, load_aggregation
 from app.processor.class_archive import default_path
 from app.processor.kafka_source import SCHEMA
 from app.processor.keyed_state import aggregate
 from app.processor.pipeline import spark_session
 from app.processor.settings import parse_settings
+from policies.contract.java_properties import format_properties
 
 log = logging.getLogger("app.processor.class_archive_build")
 

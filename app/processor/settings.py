@@ -26,10 +26,10 @@ from types import MappingProxyType
 import confluent_kafka
 
 from app.clients.client_properties import CLIENT_COMMON_KEYS, CLIENT_COMMON_PREFIXES
-from app.clients.java_properties import is_credential_key, parse_properties, resolve_env
 from app.processor import class_archive
 from app.processor.aggregation import AggregationClassError, load_aggregation
 from policies.contract import membership
+from policies.contract.java_properties import is_credential_key, parse_properties, resolve_env
 from policies.contract.processor_keys import (
     BOOL_KEYS,
     CLASSIC_PROTOCOL_ONLY,

@@ -38,7 +38,6 @@ from confluent_kafka.admin import ResourceType as AdminResourceType
 
 from app.admin.acl_reconciler import Binding, grant, read_bindings
 from app.clients.client_properties import ClientConfig
-from app.clients.java_properties import load_properties
 from app.devkit.bench.ceiling import measure_ceiling
 from app.devkit.bench.throughput import ThroughputParams, produce_backlog
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
@@ -57,6 +56,7 @@ from policies.contract.acl_specs import (
     dumps,
     pipeline_users,
 )
+from policies.contract.java_properties import load_properties
 from policies.contract.kafka_security import SCRAM_SHA_512
 from policies.contract.topic_specs import PipelineNames, pipeline_topics
 from policies.contract.topic_specs import dumps as dump_topics

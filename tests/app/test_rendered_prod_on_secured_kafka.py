@@ -47,10 +47,10 @@ from cryptography import x509
 
 from app.admin.acl_reconciler import Binding, read_bindings
 from app.admin.scram_credentials import existing_credentials
-from app.clients.java_properties import load_properties
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
 from app.devkit.waiting import wait_until
 from policies.contract import acl_specs, topic_specs
+from policies.contract.java_properties import load_properties
 from policies.contract.kafka_security import (
     BROKER_PRINCIPAL,
     TLS_CA_FILE,

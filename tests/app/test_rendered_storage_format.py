@@ -12,8 +12,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from app.clients.java_properties import format_properties, load_properties
 from app.devkit.kafka_release import ensure as ensure_release
+from policies.contract.java_properties import format_properties, load_properties
 from tests.app.rendered_deployment import Manifests, distribution_with_scripts, render
 
 # Where the rendered pod mounts them; the test puts each under its own temporary folder.

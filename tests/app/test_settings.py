@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from app.clients.java_properties import parse_properties
 from app.processor.pair import reader_config
 from app.processor.pipeline import source_options
 from app.processor.settings import (
@@ -23,6 +22,7 @@ from app.processor.settings import (
     load_settings,
     main,
 )
+from policies.contract.java_properties import parse_properties
 
 REPO = Path(__file__).resolve().parents[2]
 

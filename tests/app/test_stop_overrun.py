@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.clients.java_properties import format_properties
 from app.devkit.local.instances import REPO_ROOT, InstanceOptions, instance_properties
+from policies.contract.java_properties import format_properties
 from policies.contract.topic_specs import PipelineNames
 
 # An instance asked to stop whose shutdown then hangs (here: the main thread sleeps on).

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from app.clients.java_properties import parse_properties
 from infra.config import PROJECT, StackConfig, build_stack_config
 from infra.render import RecordedStack, load_stack_file, record_stack, write_manifests
+from policies.contract.java_properties import parse_properties
 from policies.contract.topic_specs import PipelineNames
 
 

@@ -61,7 +61,7 @@ STACK_AGGREGATION = f"    properties:\n      aggregation.class: {AGGREGATION}\n"
 PROBE = """
 import dataclasses, json, sys
 import app, infra, policies
-from app.clients.java_properties import parse_properties
+from policies.contract.java_properties import parse_properties
 from infra.config import PROJECT
 from infra.render import record_stack
 from policies.contract.topic_specs import PipelineNames

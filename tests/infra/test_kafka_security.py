@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.clients.java_properties import load_properties
 from infra.config import StackConfigError, build_stack_config
 from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
 from policies.contract import acl_specs
 from policies.contract.container_commands import FORMAT_SCRIPT
+from policies.contract.java_properties import load_properties
 from policies.contract.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
 from tests.infra.conftest import container_env, k8s_object, names_of, stack_config_of
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from app.clients.java_properties import load_properties
 from infra.config import StackConfigError, build_stack_config
 from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
+from policies.contract.java_properties import load_properties
 from tests.infra.conftest import container_env, k8s_object, names_of
 
 RECONCILER = "topic-reconciler"

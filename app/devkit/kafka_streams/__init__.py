@@ -25,9 +25,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from app.clients.java_properties import format_properties
 from app.devkit import kafka_release
 from app.devkit.local.instances import InstanceOptions, InstanceStatus, ProcessorProcess
+from policies.contract.java_properties import format_properties
 from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_STATIC
 
 SOURCE = Path(__file__).with_name("PageViewCountStreams.java")

@@ -24,11 +24,11 @@ from typing import IO
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.clients.java_properties import format_properties
 from app.devkit.kraft_cluster import free_port
 from app.processor import assignment_file
 from app.processor.settings import checkpoint_dir, load_settings
 from app.processor.state_restore import copies_path, read_copies
+from policies.contract.java_properties import format_properties
 from policies.contract.membership import kip848_group_configs
 from policies.contract.processor_keys import (
     CLASSIC_PROTOCOL_ONLY,
