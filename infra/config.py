@@ -50,11 +50,11 @@ from policies.contract.topic_specs import (
 from policies.rules.credential_values import find_credentials
 from policies.rules.images import is_digest_pinned
 
-# The broker image, pinned by digest (the index digest of Docker Hub's apache/kafka:4.1.1, the
+# The broker image, pinned by digest (the index digest of Docker Hub's apache/kafka:4.3.1, the
 # release whose jars `app/devkit/kafka_release.py` runs locally): a tag can be pushed again, and a
 # roll would then run two versions side by side.
 KAFKA_IMAGE = (
-    "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40"
+    "apache/kafka:4.3.1@sha256:77e3df9054047a88b520d0cc46e16696d3b22022e1d580aeccd2632df6532837"
 )
 # Where the prod stack expects the processor image your CI pushes, pinned by the digest that
 # `docker push` printed; the zeros are the example's placeholder, which a fork replaces.

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 # The pinned release; Kafka's log4j2 binding for its slf4j 1.7 API at the log4j the broker
 # depends on (the distribution ships the same pair).
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.3.1"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.24.3"
 DEPENDENCY_PLUGIN_VERSION = "3.8.1"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.devkit.kafka_release import KAFKA_VERSION
 from infra.config import KAFKA_IMAGE, StackConfigError
 from infra.kafka_cluster import broker_env_name, heap_megabytes
 from infra.render import RecordedStack, record_stack
@@ -171,6 +172,10 @@ def test_brokers_run_non_root_with_a_read_only_root(stack: RecordedStack) -> Non
         assert security["capabilities"] == {"drop": ["ALL"]}
         if container["name"] != "broker-readiness":  # the processor's image, tested above
             assert container["image"] == KAFKA_IMAGE
+
+
+def test_the_broker_image_is_the_release_the_tests_and_the_local_run_start() -> None:
+    assert KAFKA_IMAGE.startswith(f"apache/kafka:{KAFKA_VERSION}@sha256:")
 
 
 def test_only_brokers_and_labelled_clients_reach_kafka(stack: RecordedStack) -> None:

@@ -354,7 +354,7 @@ def handmade_stack() -> list[Resource]:
     # judgement (which these handmade brokers leave out: the rendered stacks have it).
     kafka_container = _container(
         container_commands.kafka_broker(),
-        "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40",
+        "apache/kafka:4.3.1@sha256:77e3df9054047a88b520d0cc46e16696d3b22022e1d580aeccd2632df6532837",
         [{"name": k, "value": v} for k, v in KAFKA_ENV.items()],
         {"httpGet": {"path": "/ready", "port": container_commands.READINESS_PORT}},
     )
