@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 # The pinned release; Kafka's log4j2 binding for its slf4j 1.7 API at the log4j the broker
 # depends on (the distribution ships the same pair).
 KAFKA_VERSION = "4.3.1"
+# The release this project ran before: stacks on it upgrade by a roll (`tests/app/test_kafka_upgrade.py`).
+PREVIOUS_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.24.3"
 DEPENDENCY_PLUGIN_VERSION = "3.8.1"
@@ -49,44 +51,48 @@ DEFAULT_CACHE = REPO_ROOT / ".venv" / "kafka"
 MANIFEST = "MANIFEST.sha256"
 MIN_JAVA = 17
 MAVEN_TIMEOUT_S = 900.0
-# The jars a usable release holds: the broker (and StorageTool), the tools the brokers' pods
-# run (kafka-acls.sh's AclCommand), and Kafka Streams (the benchmarks' reference beside the
-# processor; the distribution ships it too). A cache resolved before one was added is fetched
-# again.
-REQUIRED_JARS = (
-    f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar",
-    f"kafka-tools-{KAFKA_VERSION}.jar",
-    f"kafka-streams-{KAFKA_VERSION}.jar",
-)
 
-POM = f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- Written by app/devkit/kafka_release.py: Apache Kafka {KAFKA_VERSION}'s broker and tools. -->
+
+def required_jars(version: str) -> tuple[str, ...]:
+    """The jars a usable release `version` holds: the broker (and StorageTool), the tools the
+    brokers' pods run (kafka-acls.sh's AclCommand, kafka-features.sh's FeatureCommand), and
+    Kafka Streams (the benchmarks' reference beside the processor; the distribution ships it
+    too). A cache resolved before one was added is fetched again."""
+    return (
+        f"kafka_{SCALA_VERSION}-{version}.jar",
+        f"kafka-tools-{version}.jar",
+        f"kafka-streams-{version}.jar",
+    )
+
+
+_POM = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by app/devkit/kafka_release.py: Apache Kafka {version}'s broker and tools. -->
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>local.stateful-streaming</groupId>
   <artifactId>kafka-release</artifactId>
-  <version>{KAFKA_VERSION}</version>
+  <version>{version}</version>
   <packaging>pom</packaging>
   <dependencies>
     <dependency>
       <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_{SCALA_VERSION}</artifactId>
-      <version>{KAFKA_VERSION}</version>
+      <artifactId>kafka_{scala}</artifactId>
+      <version>{version}</version>
     </dependency>
     <dependency>
       <groupId>org.apache.kafka</groupId>
       <artifactId>kafka-tools</artifactId>
-      <version>{KAFKA_VERSION}</version>
+      <version>{version}</version>
     </dependency>
     <dependency>
       <groupId>org.apache.kafka</groupId>
       <artifactId>kafka-streams</artifactId>
-      <version>{KAFKA_VERSION}</version>
+      <version>{version}</version>
     </dependency>
     <dependency>
       <groupId>org.apache.logging.log4j</groupId>
       <artifactId>log4j-slf4j-impl</artifactId>
-      <version>{LOG4J_VERSION}</version>
+      <version>{log4j}</version>
     </dependency>
   </dependencies>
   <build>
@@ -94,12 +100,19 @@ POM = f"""<?xml version="1.0" encoding="UTF-8"?>
       <plugin>
         <groupId>org.apache.maven.plugins</groupId>
         <artifactId>maven-dependency-plugin</artifactId>
-        <version>{DEPENDENCY_PLUGIN_VERSION}</version>
+        <version>{plugin}</version>
       </plugin>
     </plugins>
   </build>
 </project>
 """
+
+
+def pom(version: str) -> str:
+    """The Maven project whose runtime dependencies are Apache Kafka `version`'s jars."""
+    return _POM.format(
+        version=version, scala=SCALA_VERSION, log4j=LOG4J_VERSION, plugin=DEPENDENCY_PLUGIN_VERSION
+    )
 
 
 class KafkaReleaseError(RuntimeError):
@@ -171,8 +184,8 @@ def _write_manifest(libs: Path) -> None:
     (libs.parent / MANIFEST).write_text("".join(lines), encoding="utf-8")
 
 
-def cache_problem(home: Path) -> str | None:
-    """Why the cached release at `home` cannot be used (None: complete and intact)."""
+def cache_problem(home: Path, version: str = KAFKA_VERSION) -> str | None:
+    """Why the cached release `version` at `home` cannot be used (None: complete and intact)."""
     manifest = home / MANIFEST
     if not manifest.is_file():
         return f"{manifest} is missing (an interrupted fetch)"
@@ -188,25 +201,25 @@ def cache_problem(home: Path) -> str | None:
     for name, digest in expected.items():
         if _digest(home / "libs" / name) != digest:
             return f"{home / 'libs' / name} does not match its checksum in {manifest}"
-    for jar in REQUIRED_JARS:
+    for jar in required_jars(version):
         if jar not in expected:
             return f"{manifest} lists no {jar}"
     return None
 
 
-def _resolve(cache: Path) -> None:
+def _resolve(cache: Path, version: str) -> None:
     """Resolve the release into `cache/<version>` with Maven (replacing whatever is there)."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise KafkaReleaseError(
-            f"Apache Kafka {KAFKA_VERSION} is resolved from Maven Central with Maven, and no "
+            f"Apache Kafka {version} is resolved from Maven Central with Maven, and no "
             "mvn is on PATH: install it (Debian: apt-get install maven), or set "
             f"{KAFKA_HOME_ENV} to an unpacked Apache Kafka distribution"
         )
     cache.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{KAFKA_VERSION}-", dir=cache))
+    work = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache))
     try:
-        (work / "pom.xml").write_text(POM, encoding="utf-8")
+        (work / "pom.xml").write_text(pom(version), encoding="utf-8")
         command = [
             mvn, "--batch-mode", "--no-transfer-progress", "--strict-checksums",
             "-f", str(work / "pom.xml"),
@@ -216,7 +229,7 @@ def _resolve(cache: Path) -> None:
             f"-DoutputDirectory={work / 'libs'}",
         ]  # fmt: skip
         print(
-            f"resolving Apache Kafka {KAFKA_VERSION} (org.apache.kafka:kafka_{SCALA_VERSION}, "
+            f"resolving Apache Kafka {version} (org.apache.kafka:kafka_{SCALA_VERSION}, "
             f"kafka-tools, kafka-streams and their runtime jars, about 130 MB) from Maven Central "
             f"into {cache} "
             "...",
@@ -228,40 +241,41 @@ def _resolve(cache: Path) -> None:
         )
         if result.returncode != 0:
             raise KafkaReleaseError(
-                f"Maven could not resolve Apache Kafka {KAFKA_VERSION} (exit code "
+                f"Maven could not resolve Apache Kafka {version} (exit code "
                 f"{result.returncode}; is Maven Central reachable?): {' '.join(command)}\n"
                 + result.stdout[-3000:]
             )
         _write_manifest(work / "libs")
-        target = cache / KAFKA_VERSION
+        target = cache / version
         shutil.rmtree(target, ignore_errors=True)
         work.rename(target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def ensure(cache: Path | None = None) -> KafkaRelease:
-    """The Kafka to run: `KAFKA_HOME` when set, else the cached release (resolved on first use,
-    fetched again when the cache is partial or corrupt)."""
-    if kafka_home := os.environ.get(KAFKA_HOME_ENV):
+def ensure(cache: Path | None = None, version: str = KAFKA_VERSION) -> KafkaRelease:
+    """The Kafka to run: `KAFKA_HOME` when set (for the project's release), else the cached
+    release `version` (resolved on first use, fetched again when partial or corrupt). Another
+    version than the project's is for an upgrade from it (`KraftCluster.start_node`)."""
+    if version == KAFKA_VERSION and (kafka_home := os.environ.get(KAFKA_HOME_ENV)):
         home = Path(kafka_home)
         return KafkaRelease(home, release_version(home))
     cache = cache or Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
-    home = cache / KAFKA_VERSION
+    home = cache / version
     if home.exists():
-        problem = cache_problem(home)
+        problem = cache_problem(home, version)
         if problem is None:
-            return KafkaRelease(home, KAFKA_VERSION)
+            return KafkaRelease(home, version)
         print(
-            f"the cached Apache Kafka {KAFKA_VERSION} in {home} is unusable ({problem}): "
+            f"the cached Apache Kafka {version} in {home} is unusable ({problem}): "
             "fetching it again",
             file=sys.stderr,
             flush=True,
         )
-    _resolve(cache)
-    if problem := cache_problem(home):
-        raise KafkaReleaseError(f"the Apache Kafka {KAFKA_VERSION} just resolved: {problem}")
-    return KafkaRelease(home, KAFKA_VERSION)
+    _resolve(cache, version)
+    if problem := cache_problem(home, version):
+        raise KafkaReleaseError(f"the Apache Kafka {version} just resolved: {problem}")
+    return KafkaRelease(home, version)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -273,10 +287,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{DEFAULT_CACHE} (once), check them and Java {MIN_JAVA}; print the folder.",
     )
     parser.add_argument("--cache", type=Path, help=f"cache folder (default {DEFAULT_CACHE})")
+    parser.add_argument(
+        "--version",
+        default=KAFKA_VERSION,
+        help=f"another release, to upgrade from (default {KAFKA_VERSION}, the project's)",
+    )
     args = parser.parse_args(argv)
     try:
         java_command()
-        release = ensure(args.cache)
+        release = ensure(args.cache, args.version)
     except KafkaReleaseError as exc:
         print(f"python -m app.devkit.kafka_release: {exc}", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ import atexit
 import base64
 import logging
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -267,6 +268,8 @@ class KraftNode:
     internal_port: int = 0
     directory_id: str = field(default_factory=kafka_uuid)
     process: subprocess.Popen[bytes] | None = None
+    # The release this node runs once `upgrade_node` moved it; None: the cluster's.
+    release: KafkaRelease | None = None
 
     @property
     def config_path(self) -> Path:
@@ -469,9 +472,12 @@ class KraftCluster:
         node = self.node(node_id)
         if node.process is not None:
             raise KraftClusterError(f"node {node_id} is already running (pid {node.process.pid})")
+        release = node.release or self.release
         command = [
             *_DIE_WITH_PARENT,
-            *self._java("broker", *shlex.split(self.heap_opts), *JVM_PERFORMANCE_OPTS),
+            *self._java(
+                "broker", *shlex.split(self.heap_opts), *JVM_PERFORMANCE_OPTS, release=release
+            ),
             f"-Dkafka.logs.dir={node.log_dir}",
             "kafka.Kafka",
             str(node.config_path),
@@ -485,8 +491,9 @@ class KraftCluster:
                 start_new_session=True,
             )
         log.info(
-            "node %d started (pid %d, broker %s:%d, controller %s)",
+            "node %d started (Apache Kafka %s, pid %d, broker %s:%d, controller %s)",
             node_id,
+            release.version,
             node.process.pid,
             HOST,
             node.broker_port,
@@ -506,6 +513,43 @@ class KraftCluster:
         self.stop_node(node_id)
         self.start_node(node_id)
         self.wait_until_fully_replicated(timeout_s)
+
+    def upgrade_node(
+        self, node_id: int, release: KafkaRelease, timeout_s: float = START_TIMEOUT_S
+    ) -> None:
+        """One step of a rolling upgrade, as the Kafka StatefulSet rolls a new image: stop the
+        node (a controlled shutdown), start it on `release` with the same storage, and wait
+        until every replica is back in sync, so the next node may go."""
+        self.stop_node(node_id)
+        self.node(node_id).release = check_release(release)
+        self.start_node(node_id)
+        self.wait_until_fully_replicated(timeout_s)
+
+    def metadata_version(self) -> str:
+        """The cluster's finalized `metadata.version` (e.g. `4.1-IV1`), as kafka-features.sh
+        describes it."""
+        output = self._feature_command("describe")
+        found = re.search(r"Feature: metadata\.version\s.*?FinalizedVersionLevel: (\S+)", output)
+        if found is None:
+            raise KraftClusterError(
+                f"kafka-features.sh describe named no metadata.version:\n{output}"
+            )
+        return found[1]
+
+    def finalize_release(self, release: KafkaRelease) -> str:
+        """The upgrade's last step, once every node runs `release`: raise the finalized
+        features (`metadata.version` first) to the release's own, as `kafka-features.sh
+        upgrade --release-version` does. The new `metadata.version`; a node of an older
+        release cannot join after it."""
+        older = [n.node_id for n in self.nodes if (n.release or self.release) != release]
+        if older:
+            raise KraftClusterError(
+                f"node(s) {', '.join(map(str, older))} do not run Apache Kafka "
+                f"{release.version} yet: finalize only after the roll (upgrade_node)"
+            )
+        major_minor = ".".join(release.version.split(".")[:2])
+        self._feature_command("upgrade", "--release-version", major_minor)
+        return self.metadata_version()
 
     def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> ShutdownReport:
         """Stop every running node at once by SIGTERM, each by a controlled shutdown as a pod's
@@ -790,16 +834,43 @@ class KraftCluster:
     def _log4j2_path(self, kind: str) -> Path:
         return self.work_dir / f"log4j2-{kind}.properties"
 
-    def _java(self, log4j2: str, *options: str) -> list[str]:
-        """`java` with `options`, the release's jars and a log4j2 configuration of this
-        cluster (`broker` or `tools`); the main class and its arguments follow."""
+    def _java(self, log4j2: str, *options: str, release: KafkaRelease | None = None) -> list[str]:
+        """`java` with `options`, the jars of `release` (the cluster's by default) and a
+        log4j2 configuration of this cluster (`broker` or `tools`); the main class and its
+        arguments follow."""
         return [
             self.java,
             *options,
             f"-Dlog4j2.configurationFile={self._log4j2_path(log4j2)}",
             "-cp",
-            self.release.classpath,
+            (release or self.release).classpath,
         ]
+
+    def _feature_command(self, *arguments: str) -> str:
+        """kafka-features.sh (`FeatureCommand`) of the newest release a node runs (an older
+        tool names a newer level UNKNOWN) against the running brokers; its output."""
+        release = max(
+            (node.release or self.release for node in self.nodes),
+            key=lambda r: tuple(int(part) for part in r.version.split(".")),
+        )
+        if self.security is not None:
+            raise KraftClusterError("kafka-features.sh on a secured cluster needs a JKS client")
+        running = ",".join(f"{HOST}:{n.broker_port}" for n in self.nodes if n.running)
+        command = [
+            *self._java("tools", "-Xmx256m", "-XX:TieredStopAtLevel=1", release=release),
+            "org.apache.kafka.tools.FeatureCommand",
+            "--bootstrap-server",
+            running,
+            *arguments,
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise KraftClusterError(
+                f"kafka-features.sh {' '.join(arguments)} failed (exit {result.returncode}):\n"
+                + result.stdout[-2000:]
+                + result.stderr[-2000:]
+            )
+        return result.stdout
 
     def _signal_node(self, node_id: int, signum: signal.Signals, timeout_s: float) -> None:
         node = self.node(node_id)

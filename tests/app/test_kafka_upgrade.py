@@ -1,0 +1,150 @@
+"""A Kafka upgrade as the StatefulSet rolls a new image: each node stopped and started on the new
+release with its storage, the next once every replica is back in sync, under acks=all load; then
+`metadata.version` finalized, after which the old release cannot come back. On Apache Kafka's own
+jars: the previous release this project ran (`PREVIOUS_VERSION`) to the current one."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.devkit.kafka_release import KAFKA_VERSION, PREVIOUS_VERSION
+from app.devkit.kafka_release import ensure as ensure_release
+from app.devkit.kraft_cluster import KraftCluster, KraftClusterError
+from app.devkit.waiting import wait_until
+
+PARTITIONS = 3
+
+
+class Load:
+    """acks=all, idempotent writes of numbered records until stopped; when each was acked."""
+
+    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 5}
+        )
+        self.acked: dict[int, list[tuple[float, int]]] = defaultdict(list)  # partition: (t, n)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="upgrade-load", daemon=True)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.producer.flush(60)
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self.errors.append(error.str())
+        else:
+            value = message.value() or b""
+            self.acked[message.partition() or 0].append((time.monotonic(), int(value)))
+
+    def _run(self) -> None:
+        number = 0
+        while not self._stop.is_set():
+            self.producer.produce(
+                self.topic, str(number).encode(), partition=number % PARTITIONS,
+                on_delivery=self._delivered,
+            )  # fmt: skip
+            number += 1
+            self.producer.poll(0.002)
+
+    def longest_gap_s(self, since: float) -> dict[int, float]:
+        """Per partition, the longest time between two acks after `since`."""
+        gaps = {}
+        for partition, acks in self.acked.items():
+            times = [since] + [t for t, _ in acks if t >= since]
+            gaps[partition] = max(b - a for a, b in itertools.pairwise(times))
+        return gaps
+
+
+def read_all(bootstrap_servers: str, topic: str, expected: int) -> list[int]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    seen: list[int] = []
+
+    def caught_up() -> bool:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            seen.append(int(message.value() or b""))
+        return len(seen) >= expected
+
+    try:
+        wait_until(caught_up, 120, f"{expected} records read back", interval_s=0)
+        return seen
+    finally:
+        consumer.close()
+
+
+def test_a_rolling_upgrade_keeps_every_acked_record_and_finalizes_only_after_the_roll() -> None:
+    old, new = ensure_release(version=PREVIOUS_VERSION), ensure_release()
+    with KraftCluster(release=old) as cluster:
+        topic = f"upgrade-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(topic, PARTITIONS)])[topic].result(30)
+        before = cluster.metadata_version()
+        with Load(cluster.bootstrap_servers, topic) as load:
+            wait_until(lambda: len(load.acked) == PARTITIONS, 60, "acks on every partition")
+            rolled_at = time.monotonic()
+            for node in reversed(cluster.nodes):  # the StatefulSet's order: highest first
+                # Not while a node runs the old release: it could no longer follow.
+                with pytest.raises(
+                    KraftClusterError, match=rf"node\(s\) [\d, ]*\b{node.node_id}\b"
+                ):
+                    cluster.finalize_release(new)
+                cluster.upgrade_node(node.node_id, new)
+            roll_s = time.monotonic() - rolled_at
+            # Until finalized the cluster still speaks the old release's metadata.version.
+            assert cluster.metadata_version() == before
+            finalized = cluster.finalize_release(new)
+            gaps = load.longest_gap_s(rolled_at)
+        print(
+            f"\nApache Kafka {PREVIOUS_VERSION} -> {KAFKA_VERSION}: 3 nodes rolled in "
+            f"{roll_s:.0f} s under acks=all load; metadata.version {before} -> {finalized}; "
+            "longest time without an ack per partition: "
+            + " ".join(f"{p}:{g:.1f}" for p, g in sorted(gaps.items()))
+        )
+        assert finalized != before
+        assert finalized.startswith(".".join(KAFKA_VERSION.split(".")[:2]))
+        assert load.errors == []
+        acked = sorted(n for acks in load.acked.values() for _, n in acks)
+        assert sorted(read_all(cluster.bootstrap_servers, topic, len(acked))) == acked
+
+        # Finalized: a node of the old release no longer starts on this storage.
+        victim = cluster.nodes[-1]
+        cluster.stop_node(victim.node_id)
+        victim.release = old
+        cluster.start_node(victim.node_id)
+        process = victim.process
+        assert process is not None
+        assert process.wait(120) != 0
+        victim.process = None
+        lines = [
+            line
+            for path in (victim.log_dir / "server.log", victim.console_path)
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+            if "metadata.version" in line.lower() or "feature" in line.lower()
+        ]
+        assert lines, cluster.log_tails()
+        said = next((line for line in lines if "ERROR" in line), lines[-1])
+        print(f"Apache Kafka {PREVIOUS_VERSION} on the finalized storage: {said}")
