@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 # The pinned release; Kafka's log4j2 binding for its slf4j 1.7 API at the log4j the broker
 # depends on (the distribution ships the same pair).
 KAFKA_VERSION = "4.3.1"
-# The release this project ran before: stacks on it upgrade by a roll (`tests/app/test_kafka_upgrade.py`).
+# The release this project ran before: its stacks upgrade by a roll (test_kafka_upgrade.py).
 PREVIOUS_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.24.3"
