@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from app.processor.group_describer import GroupDescriber, GroupDescription
 from app.processor.state_restore import Member, standby_partitions, warm_up_partitions
 
-log = logging.getLogger("app.processor.membership")
+log = logging.getLogger("app.processor.group_member")
 
 # What the admin client that describes the group takes from the member's settings.
 _ADMIN_KEYS = ("bootstrap.servers", "client.id", "security.protocol")

@@ -4,7 +4,7 @@ Spark's own Kafka source never joins a consumer group, so none of the group sett
 (static membership, cooperative-sticky, session timeout) would mean anything. This source,
 written with the PySpark Python Data Source API and confluent-kafka, plans offsets only for the
 partitions the instance owns. It never joins the group itself: the group member lives in the
-processor's main process (`membership.py`) and publishes the assignment through a file
+processor's main process (`group_member.py`) and publishes the assignment through a file
 (`assignment_file.py`); the reader only reads that file, the group's committed offsets and the
 partitions' ends. Executors read the planned ranges with `assign()`.
 

@@ -31,8 +31,8 @@ from app.clients.kafka_retry import Retrying
 from app.processor import assignment_file, python_forkserver
 from app.processor.aggregation import load_aggregation
 from app.processor.assignment_file import Assignment, assignment_path
+from app.processor.group_member import GroupMember
 from app.processor.health import HealthServer, ReadinessStatus
-from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
 from app.processor.pair import PairControl
 from app.processor.pipeline import spark_session, start_query

@@ -39,8 +39,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 from pyspark.sql import DataFrame
 
 from app.clients.deadline import CallAbandoned, call_with_deadline
+from app.processor.group_member import GroupMember
 from app.processor.keyed_state import DLQ, RESTORED, RESULT
-from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
 from app.processor.pair import PairControl, PartitionPlan
 from app.processor.source_offsets import (

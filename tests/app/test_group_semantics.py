@@ -54,7 +54,7 @@ from confluent_kafka.admin import (
 
 from app.devkit.waiting import wait_until
 from app.processor import assignment_file
-from app.processor.membership import GroupMember
+from app.processor.group_member import GroupMember
 from app.processor.metrics import ProcessorMetrics
 
 PARTITIONS = 6

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from app.processor import assignment_file
 from app.processor.group_describer import STABLE, DescribedMember, GroupDescription
-from app.processor.membership import GroupMember
+from app.processor.group_member import GroupMember
 from app.processor.metrics import ProcessorMetrics
 
 TOPIC = "page-views"

@@ -22,9 +22,9 @@ from app.devkit.waiting import wait_until
 from app.processor import assignment_file
 from app.processor import sink as sink_module
 from app.processor.assignment_file import Assignment
+from app.processor.group_member import GroupMember
 from app.processor.kafka_source import GroupAssignedReader, SourceOptions
 from app.processor.keyed_state import RESULT
-from app.processor.membership import GroupMember
 from app.processor.metrics import ProcessorMetrics
 from app.processor.sink import (
     FENCED_CODES,

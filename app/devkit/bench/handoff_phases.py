@@ -26,7 +26,7 @@ from pathlib import Path
 
 _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO "
 _COMMIT = re.compile(_STAMP + r"app\.processor\.sink: batch \d+: committed .*? offsets \{([^}]*)\}")
-_ASSIGNED = re.compile(_STAMP + r"app\.processor\.membership: rebalance: assigned \[([^\]]*)\]")
+_ASSIGNED = re.compile(_STAMP + r"app\.processor\.group_member: rebalance: assigned \[([^\]]*)\]")
 _PLANNED = re.compile(_STAMP + r"app\.processor\.kafka_source: partition \S+-(\d+) \(gained\)")
 _RESTORED = re.compile(
     _STAMP + r"app\.processor\.sink: partition \S+-(\d+): "
