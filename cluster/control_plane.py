@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import json
 import os
 import shutil
@@ -212,19 +213,26 @@ def api(
 
 
 def wait_for(what: str, probe, timeout: float, log: str | None = None) -> float:
+    """Seconds until `probe()` is true. A component still starting refuses or drops connections
+    (OSError, HTTPException) or answers an HTTP error (`api`'s RuntimeError): all mean "not
+    yet", and the last one is named if `timeout` runs out, with the end of its `log`. Anything
+    else is a bug and raised."""
     start = time.monotonic()
+    last_error = "none (the probe said no)"
     while True:
         try:
             if probe():
                 return time.monotonic() - start
-        except Exception:
-            pass
+        except (OSError, RuntimeError, http.client.HTTPException) as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
         if time.monotonic() - start > timeout:
             tail = ""
             if log:
                 lines = (LOGS / log).read_text(errors="replace").splitlines()[-20:]
                 tail = "\n".join(lines)
-            raise SystemExit(f"{what}: not ready after {timeout:.0f} s\n{tail}")
+            raise SystemExit(
+                f"{what}: not ready after {timeout:.0f} s; last error: {last_error}\n{tail}"
+            )
         time.sleep(0.2)
 
 
