@@ -142,17 +142,13 @@ SHUTDOWN_APPROVED = "The controller has asked us to exit controlled shutdown"
 class ShutdownReport:
     """How `KraftCluster.shutdown` ended for each node."""
 
+    timeout_s: float
     stopped: list[int] = field(default_factory=list)  # by its own controlled shutdown
     orphaned: list[int] = field(default_factory=list)  # killed: its quorum left before approval
     late: list[int] = field(default_factory=list)  # killed: still running at the deadline
     took_s: float = 0.0
 
-    @property
-    def clean(self) -> bool:
-        """Whether no node was killed."""
-        return not self.orphaned and not self.late
-
-    def describe(self, timeout_s: float) -> str:
+    def describe(self) -> str:
         """One line for the log: what stopped, what was killed and why."""
         parts = [f"{len(self.stopped)} node(s) stopped by controlled shutdown"]
         if self.orphaned:
@@ -162,7 +158,8 @@ class ShutdownReport:
             )
         if self.late:
             parts.append(
-                f"node(s) {_ids(self.late)} killed: still running {timeout_s:.0f} s after SIGTERM"
+                f"node(s) {_ids(self.late)} killed: still running {self.timeout_s:.0f} s after "
+                "SIGTERM"
             )
         return "; ".join(parts) + f" ({self.took_s:.1f} s)"
 
@@ -568,7 +565,7 @@ class KraftCluster:
         for node in running:
             assert node.process is not None
             node.process.send_signal(signal.SIGTERM)
-        report = ShutdownReport()
+        report = ShutdownReport(timeout_s)
         quorum = len(self.nodes) // 2 + 1
         alone_since: dict[int, float] = {}
         while running:
@@ -595,11 +592,9 @@ class KraftCluster:
                 time.sleep(0.2)
         report.took_s = time.monotonic() - started
         if report.late:
-            log.warning(
-                "%s. The nodes' logs end:\n%s", report.describe(timeout_s), self.log_tails()
-            )
+            log.warning("%s. The nodes' logs end:\n%s", report.describe(), self.log_tails())
         else:
-            log.info("%s", report.describe(timeout_s))
+            log.info("%s", report.describe())
         return report
 
     def _kill(self, node: KraftNode) -> None:
@@ -849,12 +844,15 @@ class KraftCluster:
     def _feature_command(self, *arguments: str) -> str:
         """kafka-features.sh (`FeatureCommand`) of the newest release a node runs (an older
         tool names a newer level UNKNOWN) against the running brokers; its output."""
+        if self.security is not None:
+            raise KraftClusterError(
+                "kafka-features.sh needs the Java client's TLS settings on a secured cluster, "
+                "which KraftCluster does not write: upgrade an unsecured cluster"
+            )
         release = max(
             (node.release or self.release for node in self.nodes),
             key=lambda r: tuple(int(part) for part in r.version.split(".")),
         )
-        if self.security is not None:
-            raise KraftClusterError("kafka-features.sh on a secured cluster needs a JKS client")
         running = ",".join(f"{HOST}:{n.broker_port}" for n in self.nodes if n.running)
         command = [
             *self._java("tools", "-Xmx256m", "-XX:TieredStopAtLevel=1", release=release),

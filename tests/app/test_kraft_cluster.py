@@ -142,7 +142,7 @@ def test_a_shutdown_stops_every_node_by_a_controlled_shutdown_in_time() -> None:
         create_topic(admin, partitions=3)  # leaders to move away, as a run's topics have
         report = cluster.shutdown()
         assert all(node.process is None for node in cluster.nodes)
-        print(report.describe(SHUTDOWN_TIMEOUT_S))
+        print(report.describe())
         assert report.late == [], cluster.log_tails()
         # At most the last node outlives its quorum: the approval of two needs the third.
         assert len(report.orphaned) <= 1
@@ -164,5 +164,5 @@ def test_a_node_whose_quorum_left_is_killed_at_once_and_named() -> None:
         # Kafka's broker would wait 5 minutes for the approval; the shutdown does not.
         assert report.took_s < SHUTDOWN_TIMEOUT_S / 2
         assert "node(s) 1 killed: their controlled shutdown waited for a controller quorum" in (
-            report.describe(SHUTDOWN_TIMEOUT_S)
+            report.describe()
         )
