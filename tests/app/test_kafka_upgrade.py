@@ -130,21 +130,28 @@ def test_a_rolling_upgrade_keeps_every_acked_record_and_finalizes_only_after_the
         acked = sorted(n for acks in load.acked.values() for _, n in acks)
         assert sorted(read_all(cluster.bootstrap_servers, topic, len(acked))) == acked
 
-        # Finalized: a node of the old release no longer starts on this storage.
+        # Finalized: a node of the old release no longer starts on this storage, and says why.
         victim = cluster.nodes[-1]
         cluster.stop_node(victim.node_id)
+        logs = (victim.log_dir / "server.log", victim.console_path)
+        offsets = [path.stat().st_size for path in logs]
         victim.release = old
         cluster.start_node(victim.node_id)
         process = victim.process
         assert process is not None
         assert process.wait(120) != 0
         victim.process = None
-        lines = [
+        # What 4.1.1 says: it cannot read the newer metadata ("UnsupportedVersionException:
+        # Can't read version 4 of BrokerEndpoint"), or names the metadata.version.
+        said = [
             line
-            for path in (victim.log_dir / "server.log", victim.console_path)
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-            if "metadata.version" in line.lower() or "feature" in line.lower()
+            for path, offset in zip(logs, offsets, strict=True)
+            for line in path.read_bytes()[offset:].decode(errors="replace").splitlines()
+            if any(
+                reason in line
+                for reason in ("UnsupportedVersion", "metadata.version", "MetadataVersion")
+            )
+            and ("ERROR" in line or "Exception" in line)
         ]
-        assert lines, cluster.log_tails()
-        said = next((line for line in lines if "ERROR" in line), lines[-1])
-        print(f"Apache Kafka {PREVIOUS_VERSION} on the finalized storage: {said}")
+        assert said, cluster.log_tails()
+        print(f"Apache Kafka {PREVIOUS_VERSION} on the finalized storage: {said[0]}")
