@@ -541,7 +541,7 @@ class KraftCluster:
         older = [n.node_id for n in self.nodes if (n.release or self.release) != release]
         if older:
             raise KraftClusterError(
-                f"node(s) {', '.join(map(str, older))} do not run Apache Kafka "
+                f"node(s) {_ids(older)} do not run Apache Kafka "
                 f"{release.version} yet: finalize only after the roll (upgrade_node)"
             )
         major_minor = ".".join(release.version.split(".")[:2])
@@ -577,8 +577,8 @@ class KraftCluster:
                     node.process = None
             running = live
             for node in live:
-                approved = _approved_since(node, log_offsets[node.node_id])
-                if len(live) < quorum and not approved:
+                # The log is read only once the quorum is gone: until then approval can come.
+                if len(live) < quorum and not _approved_since(node, log_offsets[node.node_id]):
                     # The grace covers an approval logged a moment after its peers left.
                     since = alone_since.setdefault(node.node_id, now)
                     if now - since >= ORPHAN_GRACE_S:
@@ -853,7 +853,7 @@ class KraftCluster:
             (node.release or self.release for node in self.nodes),
             key=lambda r: tuple(int(part) for part in r.version.split(".")),
         )
-        running = ",".join(f"{HOST}:{n.broker_port}" for n in self.nodes if n.running)
+        running = ",".join(n.admin_endpoint for n in self.nodes if n.running)
         command = [
             *self._java("tools", "-Xmx256m", "-XX:TieredStopAtLevel=1", release=release),
             "org.apache.kafka.tools.FeatureCommand",

@@ -12,13 +12,14 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.devkit.kafka_release import KAFKA_VERSION, PREVIOUS_VERSION
 from app.devkit.kafka_release import ensure as ensure_release
 from app.devkit.kraft_cluster import KraftCluster, KraftClusterError
 from app.devkit.waiting import wait_until
+from tests.app.processor_harness import read_committed
 
 PARTITIONS = 3
 
@@ -71,31 +72,6 @@ class Load:
         return gaps
 
 
-def read_all(bootstrap_servers: str, topic: str, expected: int) -> list[int]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    seen: list[int] = []
-
-    def caught_up() -> bool:
-        message = consumer.poll(1.0)
-        if message is not None and message.error() is None:
-            seen.append(int(message.value() or b""))
-        return len(seen) >= expected
-
-    try:
-        wait_until(caught_up, 120, f"{expected} records read back", interval_s=0)
-        return seen
-    finally:
-        consumer.close()
-
-
 def test_a_rolling_upgrade_keeps_every_acked_record_and_finalizes_only_after_the_roll() -> None:
     old, new = ensure_release(version=PREVIOUS_VERSION), ensure_release()
     with KraftCluster(release=old) as cluster:
@@ -128,7 +104,8 @@ def test_a_rolling_upgrade_keeps_every_acked_record_and_finalizes_only_after_the
         assert finalized.startswith(".".join(KAFKA_VERSION.split(".")[:2]))
         assert load.errors == []
         acked = sorted(n for acks in load.acked.values() for _, n in acks)
-        assert sorted(read_all(cluster.bootstrap_servers, topic, len(acked))) == acked
+        read = [int(r.value or b"") for r in read_committed(cluster.bootstrap_servers, topic)]
+        assert sorted(read) == acked
 
         # Finalized: a node of the old release no longer starts on this storage, and says why.
         victim = cluster.nodes[-1]
