@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import shutil
 import signal
 import threading
 import time
@@ -36,7 +37,7 @@ from app.processor.health import HealthServer, ReadinessStatus
 from app.processor.metrics import ProcessorMetrics
 from app.processor.pair import PairControl
 from app.processor.pipeline import spark_session, start_query
-from app.processor.settings import ProcessorSettings
+from app.processor.settings import ProcessorSettings, earlier_checkpoints
 from app.processor.sink import SinkTopics, TransactionalSink
 from app.processor.source_offsets import (
     held_partitions,
@@ -120,6 +121,18 @@ class ProcessorInstance:
             batch_done=self._batch_done,
         )
 
+    def _retire_earlier_checkpoints(self) -> None:
+        """Remove checkpoints of another state layout: this version cannot read their state."""
+        for path in earlier_checkpoints(self.settings.state_dir):
+            log.warning(
+                "removing %s: its state has another layout than this version's (%s); the state "
+                "is restored from the changelog %s",
+                path,
+                self.settings.checkpoint_dir.name,
+                self.settings.changelog_topic,
+            )
+            shutil.rmtree(path)
+
     def request_stop(self, signum: int, _frame: FrameType | None = None) -> None:
         """Signal handler: finish the current batch, then stop."""
         log.info(
@@ -137,6 +150,7 @@ class ProcessorInstance:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self._retire_earlier_checkpoints()
         self.health.start()
         handoff = self.settings.membership_mode == MEMBERSHIP_HANDOFF
         self.member.keep_copies(self._copies())

@@ -159,9 +159,27 @@ class ProcessorSettings:
         return {k: v for k, v in self.properties.items() if _is_client_common(k)}
 
 
+# The layout of the state in Spark's checkpoint (`keyed_state.py`: its grouping, its state
+# schema, its buckets). Spark refuses a checkpoint whose state schema differs, so a processor of
+# another layout starts a checkpoint of its own and restores its state from the changelog, the
+# same path as a lost volume. 1: a state per key (the directory `checkpoint`); 2: per bucket.
+STATE_LAYOUT = 2
+
+
 def checkpoint_dir(state_dir: Path) -> Path:
-    """The checkpoint directory under an instance's `state.dir`."""
-    return state_dir / "checkpoint"
+    """The checkpoint directory under an instance's `state.dir`, of this `STATE_LAYOUT`."""
+    return state_dir / f"checkpoint-layout-{STATE_LAYOUT}"
+
+
+def earlier_checkpoints(state_dir: Path) -> list[Path]:
+    """Checkpoint directories under `state.dir` of another state layout than this one's."""
+    current = checkpoint_dir(state_dir)
+    return sorted(
+        path
+        for pattern in ("checkpoint", "checkpoint-layout-*")
+        for path in state_dir.glob(pattern)
+        if path.is_dir() and path != current
+    )
 
 
 def is_secret_key(key: str) -> bool:

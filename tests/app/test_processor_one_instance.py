@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from app.devkit.waiting import wait_until
-from app.processor.settings import INSTANCE_ID_KEY
+from app.processor.settings import INSTANCE_ID_KEY, checkpoint_dir
 from app.processor.source_offsets import newest_batch
 from tests.app.processor_harness import (
     REPO,
@@ -187,7 +187,7 @@ def restarted_run(scenario: Scenario, first_run: RunReport) -> Iterator[list[Run
         clean = _report(scenario, second, scenario.wait_exact(second))
         clean.log_when_ready = log_when_ready
         # A batch is in flight when its offsets are logged and its commit is not yet.
-        checkpoint = scenario.state_dir / "checkpoint"
+        checkpoint = checkpoint_dir(scenario.state_dir)
         committed_before = _newest(checkpoint / "commits")
         scenario.produce(4000, seed=3)
         wait_until(
@@ -228,6 +228,23 @@ def lost_volume_run(scenario: Scenario, restarted_run: list[RunReport]) -> Itera
         report.exit_code, report.stop_seconds = processor.terminate()
         report.log = processor.log()
         report.changelog_records = changelog_records  # what a full restore has to read
+        yield report
+    finally:
+        processor.ensure_stopped()
+
+
+@pytest.fixture(scope="module")
+def earlier_layout_run(scenario: Scenario, lost_volume_run: RunReport) -> Iterator[RunReport]:
+    """The volume of a version with another state layout: its checkpoint under the old name."""
+    checkpoint_dir(scenario.state_dir).rename(scenario.state_dir / "checkpoint")
+    changelog_records = len(read_committed(scenario.bootstrap, scenario.topic("changelog")))
+    scenario.produce(1000, seed=5)
+    processor = scenario.start("fifth")
+    try:
+        report = _report(scenario, processor, scenario.wait_exact(processor))
+        report.exit_code, report.stop_seconds = processor.terminate()
+        report.log = processor.log()
+        report.changelog_records = changelog_records
         yield report
     finally:
         processor.ensure_stopped()
@@ -326,6 +343,17 @@ def test_lost_state_volume_is_rebuilt_from_the_changelog(lost_volume_run: RunRep
     # the restore reads them all.
     assert lost_volume_run.restore_records == lost_volume_run.changelog_records > 0
     assert "state restored from" in lost_volume_run.log
+
+
+def test_a_checkpoint_of_another_state_layout_is_removed_and_restored_from_the_changelog(
+    scenario: Scenario, earlier_layout_run: RunReport
+) -> None:
+    assert earlier_layout_run.output == earlier_layout_run.truth
+    assert earlier_layout_run.changelog == earlier_layout_run.truth
+    assert earlier_layout_run.restore_records == earlier_layout_run.changelog_records > 0
+    assert not (scenario.state_dir / "checkpoint").exists()
+    assert checkpoint_dir(scenario.state_dir).is_dir()
+    assert "checkpoint: its state has another layout than this version's" in earlier_layout_run.log
 
 
 def test_a_bad_setting_fails_at_start_naming_it(tmp_path: Path) -> None:

@@ -10,7 +10,10 @@
    the slope of the group's committed offset from its first commit to the end of the backlog.
    Then the load generator adds views at `--latency-rate` for `--latency-s` seconds, and the
    event time to output record time latency of those views gives p50 and p99; the output must
-   then be exact (`app.devkit.truth`). The instance's memory (its process tree's PSS,
+   then be exact (`app.devkit.truth`). The batches of that phase give the profile of a caught-up
+   batch: the medians of the two parts each batch logs (`sink.py`: the rows computed, which is
+   the reads, the shuffle and the stateful operator, and the rows written, the Kafka
+   transaction). The instance's memory (its process tree's PSS,
    `memory.py`) is sampled every second from its start to its stop.
    With `--set`, each configuration runs again per variant of contract keys (a row each, the
    contract's defaults first): a setting's cost and gain measured beside the defaults in one run.
@@ -24,6 +27,8 @@
 from __future__ import annotations
 
 import logging
+import re
+import statistics
 import time
 import uuid
 from collections.abc import Sequence
@@ -52,6 +57,9 @@ from policies.contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.bench")
 
+# The split every committed batch logs (`sink.py`).
+_BATCH_SPLIT = re.compile(rb"rows computed in ([0-9.]+) s, written in ([0-9.]+) s")
+
 # (max.records.per.batch, trigger.interval.ms)
 DEFAULT_CONFIGS: tuple[tuple[int, int], ...] = (
     (5_000, 1_000),
@@ -72,6 +80,8 @@ COLUMNS = (
     "p50 latency s",
     "p99 latency s",
     "latency samples",
+    "batch computed s (p50)",
+    "batch written s (p50)",
     "exact",
     "memory MiB (median)",
     "memory MiB (peak)",
@@ -257,6 +267,8 @@ def measure_instance(
         rate = None
         if first is not None and last is not None and last[0] > first[0]:
             rate = round((last[1] - first[1]) / (last[0] - first[0]))
+        log_path = instance.log_path
+        log_start = log_path.stat().st_size if log_path.exists() else 0
         loader = pipeline.load(
             LoadSettings(
                 rate=params.latency_rate,
@@ -269,6 +281,7 @@ def measure_instance(
         loader.join()
         lag = pipeline.lag
         poll_until(lambda: lag.total() == 0, 120, interval_s=0.5)  # measured also if not
+        computed, written = batch_split(log_path, log_start)
     pipeline.stop_instances()
     pipeline.output.wait_until_caught_up(60.0)
     check = check_output(pipeline.truth, pipeline.output.snapshot()[0])
@@ -281,12 +294,30 @@ def measure_instance(
         "p50 latency s": percentile(latencies, 0.5),
         "p99 latency s": percentile(latencies, 0.99),
         "latency samples": len(latencies),
+        "batch computed s (p50)": computed,
+        "batch written s (p50)": written,
         "exact": "yes" if check.ok else "NO",
         "memory MiB (median)": memory.median_mib(),
         "memory MiB (peak)": memory.peak_mib(),
         "memory MiB at peak by process": memory.peak_by_kind(),
     }
     return row
+
+
+def batch_split(log_path: Path, start: int) -> tuple[float | None, float | None]:
+    """The medians of the two parts of the batches an instance logged after byte `start` of its
+    log: rows computed, rows written (None: no batch logged, as Kafka Streams logs none)."""
+    if not log_path.exists():
+        return None, None
+    with log_path.open("rb") as log_file:
+        log_file.seek(start)
+        splits = [tuple(map(float, m.groups())) for m in _BATCH_SPLIT.finditer(log_file.read())]
+    if not splits:
+        return None, None
+    return (
+        round(statistics.median(c for c, _ in splits), 3),
+        round(statistics.median(w for _, w in splits), 3),
+    )
 
 
 def measure_restores(
