@@ -105,6 +105,12 @@ TABLES: tuple[DocTable, ...] = (
         "--configs 1000000:1000,500000:1000 --latency-rate 1000 --latency-s 30",
     ),
     DocTable(
+        "state-buckets",
+        "State per bucket",
+        "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
+        "--latency-rate 1000 --latency-s 30 --engines processor,kafka-streams",
+    ),
+    DocTable(
         "memory",
         "Memory",
         "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
