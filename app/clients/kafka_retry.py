@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -65,6 +65,21 @@ MAX_BACKOFF_S = 2.0
 # consumers on 3 local nodes with both cores busy: asked once, 7 of 1,900 waited 0.7 s; asked
 # again after this long, none of 1,200 took more than 0.31 s.
 FIRST_ASK_S = 0.15
+# The first attempt's timeout of a call asked of one broker (a partition's leader, the group's
+# coordinator), doubled at each retry up to the call's own timeout. A live broker answers in
+# milliseconds; a lost one never does, and a client that only queries keeps it as the leader
+# until a metadata refresh, which `Retrying` does between attempts. With the full timeout (10 s)
+# on every attempt, a planning call that asked a lost leader just after the brokers had fenced
+# it waited 10 s before its retry asked the new one: a second stall after the broker's loss.
+FIRST_ATTEMPT_S = 2.0
+
+
+def attempt_timeouts(limit_s: float) -> Iterator[float]:
+    """Each attempt's timeout: `FIRST_ATTEMPT_S` first, doubling up to `limit_s`."""
+    timeout = min(FIRST_ATTEMPT_S, limit_s)
+    while True:
+        yield timeout
+        timeout = min(timeout * 2, limit_s)
 
 
 def is_transient(error: KafkaError) -> bool:
@@ -142,17 +157,15 @@ class Retrying:
     def watermark_offsets(
         self, what: str, consumer: Consumer, topic: str, partition: int, timeout_s: float
     ) -> tuple[int, int]:
-        """A partition's low and high watermark, asked of its leader (never the cache)."""
-        return self(
-            what,
-            partial(
-                consumer.get_watermark_offsets,
-                TopicPartition(topic, partition),
-                timeout=timeout_s,
-                cached=False,
-            ),
-            partial(consumer.list_topics, topic, timeout=timeout_s),
-        )
+        """A partition's low and high watermark, asked of its leader (never the cache), each
+        attempt's timeout growing to `timeout_s` (`attempt_timeouts`)."""
+        timeouts = attempt_timeouts(timeout_s)
+        tp = TopicPartition(topic, partition)
+
+        def ask() -> tuple[int, int]:
+            return consumer.get_watermark_offsets(tp, timeout=next(timeouts), cached=False)
+
+        return self(what, ask, partial(consumer.list_topics, topic, timeout=timeout_s))
 
     def first_offsets(
         self, what: str, consumer: Consumer, partitions: Sequence[TopicPartition], timeout_s: float
@@ -186,11 +199,13 @@ class Retrying:
         self, what: str, consumer: Consumer, topic: str, partitions: Iterable[int], timeout_s: float
     ) -> list[TopicPartition]:
         """The group's committed offsets of `partitions`; a partition's own error (a
-        transaction still holding its offsets) is retried like the call's."""
+        transaction still holding its offsets) is retried like the call's, each attempt's
+        timeout growing to `timeout_s` (`attempt_timeouts`)."""
         tps = [TopicPartition(topic, p) for p in partitions]
+        timeouts = attempt_timeouts(timeout_s)
 
         def ask() -> list[TopicPartition]:
-            found = consumer.committed(tps, timeout=timeout_s)
+            found = consumer.committed(tps, timeout=next(timeouts))
             raise_partition_error(found)
             return found
 

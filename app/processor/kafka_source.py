@@ -128,8 +128,9 @@ READ_CHUNK = 5_000
 # more calls while the fetcher is behind and bounds that wait: with 1 s, every restore and every
 # standby read of a partition took at least that second, however few its records.
 CONSUME_TIMEOUT_S = 0.01
-# One attempt of a planning call: a live broker answers in milliseconds, and a request to a lost
-# leader waits out this timeout before the retry asks the new one (app/clients/kafka_retry.py).
+# A planning call's longest attempt: a live broker answers in milliseconds, and an attempt
+# that asks a lost leader gives up after 2 s at first, so that the retry asks the new one
+# (`kafka_retry.attempt_timeouts`).
 CLIENT_TIMEOUT_S = 10.0
 # How often a gained partition's changelog end is asked again while a marker is on its way.
 END_POLL_S = 0.05

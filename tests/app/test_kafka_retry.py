@@ -6,6 +6,7 @@ returns; the calls are the client's own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -94,6 +95,49 @@ def test_a_call_waits_out_a_broker_restart_and_logs_the_episode_once(
     assert len(lines) == 2, lines  # one when the episode starts, one when it ends
     assert "end offset: " in lines[0] and "retrying for up to 120 s (task.timeout.ms)" in lines[0]
     assert lines[1].startswith("end offset: succeeded again after ")
+
+
+def test_a_lookup_that_asks_a_lost_leader_asks_the_new_one_within_seconds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that only queries keeps a lost broker as the partition's leader until a
+    metadata refresh: its first attempt must give up long before the call's own 10 s timeout,
+    so that the retry (after a refresh) asks the leader the brokers elected meanwhile."""
+    caplog.set_level(logging.INFO, logger="app.clients.kafka_retry")
+    with KraftCluster(nodes=3) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(timeout=30)
+        client = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "group.id": "retry-test",
+                "log_level": "0",  # the lost broker's disconnects are the point here
+            }
+        )
+        try:
+            retrying = Retrying(DEADLINE_S)
+            assert retrying.watermark_offsets("end offset", client, TOPIC, 0, 10.0) == (0, 0)
+
+            def leader() -> int:
+                return admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].leader
+
+            def asked_in_vain() -> int:
+                """The client keeps asking meanwhile, as a planner does every batch: its
+                attempts to reconnect to the lost broker back off further each time."""
+                with contextlib.suppress(KafkaException):
+                    client.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=1, cached=False)
+                return leader()
+
+            lost = leader()
+            cluster.kill_node(lost)
+            wait_until(lambda: asked_in_vain() not in (lost, -1), DEADLINE_S, "a new leader",
+                       seen=leader, interval_s=0.2)  # fmt: skip
+            started = time.monotonic()
+            assert retrying.watermark_offsets("end offset", client, TOPIC, 0, 10.0) == (0, 0)
+            took = time.monotonic() - started
+        finally:
+            client.close()
+    assert took < 8.0, f"the lookup took {took:.1f} s: it waited out the lost leader"
 
 
 def test_a_call_fails_once_its_budget_is_spent(

@@ -375,7 +375,7 @@ def test_typed_fields_and_client_configs(tmp_path: Path) -> None:
     assert settings.trigger_interval_ms == 1000
     assert settings.trigger_processing_time == "1000 milliseconds"
     assert settings.max_records_per_batch == 1_000_000
-    assert settings.checkpoint_dir == Path("/var/lib/processor/checkpoint")
+    assert settings.checkpoint_dir == Path("/var/lib/processor/checkpoint-layout-2")
     assert settings.source == tmp_path / "processor.properties"
 
     consumer = settings.consumer_config()
