@@ -217,12 +217,12 @@ def restarted_run(scenario: Scenario, first_run: RunReport) -> Iterator[list[Run
             third.ensure_stopped()
 
 
-@pytest.fixture(scope="module")
-def lost_volume_run(scenario: Scenario, restarted_run: list[RunReport]) -> Iterator[RunReport]:
-    shutil.rmtree(scenario.state_dir)
+def _full_restore_run(scenario: Scenario, name: str, seed: int) -> Iterator[RunReport]:
+    """A start that must restore every partition from the whole changelog (its checkpoint is
+    gone or unreadable), with 1000 new records to count."""
     changelog_records = len(read_committed(scenario.bootstrap, scenario.topic("changelog")))
-    scenario.produce(1000, seed=4)
-    processor = scenario.start("fourth")
+    scenario.produce(1000, seed=seed)
+    processor = scenario.start(name)
     try:
         report = _report(scenario, processor, scenario.wait_exact(processor))
         report.exit_code, report.stop_seconds = processor.terminate()
@@ -234,20 +234,16 @@ def lost_volume_run(scenario: Scenario, restarted_run: list[RunReport]) -> Itera
 
 
 @pytest.fixture(scope="module")
+def lost_volume_run(scenario: Scenario, restarted_run: list[RunReport]) -> Iterator[RunReport]:
+    shutil.rmtree(scenario.state_dir)
+    yield from _full_restore_run(scenario, "fourth", seed=4)
+
+
+@pytest.fixture(scope="module")
 def earlier_layout_run(scenario: Scenario, lost_volume_run: RunReport) -> Iterator[RunReport]:
     """The volume of a version with another state layout: its checkpoint under the old name."""
     checkpoint_dir(scenario.state_dir).rename(scenario.state_dir / "checkpoint")
-    changelog_records = len(read_committed(scenario.bootstrap, scenario.topic("changelog")))
-    scenario.produce(1000, seed=5)
-    processor = scenario.start("fifth")
-    try:
-        report = _report(scenario, processor, scenario.wait_exact(processor))
-        report.exit_code, report.stop_seconds = processor.terminate()
-        report.log = processor.log()
-        report.changelog_records = changelog_records
-        yield report
-    finally:
-        processor.ensure_stopped()
+    yield from _full_restore_run(scenario, "fifth", seed=5)
 
 
 def _newest(directory: Path) -> int:
