@@ -732,12 +732,12 @@ def _validate(config: StackConfig) -> None:
             except ValueError as err:
                 raise setting_error(f"{section}.{key}", getattr(obj, key), str(err)) from err
     _validate_processor_properties(config)
-    if not 0 <= processor.num_standby_replicas <= processor.replicas - 1:
+    standby = membership.standby_breach(
+        standby_replicas=processor.num_standby_replicas, replicas=processor.replicas
+    )
+    if standby is not None:
         raise setting_error(
-            "processor.numStandbyReplicas",
-            processor.num_standby_replicas,
-            f"must be 0..{processor.replicas - 1} (processor.replicas - 1): each standby copy "
-            "of a partition lives on an instance other than its owner",
+            "processor.numStandbyReplicas", processor.num_standby_replicas, standby.message()
         )
     _validate_security(config)
     _validate_pair_images(processor)

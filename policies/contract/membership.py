@@ -81,6 +81,20 @@ def instance_id_breaches(*, stateful: bool, mode: str, instance_id: str | None) 
     return []
 
 
+def standby_breach(*, standby_replicas: int, replicas: int | None) -> Breach | None:
+    """Each standby copy lives on an instance other than its owner: at most replicas - 1."""
+    if replicas is None or 0 <= standby_replicas <= replicas - 1:
+        return None
+    return Breach(
+        "num.standby.replicas",
+        str(standby_replicas),
+        f"0..{max(replicas - 1, 0)} (replicas - 1)",
+        "each standby copy of a partition lives on an instance other than its owner, so "
+        f"{replicas} instance(s) keep at most {max(replicas - 1, 0)} copies; before a scale-in "
+        "to fewer than num.standby.replicas + 1 instances, lower num.standby.replicas",
+    )
+
+
 def handoff_breaches(
     *, stateful: bool, mode: str, standby_replicas: int, replicas: int | None
 ) -> list[Breach]:

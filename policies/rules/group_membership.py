@@ -85,6 +85,13 @@ def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> 
             standby_replicas=_int(processor.standby_replicas),
             replicas=None if replicas is None else _int(replicas),
         )
+        too_many = membership.standby_breach(
+            standby_replicas=_int(processor.standby_replicas),
+            replicas=None if replicas is None else _int(replicas),
+        )
+        # One finding for a lone instance: hand-off's need of a second one says it already.
+        if too_many is not None and not any(b.key == "replicas" for b in breaches):
+            breaches.append(too_many)
         for breach in breaches:
             if breach.key == "replicas":
                 yield (

@@ -22,7 +22,7 @@ from app.devkit.bench.__main__ import parse_args
 from app.devkit.bench.ceiling import measure_ceiling, parse_perf_test
 from app.devkit.bench.measure import PeriodicSampler
 from app.devkit.bench.plots import rate_labels, throughput_bars
-from app.devkit.bench.rolling_restart import CASES, BenchParams, run_matrix
+from app.devkit.bench.rolling_restart import CASES, BenchParams, check_scale, run_matrix
 from app.devkit.bench.variant import Variant
 from app.devkit.kafka_streams import LABEL as KAFKA_STREAMS
 from app.devkit.kraft_cluster import KraftCluster
@@ -217,6 +217,34 @@ def test_handoff_moves_the_partitions_and_keeps_counts_exact(
     restores = [line for line in lines if line[:23] > rejoined and _is_restore(line)]
     assert restores, "the restarted instance took nothing back"
     assert all(map(_from_a_copy, restores)), restores
+
+
+def test_a_scale_out_and_in_moves_partitions_onto_copies_and_keeps_counts_exact(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """2 -> 3 -> 2 hand-off instances: the new one warms its copies before it joins, the removed
+    one hands its partitions to the others' copies."""
+    params = replace(SHORT, partitions=3, scale_to=3, min_ready_s=2.0)
+    run_matrix([BY_NAME["scale-out"], BY_NAME["scale-in"]], params, tmp_path, kafka_bootstrap,
+               BROKER)  # fmt: skip
+    rows = read_table(tmp_path)
+    assert_exact(rows, ("scale-out", "scale-in"))
+    for name in ("scale-out", "scale-in"):
+        row = rows[name]
+        assert row["processed again s"], row
+        assert row["restarted partitions"] == "0 1 2", row
+        assert re.fullmatch(
+            r"(\d+) of \1, [\d,]+ changelog records read", row["moves onto a copy"]
+        ), row
+    logs = sorted((tmp_path / "state").glob("*/logs/*-2.log"))
+    assert logs, "the scaled-out instance 2 left no log"
+
+
+def test_a_scale_beyond_the_partitions_or_not_above_the_instances_is_refused() -> None:
+    check_scale(replace(SHORT, partitions=3, scale_to=3))
+    for params in (replace(SHORT, scale_to=3), replace(SHORT, scale_to=2)):
+        with pytest.raises(ValueError, match=r"--scale-to \d: must be above --instances \(2\)"):
+            check_scale(params)
 
 
 def test_a_pair_release_and_failover_keep_the_output_exact_and_never_going_back(

@@ -189,7 +189,7 @@ from policies.contract.topic_specs import PipelineNames
             {"processor": {"numStandbyReplicas": 2}},
             [
                 "stateful-streaming:processor.numStandbyReplicas = 2",
-                "must be 0..1 (processor.replicas - 1)",
+                "must be 0..1 (replicas - 1)",
                 "an instance other than its owner",
             ],
         ),

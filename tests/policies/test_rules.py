@@ -633,6 +633,18 @@ def test_handoff_processor_needs_a_second_replica(run, compliant) -> None:
     )
 
 
+def test_a_scale_in_below_the_standby_copies_is_refused(run, compliant) -> None:
+    stack = changed(
+        _handoff(compliant), "processor-config", with_properties({"num.standby.replicas": "2"})
+    )
+    stack = changed(stack, "processor", _set("spec.replicas", 2), ":StatefulSet")
+    violations = [v for v in run(stack) if v.policy == "group-static-membership"]
+    assert len(violations) == 1
+    assert "num.standby.replicas is 2; required: 0..1 (replicas - 1)" in violations[0].message
+    assert "before a scale-in" in violations[0].message
+    assert "(stack setting processor.numStandbyReplicas)" in violations[0].message
+
+
 @pytest.mark.parametrize("standby", ["0", None], ids=["zero", "absent"])
 def test_handoff_processor_needs_a_standby_replica(run, compliant, standby) -> None:
     from tests.policies.conftest import stack_config

@@ -32,7 +32,13 @@ from pathlib import Path
 
 from app.clients import client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
-from app.devkit.bench.rolling_restart import CASE_NAMES, CASES, BenchParams, run_matrix
+from app.devkit.bench.rolling_restart import (
+    CASE_NAMES,
+    CASES,
+    BenchParams,
+    check_scale,
+    run_matrix,
+)
 from app.devkit.bench.tables import TABLE_NAMES, TABLES
 from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
 from app.devkit.bench.variant import Variant
@@ -178,6 +184,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         BenchParams(),
         {
             "--instances": "processor instances",
+            "--scale-to": "how many instances the scale-out case grows the deployment to",
             "--partitions": "input partitions",
             "--rate": "page views per second",
             "--keys": "distinct pages",
@@ -282,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             params = replace(
                 BenchParams(),
                 instances=args.instances,
+                scale_to=args.scale_to,
                 partitions=args.partitions,
                 rate=args.rate,
                 keys=args.keys,
@@ -304,6 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 variants=(Variant(), *args.variants),
             )
             chosen = [c for c in CASES if c.name in args.cases]
+            if any(c.scale for c in chosen):
+                try:
+                    check_scale(params)
+                except ValueError as exc:
+                    raise SystemExit(f"python -m app.devkit.bench: {exc}") from exc
             results = run_matrix(chosen, params, out, bootstrap, broker, brokers, client)
             return 0 if all(r.ok for r in results) else 1
         params_tp = replace(

@@ -19,6 +19,7 @@ restarts. Every row names its broker.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import Counter
@@ -55,6 +56,7 @@ from app.devkit.local.instances import (
     LOCAL_SESSION_TIMEOUT_MS,
     InstanceOptions,
     InstanceStatus,
+    ProcessorProcess,
 )
 from app.devkit.local.observe import PartitionLag
 from app.devkit.local.pipeline import (
@@ -64,7 +66,7 @@ from app.devkit.local.pipeline import (
     PipelineSetup,
     engine_label,
 )
-from app.devkit.local.roll import RollFailed, RollStep, roll_instances
+from app.devkit.local.roll import RollFailed, RollStep, roll_instances, wait_available
 from app.devkit.truth import Latency, OutputCheck, OutputRecord, check_output
 from app.devkit.waiting import poll_until
 from policies.contract.processor_keys import (
@@ -81,6 +83,9 @@ NEEDS_BROKERS = (
     "needs brokers the bench can restart: run without --bootstrap-servers (the bench then "
     "starts 3 KRaft nodes of its own)"
 )
+
+
+SCALE_OUT, SCALE_IN = "scale-out", "scale-in"
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,8 @@ class Case:
     stays_down: bool = False
     # An active/standby pair (`instances` per side): the case acts on the pair as a whole.
     pair: bool = False
+    # The deployment scaled instead: out to `scale_to` instances, or in back to `instances`.
+    scale: str | None = None
 
     def standby_replicas(self, params: BenchParams) -> int:
         """The case's `num.standby.replicas`."""
@@ -205,6 +212,23 @@ CASES: tuple[Case, ...] = (
         crash=True,
     ),
     Case(
+        SCALE_OUT,
+        "membership.mode=handoff, scaled out under load to --scale-to instances as the "
+        "StatefulSet controller adds pods: each new one (an empty volume) warms the copies of "
+        "what it may be handed, joins, and the next starts once it has been ready "
+        "--min-ready-s",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        scale=SCALE_OUT,
+    ),
+    Case(
+        SCALE_IN,
+        "membership.mode=handoff, scaled in under load back to --instances, highest ordinal "
+        "first, each removed pod (SIGTERM) handing its partitions to warm copies before the "
+        "next one stops",
+        membership_mode=MEMBERSHIP_HANDOFF,
+        scale=SCALE_IN,
+    ),
+    Case(
         "broker-roll",
         "rolling restart of the 3 brokers under load (highest node first, each once back in "
         "every ISR); the instances keep running",
@@ -259,6 +283,8 @@ class BenchParams:
     """Sizes and timings of every case (small by default: a case takes a minute or two)."""
 
     instances: int = 2
+    # How many instances the scale-out case grows the deployment to.
+    scale_to: int = 3
     partitions: int = 4
     rate: float = 100.0
     keys: int = 40
@@ -428,6 +454,16 @@ def _not_runnable(case: Case, engine: str, brokers: KraftCluster | None) -> str 
     return None
 
 
+def check_scale(params: BenchParams) -> None:
+    """Refuse a scale the group cannot use: more instances than partitions own nothing."""
+    if not params.instances < params.scale_to <= params.partitions:
+        raise ValueError(
+            f"--scale-to {params.scale_to}: must be above --instances ({params.instances}) and "
+            f"at most --partitions ({params.partitions}); a member beyond the partition count "
+            "owns nothing"
+        )
+
+
 def _graph_suffix(params: BenchParams) -> str:
     """A graph's name suffix: none for the classic protocol and the first variant (the
     defaults': the names the docs link), else the protocol and the variant's place (`-set1` for
@@ -519,6 +555,8 @@ def run_group(
                     restarts.append(broker_roll(pipeline, timeline, case, params, brokers))
                 elif case.pair:
                     restarts.append(pair_case(pipeline, timeline, case, params))
+                elif case.scale:
+                    restarts.append(scale(pipeline, timeline, case, params))
                 else:
                     run_case = rollout if case.rollout else restart
                     restarts.append(run_case(pipeline, timeline, case, params))
@@ -529,7 +567,10 @@ def run_group(
         latest, _, _ = pipeline.output.snapshot()
         records = list(pipeline.output.records)
         logs = handoff_phases.read_logs(
-            {i.name.removeprefix(f"{prefix}-"): i.log_path for i in pipeline.instances}
+            {
+                i.name.removeprefix(f"{prefix}-"): i.log_path
+                for i in [*pipeline.instances, *pipeline.scaled_in]
+            }
         )
     check = check_output(summary.truth, latest)
     if not check.ok:
@@ -662,6 +703,33 @@ def rollout(
         log.warning("case %s: %s", case.name, exc)
     event = Restart(case, "every instance", every, before, stopped_at, started[-1])
     return _all_processing_again(timeline, event, params, "rollout done, every partition processed")
+
+
+def scale(pipeline: LocalPipeline, timeline: Timeline, case: Case, params: BenchParams) -> Restart:
+    """Scale the deployment out to `scale_to` instances (each new one once the one before has
+    been ready `min_ready_s`, as `OrderedReady` adds pods) or in back to `instances` (highest
+    ordinal first, each once the one before has stopped); then wait until every instance is
+    ready and every partition processed again. Every partition is watched: any may move."""
+    count = params.scale_to if case.scale == SCALE_OUT else params.instances
+    sample = timeline.take()
+    before = {s.name: s for s in sample.instances}
+    every = tuple(range(params.partitions))
+    log.info("case %s: %s; %d -> %d instances", case.name, case.description, len(before), count)
+    stopped_at = time.time()
+
+    def available(instance: ProcessorProcess) -> None:
+        if instance.running:
+            wait_available(
+                instance, params.min_ready_s, params.recovery_timeout_s, threading.Event()
+            )
+
+    try:
+        pipeline.scale_to(count, available)
+    except RollFailed as exc:
+        log.warning("case %s: %s", case.name, exc)
+    target = f"{len(before)} -> {count} instances"
+    event = Restart(case, target, every, before, stopped_at, time.time())
+    return _all_processing_again(timeline, event, params, f"scaled to {count}")
 
 
 def _all_processing_again(
@@ -820,7 +888,9 @@ def _row(
     window = (int(event.stopped_at * 1000), int(end * 1000))
     gaps = zero_output_gaps(records, event.moved, *window)
     during = [lat for lat in latencies if window[0] <= lat.output_ms <= window[1]]
-    others = [n for n in event.before if n != event.target]
+    # A scale case's instances are before's and after's; a new one's counters start at 0.
+    seen = dict.fromkeys([*event.before, *event.after]) if event.case.scale else event.before
+    others = [n for n in seen if n != event.target]
     target_after = event.after.get(event.target)
     restored_records = (target_after.metric(RESTORED) if target_after else 0.0) + sum(
         metric_delta(event.before.get(n), event.after.get(n), RESTORED) for n in others
@@ -873,7 +943,9 @@ def _row(
         # A rollout restarts every instance, whose counters begin again at 0: no sum is right.
         "restored records": None if _restarts_all(event.case) else int(restored_records),
         "instance exits": len(event.exited) if event.case.broker_roll else None,
-        "down s": None if event.case.pair else event.started_at - event.stopped_at,
+        "down s": None
+        if event.case.pair or event.case.scale
+        else event.started_at - event.stopped_at,
         # The restarted instance's own clock: process start to its first committed batch.
         "start to first batch s": (
             (target_after.metric(START_DURATION) or None)

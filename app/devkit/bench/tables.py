@@ -176,6 +176,12 @@ TABLES: tuple[DocTable, ...] = (
         "--engines processor,kafka-streams",
     ),
     DocTable(
+        "scale",
+        "Scaling out and in under load",
+        "rolling-restart --cases scale-out,scale-in --instances 3 --scale-to 5 --partitions 12 "
+        "--rate 1000 --keys 10000 --standby-replicas 2 --engines processor,kafka-streams",
+    ),
+    DocTable(
         "broker-restarts",
         "Broker restarts",
         "rolling-restart --cases broker-roll,broker-kill "

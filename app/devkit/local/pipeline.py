@@ -149,6 +149,10 @@ class LocalPipeline:
         self.cluster: KraftCluster | None = None  # the local cluster this pipeline started
         self.bootstrap_servers = setup.bootstrap_servers or ""
         self.instances: list[ProcessorProcess] = []
+        # Instances a scale-in removed (`scale_to`): stopped, their logs kept.
+        self.scaled_in: list[ProcessorProcess] = []
+        # The settings every instance is written with (`_start`), a scaled-out one's too.
+        self._options: InstanceOptions | None = None
         # A pair's instances per side (a single deployment: none).
         self.sides: dict[str, list[ProcessorProcess]] = {}
         self.lag: GroupLag | SlowestLag | None = None
@@ -183,6 +187,7 @@ class LocalPipeline:
                 **setup.options.extra,
             },
         )
+        self._options = options
         self.instances = self._processes(options)
         for instance in self.instances:
             instance.write_properties()  # refused settings stop the run before anything starts
@@ -255,15 +260,7 @@ class LocalPipeline:
         """The instances: one deployment's, or both sides' of a pair (side a first)."""
         setup = self.setup
         if not setup.pair:
-            kind = (
-                kafka_streams.StreamsProcess
-                if setup.engine == ENGINE_KAFKA_STREAMS
-                else ProcessorProcess
-            )
-            return [
-                kind(i, setup.base_dir, self.names, self.bootstrap_servers, options)
-                for i in range(setup.instances)
-            ]
+            return [self._instance(i, options) for i in range(setup.instances)]
         for deployment in self.names.deployments(pair=True):
             assert deployment.side is not None
             # Each side is named, grouped and logged by its own application id; the input,
@@ -283,6 +280,43 @@ class LocalPipeline:
                 for i in range(setup.instances)
             ]
         return [instance for side in self.sides.values() for instance in side]
+
+    def _instance(self, index: int, options: InstanceOptions) -> ProcessorProcess:
+        """Instance `index` of a single deployment, on the pipeline's engine."""
+        kind = (
+            kafka_streams.StreamsProcess
+            if self.setup.engine == ENGINE_KAFKA_STREAMS
+            else ProcessorProcess
+        )
+        return kind(index, self.setup.base_dir, self.names, self.bootstrap_servers, options)
+
+    def scale_to(
+        self,
+        count: int,
+        on_change: Callable[[ProcessorProcess], None] = lambda instance: None,
+    ) -> None:
+        """Grow or shrink a single deployment to `count` instances as the StatefulSet
+        controller does: new ordinals started lowest first, removed ones stopped highest first,
+        each once the one before is done. `on_change` waits between steps (a started instance's
+        readiness, as `OrderedReady` does); a removed instance is stopped (SIGTERM, its
+        hand-off) and kept in `scaled_in`."""
+        if self.setup.pair or self._options is None:
+            raise ValueError("scale_to: a started single deployment only (no pair)")
+        if count < 1:
+            raise ValueError(f"scale_to({count}): a deployment keeps at least 1 instance")
+        while len(self.instances) < count:
+            instance = self._instance(len(self.instances), self._options)
+            shutil.rmtree(instance.state_dir, ignore_errors=True)  # a new pod's empty volume
+            instance.start()
+            self.instances.append(instance)
+            log.info("scaled out: started %s, log %s", instance.name, instance.log_path)
+            on_change(instance)
+        while len(self.instances) > count:
+            instance = self.instances.pop()
+            code = instance.stop()
+            self.scaled_in.append(instance)
+            log.info("scaled in: %s stopped (exit code %s)", instance.name, code)
+            on_change(instance)
 
     def start_instances(self) -> None:
         """Start every instance."""
