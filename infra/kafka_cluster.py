@@ -19,8 +19,8 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from infra import bootstrap_grants, stateful_volumes, workload
-from infra.config import KafkaConfig, SecurityConfig, quantity
 from infra.kafka_credentials import KafkaCredentials
+from infra.stack_settings import KafkaConfig, SecurityConfig, quantity
 from policies.contract import acl_grants, acl_specs, container_commands
 from policies.contract.acl_specs import KafkaUser
 from policies.contract.container_commands import (

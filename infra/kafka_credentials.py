@@ -25,7 +25,7 @@ import pulumi_tls as tls
 
 from infra import workload
 from infra.certificate_authority import generated_cas, trust_bundle
-from infra.config import SecurityConfig
+from infra.stack_settings import SecurityConfig
 from policies.contract.acl_specs import KafkaUser
 from policies.contract.kafka_security import (
     BROKER_CERTIFICATE_SUBJECT,

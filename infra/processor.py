@@ -11,9 +11,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra import stateful_volumes, workload
-from infra.config import ProcessorConfig
 from infra.kafka_credentials import ClientAccess
 from infra.processor_properties import HEALTH_PORT, STATE_DIR
+from infra.stack_settings import ProcessorConfig
 from policies.contract import container_commands
 from policies.contract.container_commands import PROPERTIES_DIR, PROPERTIES_FILE
 from policies.contract.java_properties import format_properties

@@ -8,8 +8,8 @@ Kafka's EnvVarConfigProvider syntax, resolved by the processor from the pod's en
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
+from infra.stack_settings import StackConfig
 from policies.contract.processor_keys import (
     CLASSIC_PROTOCOL_ONLY,
     CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
@@ -22,16 +22,9 @@ from policies.contract.processor_keys import (
 )
 from policies.contract.topic_specs import DeploymentNames, TopicRole
 
-if TYPE_CHECKING:  # infra.config validates a stack by rendering its properties with this module
-    from infra.config import StackConfig
-
 STATE_DIR = "/var/lib/processor"
 HEALTH_PORT = 8080
 
-# The processor's default heartbeat (why it is short: its row in the contract's processor_keys);
-# the session timeout here is minutes, so a third of it would let a member miss a rebalance for
-# far too long.
-HEARTBEAT_INTERVAL_MS = int(DEFAULTS["consumer.heartbeat.interval.ms"])
 # Of the grace period, what Spark and the JVM need to stop after the last batch committed.
 SPARK_STOP_SECONDS = 15
 

@@ -16,7 +16,9 @@ from typing import Any
 
 import pulumi
 
-from infra.config import PROJECT, SecurityConfig, StackConfigError
+# The stack output that records the running state.
+from infra.stack_settings import SecurityConfig, StackConfigError
+from policies.contract.stack_pipeline import PROJECT
 
 # The stack output that records the running state.
 DEPLOYED_OUTPUT = "security"

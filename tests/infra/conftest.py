@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from infra.config import PROJECT, StackConfig, build_stack_config
+from infra.config import build_stack_config
 from infra.render import RecordedStack, load_stack_file, record_stack, write_manifests
+from infra.stack_settings import StackConfig
 from policies.contract.java_properties import parse_properties
+from policies.contract.stack_pipeline import PROJECT
 from policies.contract.topic_specs import PipelineNames
 
 

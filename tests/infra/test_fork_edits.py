@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import PROJECT
+from policies.contract.stack_pipeline import PROJECT
 from policies.contract.topic_specs import PipelineNames
 from tests.infra.project_runs import (
     APP,
@@ -62,7 +62,7 @@ PROBE = """
 import dataclasses, json, sys
 import app, infra, policies
 from policies.contract.java_properties import parse_properties
-from infra.config import PROJECT
+from policies.contract.stack_pipeline import PROJECT
 from infra.render import record_stack
 from policies.contract.topic_specs import PipelineNames
 

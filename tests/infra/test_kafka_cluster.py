@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from app.devkit.kafka_release import KAFKA_VERSION
-from infra.config import KAFKA_IMAGE, StackConfigError
 from infra.kafka_cluster import broker_env_name, heap_megabytes
+from infra.presets import KAFKA_IMAGE
 from infra.render import RecordedStack, record_stack
+from infra.stack_settings import StackConfigError
 from tests.infra.conftest import container_env, k8s_object, names_of
 
 

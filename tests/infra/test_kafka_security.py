@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from infra.config import StackConfigError, build_stack_config
+from infra.config import build_stack_config
 from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
+from infra.stack_settings import StackConfigError
 from policies.contract import acl_specs
 from policies.contract.container_commands import FORMAT_SCRIPT
 from policies.contract.java_properties import load_properties

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from infra.config import PairImagesConfig, StackConfigError, build_stack_config
+from infra.config import build_stack_config
 from infra.render import RecordedStack, record_stack
+from infra.stack_settings import PairImagesConfig, StackConfigError
 from policies.contract import acl_specs
 from policies.contract.acl_specs import PAIR_SWITCH_USER, ResourceType
 from policies.contract.processor_keys import PAIR_SIDES

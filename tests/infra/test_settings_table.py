@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from infra.config import PRESETS
+from infra.presets import PRESETS
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 SECTION = "## Stack settings in full"

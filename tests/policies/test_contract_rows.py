@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import StackConfigError, build_stack_config
+from infra.config import build_stack_config
 from infra.processor_properties import processor_properties
+from infra.stack_settings import StackConfigError
 from policies.contract.processor_keys import DEFAULTS, KEYS, Key, KeyType, SetBy
 from tests.policies.handmade_stack import changed, handmade_stack, with_properties
 
