@@ -108,6 +108,9 @@ TEST_BROKER_CONFIGS: Mapping[str, str] = {
     # as the classic protocol allows (defaults: at least 45 s and 5 s), to keep tests short.
     "group.consumer.min.session.timeout.ms": "6000",
     "group.consumer.min.heartbeat.interval.ms": "250",
+    # The same for Kafka Streams' streams groups (KIP-1071), the benchmarks' reference.
+    "group.streams.min.session.timeout.ms": "6000",
+    "group.streams.min.heartbeat.interval.ms": "250",
     # The internal topics are created on first use (the first group, the first transaction):
     # 6 partitions instead of 50 make that a second on a new cluster instead of several.
     "offsets.topic.num.partitions": "6",

@@ -12,7 +12,7 @@ from app.devkit import kafka_streams
 from app.devkit.bench.__main__ import parse_args
 from app.devkit.local.instances import InstanceOptions
 from app.devkit.local.pipeline import ENGINE_KAFKA_STREAMS, ENGINE_PROCESSOR, PipelineSetup
-from policies.contract.processor_keys import MEMBERSHIP_HANDOFF
+from policies.contract.processor_keys import MEMBERSHIP_HANDOFF, PROTOCOL_CONSUMER
 from policies.contract.topic_specs import PipelineNames
 
 
@@ -38,6 +38,30 @@ def test_the_reference_runs_exactly_once_v2_on_2_threads_and_static_keeps_its_pa
     )
     assert "group.instance.id" not in dynamic
     assert dynamic["leave.group.on.close"] == "true"
+
+
+def test_under_the_consumer_protocol_the_reference_joins_a_streams_group_with_its_own_configs(
+    tmp_path: Path,
+) -> None:
+    options = InstanceOptions(
+        group_protocol=PROTOCOL_CONSUMER,
+        num_standby_replicas=2,
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=1_000,
+    )
+    properties = kafka_streams.streams_properties(streams_instance(tmp_path, options))
+    assert properties["group.protocol"] == "streams"
+    assert properties["processing.guarantee"] == "exactly_once_v2"
+    # The broker owns these in a streams group; the client would ignore them.
+    for key in ("num.standby.replicas", "session.timeout.ms", "heartbeat.interval.ms"):
+        assert key not in properties
+    assert "group.instance.id" not in properties
+    assert kafka_streams.group_configs(options) == {
+        "streams.session.timeout.ms": "10000",
+        "streams.heartbeat.interval.ms": "1000",
+        "streams.num.standby.replicas": "2",
+    }
+    assert kafka_streams.group_configs(InstanceOptions()) == {}
 
 
 def test_the_reference_refuses_the_processors_settings_by_name(tmp_path: Path) -> None:

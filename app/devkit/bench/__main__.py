@@ -126,7 +126,8 @@ def _add_engines(parser: argparse.ArgumentParser, unit: str) -> None:
         default=[ENGINE_PROCESSOR],
         help=f"run every {unit} under each, side by side in the table: processor, kafka-streams "
         "(the field's reference on the same brokers: exactly_once_v2, 2 threads, its own "
-        "defaults; classic protocol, no --set), or processor,kafka-streams (default processor)",
+        "defaults, no --set; the classic protocol, or its streams groups (KIP-1071) where "
+        "--group-protocols names consumer), or processor,kafka-streams (default processor)",
     )
 
 

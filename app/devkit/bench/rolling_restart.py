@@ -50,6 +50,7 @@ from app.devkit.bench.measure import (
 from app.devkit.bench.table import Row, write_table
 from app.devkit.bench.variant import Variant
 from app.devkit.exactness_report import write_exactness_report
+from app.devkit.kafka_streams import STREAMS_PROTOCOL
 from app.devkit.kraft_cluster import HOST, KraftCluster
 from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import (
@@ -73,7 +74,7 @@ from policies.contract.processor_keys import (
     DEFAULTS,
     MEMBERSHIP_HANDOFF,
     MEMBERSHIP_STATIC,
-    PROTOCOL_CLASSIC,
+    PROTOCOL_CONSUMER,
 )
 from policies.contract.topic_specs import PipelineNames
 
@@ -411,8 +412,9 @@ def run_matrix(
         for e in params.engines
         for p in params.group_protocols
         for i in range(len(params.variants))
-        # Kafka Streams runs with its own defaults, under the classic protocol.
-        if e == ENGINE_PROCESSOR or (p == PROTOCOL_CLASSIC and i == 0)
+        # Kafka Streams runs with its own defaults (no --set variant), under the classic
+        # protocol or, where the processor runs KIP-848's, its own streams groups (KIP-1071).
+        if e == ENGINE_PROCESSOR or i == 0
     ]
     for engine, protocol, index in runs:
         run = replace(params, engine=engine, group_protocol=protocol, variant_index=index)
@@ -423,7 +425,7 @@ def run_matrix(
                 row = {
                     "case": case.name,
                     "engine": engine_label(engine),
-                    "group protocol": protocol,
+                    "group protocol": protocol_label(run),
                     "settings": run.variant.label,
                     "broker": broker,
                     "note": f"not run: {reason}",
@@ -443,6 +445,13 @@ def run_matrix(
     print(text, flush=True)
     print(f"table: {out_dir / 'rolling-restart.md'} and .csv; graphs: {out_dir}/*.png", flush=True)
     return ordered
+
+
+def protocol_label(params: BenchParams) -> str:
+    """The group protocol a row ran under: Kafka Streams' own under `consumer`."""
+    if params.engine == ENGINE_KAFKA_STREAMS and params.group_protocol == PROTOCOL_CONSUMER:
+        return f"{STREAMS_PROTOCOL} (KIP-1071)"
+    return params.group_protocol
 
 
 def _not_runnable(case: Case, engine: str, brokers: KraftCluster | None) -> str | None:
@@ -915,7 +924,7 @@ def _row(
     return {
         "case": event.case.name,
         "engine": engine_label(params.engine),
-        "group protocol": params.group_protocol,
+        "group protocol": protocol_label(params),
         "settings": params.variant.label,
         "broker": broker,
         "standby replicas": event.case.standby_replicas(params),

@@ -159,7 +159,8 @@ TABLES: tuple[DocTable, ...] = (
         "group-protocols",
         "Rollouts under both group protocols",
         "rolling-restart --cases rollout-handoff,rollout-static --instances 3 --partitions 6 "
-        "--rate 1000 --keys 10000 --group-protocols classic,consumer",
+        "--rate 1000 --keys 10000 --group-protocols classic,consumer "
+        "--engines processor,kafka-streams",
     ),
     DocTable(
         "pair",

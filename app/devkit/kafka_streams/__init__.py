@@ -13,7 +13,9 @@ against (docs/benchmarks.md, "The performance targets in one run"):
 (`group.instance.id` = the instance's name) unless the case is a dynamic one,
 `num.standby.replicas` as the case says, the same session timeout and heartbeat as the processor's
 instances, and every other key at Kafka Streams' default (`commit.interval.ms` 100 under
-exactly-once, a 10 MB record cache).
+exactly-once, a 10 MB record cache). Where the processor runs KIP-848's `consumer` protocol,
+Kafka Streams runs its own broker-assigned one, streams groups (KIP-1071): the session, heartbeat
+and standby replicas are then the group's configs (`group_configs`), and every member is dynamic.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from app.devkit import kafka_release
 from app.devkit.local.instances import InstanceOptions, InstanceStatus, ProcessorProcess
 from policies.contract.java_properties import format_properties
-from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_STATIC
+from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_STATIC, PROTOCOL_CONSUMER
 
 SOURCE = Path(__file__).with_name("PageViewCountStreams.java")
 MAIN_CLASS = "PageViewCountStreams"
@@ -37,6 +39,8 @@ JAVAC_TIMEOUT_S = 300.0
 # The reference setup of the Kafka Streams figures in docs/benchmarks.md.
 STREAM_THREADS = 2
 PROCESSING_GUARANTEE = "exactly_once_v2"
+# Under the bench's `consumer` protocol, Kafka Streams runs its own broker-assigned protocol.
+STREAMS_PROTOCOL = "streams"
 # The heap a Kafka Streams instance runs with: RocksDB keeps the state off the heap.
 HEAP_OPTS = ("-Xms64m", "-Xmx512m")
 # Kafka Streams' warnings and errors in the instance's log (log4j2's default configuration).
@@ -107,7 +111,6 @@ def streams_properties(instance: ProcessorProcess) -> dict[str, str]:
             f"reference counts page views ({PAGE_VIEW_COUNT[0]}={PAGE_VIEW_COUNT[1]}) with Kafka "
             "Streams' own defaults: no --set, no secured cluster"
         )
-    static = options.stateful and options.membership_mode == MEMBERSHIP_STATIC
     properties = {
         "application.id": instance.names.application_id,
         "bootstrap.servers": instance.bootstrap_servers,
@@ -117,6 +120,14 @@ def streams_properties(instance: ProcessorProcess) -> dict[str, str]:
         "state.dir": str(instance.state_dir),
         "processing.guarantee": PROCESSING_GUARANTEE,
         "num.stream.threads": str(STREAM_THREADS),
+    }
+    if options.group_protocol == PROTOCOL_CONSUMER:
+        # A streams group (KIP-1071): the broker assigns the tasks, and the session, heartbeat
+        # and standby replicas are the group's own configs (`group_configs`). Kafka Streams
+        # 4.3 has no static member in a streams group (KAFKA-20169, 4.4): it leaves on close.
+        return {**properties, "group.protocol": STREAMS_PROTOCOL, "leave.group.on.close": "true"}
+    static = options.stateful and options.membership_mode == MEMBERSHIP_STATIC
+    properties |= {
         "num.standby.replicas": str(options.num_standby_replicas),
         "session.timeout.ms": str(options.session_timeout_ms),
         "heartbeat.interval.ms": str(options.heartbeat_interval_ms),
@@ -126,6 +137,19 @@ def streams_properties(instance: ProcessorProcess) -> dict[str, str]:
         # Kafka Streams appends each thread's index to it.
         properties["group.instance.id"] = instance.name
     return properties
+
+
+def group_configs(options: InstanceOptions) -> dict[str, str]:
+    """A streams group's own configs (KIP-1071), which the reconciler sets on the GROUP
+    resource: the session, heartbeat and standby replicas the classic client sets itself; none
+    under the classic protocol."""
+    if options.group_protocol != PROTOCOL_CONSUMER:
+        return {}
+    return {
+        "streams.session.timeout.ms": str(options.session_timeout_ms),
+        "streams.heartbeat.interval.ms": str(options.heartbeat_interval_ms),
+        "streams.num.standby.replicas": str(options.num_standby_replicas),
+    }
 
 
 class StreamsProcess(ProcessorProcess):

@@ -234,7 +234,11 @@ class LocalPipeline:
             changelog_segment_bytes=CHANGELOG_SEGMENT_BYTES,
             pair=self.setup.pair,
         )
-        configs = group_configs(self.setup.options)
+        configs = (
+            kafka_streams.group_configs(self.setup.options)
+            if self.setup.engine == ENGINE_KAFKA_STREAMS
+            else group_configs(self.setup.options)
+        )
         groups = [GroupConfigSpec(group, configs) for group in self.groups] if configs else []
         path = self.setup.base_dir / "config" / f"{self.names.application_id}-topics.json"
         path.parent.mkdir(parents=True, exist_ok=True)
