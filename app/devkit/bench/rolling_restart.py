@@ -727,10 +727,7 @@ def scale(pipeline: LocalPipeline, timeline: Timeline, case: Case, params: Bench
     stopped_at = time.time()
 
     def available(instance: ProcessorProcess) -> None:
-        if instance.running:
-            wait_available(
-                instance, params.min_ready_s, params.recovery_timeout_s, threading.Event()
-            )
+        wait_available(instance, params.min_ready_s, params.recovery_timeout_s, threading.Event())
 
     try:
         pipeline.scale_to(count, available)

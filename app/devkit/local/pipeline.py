@@ -297,13 +297,13 @@ class LocalPipeline:
     def scale_to(
         self,
         count: int,
-        on_change: Callable[[ProcessorProcess], None] = lambda instance: None,
+        on_started: Callable[[ProcessorProcess], None] = lambda instance: None,
     ) -> None:
         """Grow or shrink a single deployment to `count` instances as the StatefulSet
         controller does: new ordinals started lowest first, removed ones stopped highest first,
-        each once the one before is done. `on_change` waits between steps (a started instance's
+        each once the one before is done. `on_started` waits after each start (for its
         readiness, as `OrderedReady` does); a removed instance is stopped (SIGTERM, its
-        hand-off) and kept in `scaled_in`."""
+        hand-off, waited for) and kept in `scaled_in`."""
         if self.setup.pair or self._options is None:
             raise ValueError("scale_to: a started single deployment only (no pair)")
         if count < 1:
@@ -314,13 +314,12 @@ class LocalPipeline:
             instance.start()
             self.instances.append(instance)
             log.info("scaled out: started %s, log %s", instance.name, instance.log_path)
-            on_change(instance)
+            on_started(instance)
         while len(self.instances) > count:
             instance = self.instances.pop()
             code = instance.stop()
             self.scaled_in.append(instance)
             log.info("scaled in: %s stopped (exit code %s)", instance.name, code)
-            on_change(instance)
 
     def start_instances(self) -> None:
         """Start every instance."""
