@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s  # noqa: E402
 
 from infra import (  # noqa: E402
     deployed_stack,
+    metadata_version,
     security_transitions,
     stateful_volumes,
     workload,
@@ -70,11 +71,17 @@ namespace = k8s.core.v1.Namespace(
     opts=pulumi.ResourceOptions(
         # Deleting a namespace deletes its claims, whatever the StatefulSets' retention says.
         retain_on_delete=config.keep_data_on_destroy,
-        # Every resource waits for the namespace: a rotation or rollover that skips a step is
-        # refused before anything changes.
-        depends_on=security_transitions.checked(
-            config.security,
-            deployed_stack.deployed_output(deployed, security_transitions.DEPLOYED_OUTPUT),
+        # Every resource waits for the namespace: a rotation or rollover that skips a step, or
+        # an image below the finalized metadata.version, is refused before anything changes.
+        depends_on=metadata_version.sequence_of(
+            security_transitions.checked(
+                config.security,
+                deployed_stack.deployed_output(deployed, security_transitions.DEPLOYED_OUTPUT),
+            ),
+            metadata_version.checked(
+                config.kafka,
+                deployed_stack.deployed_output(deployed, metadata_version.DEPLOYED_OUTPUT),
+            ),
         ),
     ),
 )
@@ -140,6 +147,21 @@ topics = TopicReconciliation(
     ),
     # The Job runs once the brokers are ready (Pulumi waits for the StatefulSet roll).
     opts=pulumi.ResourceOptions(depends_on=[kafka.stateful_set]),
+)
+
+# An upgrade's last step: the cluster's metadata.version raised to the release every broker
+# runs, once the roll is over (Pulumi waits for the StatefulSet's roll).
+finalized = metadata_version.MetadataVersion(
+    "kafka-metadata-version",
+    metadata_version.MetadataVersionArgs(
+        namespace=config.namespace,
+        kafka=config.kafka,
+        bootstrap_servers=kafka.bootstrap_servers,
+        kafka_egress=kafka.client_egress,
+        credentials=credentials,
+    ),
+    # On a secured cluster it logs in with the password the reconciler's Job has set.
+    opts=pulumi.ResourceOptions(depends_on=[kafka.stateful_set, topics]),
 )
 
 # One processor deployment, or the two sides of an active/standby pair (processor.pair), each
@@ -227,6 +249,7 @@ if config.processor.pair:
         switch_access = credentials.client_access(PAIR_SWITCH_USER)
         pulumi.export("pairSwitchClientProperties", format_properties(switch_access.properties))
 pulumi.export("topicJob", topics.job_name)
+pulumi.export(metadata_version.DEPLOYED_OUTPUT, finalized.release)
 # What the next run checks its changes against (above): the security settings' state, and each
 # claim template's size and storage class.
 pulumi.export(

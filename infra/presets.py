@@ -40,6 +40,7 @@ _BASE: dict[str, Any] = {
         "startupProbe": {"initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 30},
         "configs": {"group.initial.rebalance.delay.ms": "0"},
         "clusterId": "",
+        "metadataVersion": "",
     },
     "topics": {
         "inputTopic": PIPELINE.input_topic,

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 
+from infra.metadata_version import RELEASE, image_release, release_order
 from infra.processor_properties import processor_properties
 from infra.stack_settings import (
+    KafkaConfig,
     ProcessorConfig,
     SecurityConfig,
     StackConfig,
@@ -134,6 +136,7 @@ def validate(config: StackConfig) -> None:
     _validate_security(config)
     _validate_pair_images(processor)
     _validate_images(config)
+    _validate_metadata_version(kafka)
 
 
 # Node settings the cluster component derives from the StatefulSet (identity, quorum, storage).
@@ -261,6 +264,36 @@ def _validate_pair_images(processor: ProcessorConfig) -> None:
                 f"must be an image reference; remove the key for side {side} to run "
                 "processor.image",
             )
+
+
+def _validate_metadata_version(kafka: KafkaConfig) -> None:
+    """The release the cluster is finalized at after a roll is one the image runs."""
+    image = image_release(kafka.image)
+    if kafka.metadata_version and not RELEASE.fullmatch(kafka.metadata_version):
+        raise setting_error(
+            "kafka.metadataVersion",
+            kafka.metadata_version,
+            "must be an Apache Kafka release as X.Y (4.3), or empty for the image's release",
+        )
+    if not kafka.metadata_version and image is None:
+        raise setting_error(
+            "kafka.image",
+            kafka.image,
+            "its tag names no Apache Kafka release (X.Y.Z), so the program cannot tell which "
+            "metadata.version to finalize after a roll: tag it with its release, or set "
+            "kafka.metadataVersion to the release it runs (X.Y)",
+        )
+    if (
+        kafka.metadata_version
+        and image is not None
+        and release_order(kafka.metadata_version) > release_order(image)
+    ):
+        raise setting_error(
+            "kafka.metadataVersion",
+            kafka.metadata_version,
+            f"must be at most the release of kafka.image ({image}): a broker cannot run at a "
+            "newer release's metadata.version; leave it empty to follow the image",
+        )
 
 
 def _validate_images(config: StackConfig) -> None:

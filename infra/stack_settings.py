@@ -95,6 +95,11 @@ class KafkaConfig(_Section):
     # `pulumi up` and kept in the stack's state. Set it to adopt brokers' existing volumes, or
     # where the random provider is not at hand; it can never change for a running cluster.
     cluster_id: str
+    # The release (X.Y) whose `metadata.version` the cluster is finalized at after a roll (the
+    # `kafka-features.sh upgrade` Job). Empty: the image's own release, as Strimzi does; set an
+    # older one to keep the way back to that release's image open while the new one proves
+    # itself. A finalized version never goes down.
+    metadata_version: str
 
     def broker_configs(
         self,

@@ -121,11 +121,21 @@ class TopicReconciliation(pulumi.ComponentResource):
             volumes,
             child,
         )
-        # The reconciler serves nothing: no ingress at all; out, only the brokers and DNS.
-        workload.network_policy(
-            name, ns, component_labels, ingress=[], egress=[args.kafka_egress], opts=child
-        )
+        kafka_client_only(name, ns, component_labels, args.kafka_egress, child)
         self.register_outputs({"jobName": self.job_name})
+
+
+def kafka_client_only(
+    name: str,
+    namespace: str,
+    pod_labels: dict[str, str],
+    kafka_egress: k8s.networking.v1.NetworkPolicyEgressRuleArgs,
+    opts: pulumi.ResourceOptions,
+) -> k8s.networking.v1.NetworkPolicy:
+    """A Job's pods serve nothing: no ingress at all; out, only the brokers and DNS."""
+    return workload.network_policy(
+        name, namespace, pod_labels, ingress=[], egress=[kafka_egress], opts=opts
+    )
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,8 @@ class ReconcilerPod:
     labels: dict[str, str]
     image: str
     image_pull_policy: str
+    env: Sequence[k8s.core.v1.EnvVarArgs] = ()
+    memory: str = "256Mi"
 
 
 def reconciler_job(
@@ -148,7 +160,7 @@ def reconciler_job(
     opts: pulumi.ResourceOptions,
 ) -> k8s.batch.v1.Job:
     """A Job whose one container runs `runs` (the contract's) once as the reconciler's user
-    (its pods are the reconciler's: the same labels, so the same NetworkPolicy)."""
+    (with the reconciler's labels, its pods fall under the same NetworkPolicy)."""
     return k8s.batch.v1.Job(
         name,
         metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -176,9 +188,12 @@ def reconciler_job(
                             name=runs.name,
                             image=pod.image,
                             image_pull_policy=pod.image_pull_policy,
-                            # `args`: the image's ENTRYPOINT (tini) stays PID 1.
-                            args=list(runs.args),
-                            resources=workload.guaranteed_resources("250m", "256Mi"),
+                            # The contract's `args` keep the image's ENTRYPOINT (tini) as
+                            # PID 1; a tool of the Kafka image is its `command`.
+                            command=list(runs.command) or None,
+                            args=list(runs.args) or None,
+                            env=list(pod.env) or None,
+                            resources=workload.guaranteed_resources("250m", pod.memory),
                             security_context=workload.container_security_context(),
                             volume_mounts=list(mounts),
                         )

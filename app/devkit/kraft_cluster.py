@@ -53,7 +53,7 @@ from app.devkit.kafka_release import KafkaRelease, java_command
 from app.devkit.kafka_release import ensure as ensure_release
 from app.devkit.local_tls import write_broker_tls
 from app.devkit.waiting import wait_until
-from policies.contract import kafka_security
+from policies.contract import container_commands, kafka_security
 from policies.contract.broker_keys import durable_broker_configs
 
 log = logging.getLogger(__name__)
@@ -537,18 +537,17 @@ class KraftCluster:
         return found[1]
 
     def finalize_release(self, release: KafkaRelease) -> str:
-        """The upgrade's last step, once every node runs `release`: raise the finalized
-        features (`metadata.version` first) to the release's own, as `kafka-features.sh
-        upgrade --release-version` does. The new `metadata.version`; a node of an older
-        release cannot join after it."""
-        older = [n.node_id for n in self.nodes if (n.release or self.release) != release]
-        if older:
-            raise KraftClusterError(
-                f"node(s) {_ids(older)} do not run Apache Kafka "
-                f"{release.version} yet: finalize only after the roll (upgrade_node)"
-            )
+        """The upgrade's last step, as the stack's Job runs it (the contract's
+        `finalize_metadata_version`): raise the finalized features (`metadata.version` first)
+        to `release`'s own. The new `metadata.version`; a node of an older release cannot join
+        after it. Kafka itself refuses while a node runs an older release (KraftClusterError
+        with its message), and finds nothing to do on a cluster already there."""
         major_minor = ".".join(release.version.split(".")[:2])
-        self._feature_command("upgrade", "--release-version", major_minor)
+        runs = container_commands.finalize_metadata_version(
+            "unused", major_minor, secured=self.security is not None
+        )
+        # The Job's words after `--bootstrap-server ADDRESS`: here the running nodes' address.
+        self._feature_command(*runs.command[3:])
         return self.metadata_version()
 
     def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> ShutdownReport:

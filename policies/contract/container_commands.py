@@ -18,6 +18,7 @@ Standard library only: the Pulumi program, the pack and the processor image impo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from policies.contract.acl_grants import GRANTS_FILE
@@ -53,6 +54,7 @@ BROKER_READINESS = "broker-readiness"
 PROCESSOR = "processor"
 RECONCILE = "reconcile"
 RETIRE = "retire"
+FINALIZE = "finalize-metadata-version"
 
 
 # --- the brokers' pod (infra/kafka_cluster.py) ------------------------------------------------
@@ -314,6 +316,37 @@ def scram_retire(bootstrap_servers: str, retired: str) -> ContainerCommand:
             _mechanism(retired),
         ),
         acts_on=(acls,),
+    )
+
+
+# --- the metadata.version finalization (infra/metadata_version.py) -----------------------------
+
+KAFKA_FEATURES = "/opt/kafka/bin/kafka-features.sh"
+FEATURES_DIR = "/etc/kafka/features"
+# The Java client's settings of `kafka-features.sh` on a secured cluster (SCRAM over TLS).
+FEATURES_CLIENT_FILE = "features-client.properties"
+RELEASE_VERSION = "--release-version"
+_RELEASE = re.compile(r"[0-9]+\.[0-9]+")
+
+
+def finalize_metadata_version(
+    bootstrap_servers: str, release: str, *, secured: bool
+) -> ContainerCommand:
+    """`finalize-metadata-version`: Kafka's own `kafka-features.sh upgrade --release-version
+    X.Y`, which raises the cluster's finalized features (`metadata.version` first) to the
+    release's own once every broker runs it; a no-op when they are there already."""
+    if not _RELEASE.fullmatch(release):
+        raise ValueError(f"release {release!r}: must be an Apache Kafka release as X.Y (4.3)")
+    connect: tuple[str, ...] = ("--bootstrap-server", bootstrap_servers)
+    acts_on: tuple[str, ...] = ()
+    if secured:
+        client_file = f"{FEATURES_DIR}/{FEATURES_CLIENT_FILE}"
+        connect += ("--command-config", client_file)
+        acts_on = (client_file,)
+    return ContainerCommand(
+        FINALIZE,
+        command=(KAFKA_FEATURES, *connect, "upgrade", RELEASE_VERSION, release),
+        acts_on=acts_on,
     )
 
 

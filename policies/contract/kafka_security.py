@@ -197,6 +197,35 @@ def scram_client_configs(
     }
 
 
+# Kafka's built-in provider of `${dir:DIRECTORY:FILE}`: a mounted Secret's file, read at start.
+DIRECTORY_CONFIG_PROVIDER = "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
+
+
+def java_scram_client_configs(
+    username: str, password: str, ca_file: str, mechanism: str = SCRAM_SHA_512
+) -> dict[str, str]:
+    """The same login as `scram_client_configs`, in the Java client's names, for Kafka's own
+    tools (`--command-config`).
+
+    The Java client names its user and password inside `sasl.jaas.config`; a `${dir:...}`
+    `password` is resolved by Kafka's `DirectoryConfigProvider` (KIP-421), so the file still
+    holds no secret. The CA is a PEM trust store, as the brokers' own.
+    """
+    scram_key(mechanism)
+    return {
+        "security.protocol": SASL_SSL,
+        "sasl.mechanism": mechanism,
+        "sasl.jaas.config": (
+            f"{SCRAM_LOGIN_MODULE.removesuffix(' required;')} required "
+            f'username="{username}" password="{password}";'
+        ),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": ca_file,
+        "config.providers": "dir",
+        "config.providers.dir.class": DIRECTORY_CONFIG_PROVIDER,
+    }
+
+
 def broker_client_configs(tls_dir: str) -> dict[str, str]:
     """librdkafka settings of a client that is the broker (INTERNAL listener, its certificate)."""
     return {

@@ -181,7 +181,8 @@ class Expected:
         return f"the contract's render for {self.runs.name}{inputs}"
 
 
-# A container's render from the Kafka cluster its pod belongs to or talks to, and its own args.
+# A container's render from the Kafka cluster its pod belongs to or talks to, and its own
+# command line (command, then args), where a setting shows only there.
 Render = Callable[[ClusterInputs | None, Sequence[str]], Expected]
 
 
@@ -253,6 +254,25 @@ def _retire(found: ClusterInputs | None, _: Sequence[str]) -> Expected:
     )
 
 
+def _finalize(found: ClusterInputs | None, words: Sequence[str]) -> Expected:
+    cluster = _required(found)
+    # The release is a stack setting (kafka.metadataVersion, or the image's release) that only
+    # the command line shows; the render refuses anything but X.Y.
+    flag = list(words).index(contract.RELEASE_VERSION) if contract.RELEASE_VERSION in words else -1
+    release = words[flag + 1] if 0 <= flag < len(words) - 1 else ""
+    try:
+        runs = contract.finalize_metadata_version(
+            cluster.address(), release, secured=cluster.secured
+        )
+    except ValueError as refused:
+        raise Unrenderable(
+            f"not renderable: {refused}",
+            f"{contract.RELEASE_VERSION} X.Y, the release whose metadata.version it finalizes",
+        ) from refused
+    security = "secured" if cluster.secured else PLAINTEXT
+    return Expected(runs, f"the client address of {cluster.label} ({security}), release {release}")
+
+
 # Every container the contract declares, by name, with how its inputs are read from the stack.
 _RENDERS: dict[str, Render] = {
     contract.SEED_CONFIG: _without_inputs(contract.seed_config),
@@ -263,6 +283,7 @@ _RENDERS: dict[str, Render] = {
     contract.PROCESSOR: _without_inputs(contract.processor),
     contract.RECONCILE: _reconcile,
     contract.RETIRE: _retire,
+    contract.FINALIZE: _finalize,
 }
 
 
@@ -341,7 +362,8 @@ class _Container:
             )
             return
         try:
-            expected = render(cluster, _words(self.container.get("args")))
+            words = _words(self.container.get("command")) + _words(self.container.get("args"))
+            expected = render(cluster, words)
         except Unrenderable as refused:
             yield self.finding("", refused.found, refused.required, refused.fix)
             return
@@ -503,7 +525,8 @@ POLICIES = [
         description=(
             "Every container runs exactly what policies/contract/container_commands.py renders "
             "for it (the brokers' seed-config, format-storage, kafka, grant-acls and "
-            "broker-readiness, the processor, the reconciler's and the SCRAM retirement's Jobs), "
+            "broker-readiness, the processor, the reconciler's, the SCRAM retirement's and the "
+            "metadata.version finalization's Jobs), "
             "from inputs read in the stack (the brokers' listener ports and security, the Kafka "
             "cluster's address, the credentials revision's SCRAM mechanism): command, args and "
             "exec probes word for word, no lifecycle hook that runs a command, no $(NAME) the "

@@ -187,9 +187,19 @@ def is_kafka_container(container: Mapping[str, Any]) -> bool:
     )
 
 
+def is_kafka_node(container: Mapping[str, Any]) -> bool:
+    """A container that runs a Kafka node: KRaft env configuration, or the official image's own
+    start (a container of the image that runs one of its tools, `kafka-features.sh`, is a
+    client)."""
+    if "KAFKA_PROCESS_ROLES" in env(container):
+        return True
+    own_start = not items(container, "command") and not items(container, "args")
+    return is_kafka_container(container) and own_start
+
+
 def is_kafka_broker(resource_type: str, props: Mapping[str, Any]) -> bool:
     """A workload running Apache Kafka nodes (the official image, or KRaft env configuration)."""
-    return any(is_kafka_container(c) for c in containers(pod_spec(resource_type, props)))
+    return any(is_kafka_node(c) for c in containers(pod_spec(resource_type, props)))
 
 
 def is_processor(resource_type: str, props: Mapping[str, Any]) -> bool:

@@ -3,6 +3,7 @@ Service cover a StatefulSet, which Kafka cluster a processor talks to."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ from .manifests import (
 )
 
 PROPERTIES_SUFFIX = ".properties"
+# A JAAS login module's `username="..."` option (the Java client's SCRAM login).
+_JAAS_USERNAME = re.compile(r'\busername="([^"]*)"')
 STANDBY_KEY = "num.standby.replicas"
 
 
@@ -132,8 +135,9 @@ class StackView:
         return found
 
     def kafka_user(self, workload: PolicyResource) -> str | None:
-        """The Kafka user a workload connects as: `sasl.username` of a properties file in a
-        ConfigMap its pods mount (else a processor's `application.id`, which names its user).
+        """The Kafka user a workload connects as: `sasl.username` (a Java client's: the
+        `username` of its `sasl.jaas.config`) of a properties file in a ConfigMap its pods
+        mount (else a processor's `application.id`, which names its user).
 
         For a Kafka cluster that is its readiness sidecars' user (the brokers themselves are
         their certificate, and no properties file of theirs names a SCRAM user)."""
@@ -143,7 +147,12 @@ class StackView:
                 if str(key).endswith(PROPERTIES_SUFFIX) and isinstance(text, str):
                     for setting, value in load_properties(text).items():
                         found.setdefault(setting, value)
-        return found.get("sasl.username") or found.get("application.id")
+        jaas = _JAAS_USERNAME.search(found.get("sasl.jaas.config", ""))
+        return (
+            found.get("sasl.username")
+            or (jaas.group(1) if jaas else None)
+            or found.get("application.id")
+        )
 
     def processors(self) -> list[ProcessorDeployment]:
         """Every processor workload with the properties of the ConfigMap its pods mount."""

@@ -33,8 +33,9 @@ from tests.app.processor_harness import REPO
 # Each sidecar answers 200 once its broker is in sync and the ACLs are granted: three JVMs, their
 # clients and a JVM per line of the grants share two cores here.
 SIDECAR_DEADLINE_S = 240.0
-# The distribution's bin/kafka-acls.sh runs this class (kafka-run-class.sh, Kafka 4.1).
+# The classes the distribution's bin/kafka-acls.sh and bin/kafka-features.sh run.
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 # Where the grant script of `readiness_sidecars` finds the bootstrap files: a mount path of this
 # test's own, pointed at a local folder as the rendered ones are.
 BOOTSTRAP_MOUNT = "/pod/bootstrap"
@@ -49,16 +50,16 @@ def localize(text: str, mounts: Mapping[str, Path]) -> str:
     return pattern.sub(lambda m: str(mounts[m[1]]), text)
 
 
-def kafka_acls_shim(cluster: KraftCluster, folder: Path) -> Path:
-    """A `kafka-acls.sh` equivalent to the distribution's, on the cluster's release jars."""
+def kafka_tool_shim(cluster: KraftCluster, folder: Path, script: str, main_class: str) -> Path:
+    """A `bin/<script>` equivalent to the distribution's, on the cluster's release jars."""
     folder.mkdir(parents=True, exist_ok=True)
-    shim = folder / "kafka-acls.sh"
+    shim = folder / script
     log4j = cluster.work_dir / "log4j2-tools.properties"
     shim.write_text(
         "#!/bin/sh\n"
         f"exec '{cluster.java}' -Xmx128m -XX:TieredStopAtLevel=1 "
         f"-Dlog4j2.configurationFile='{log4j}' -cp '{cluster.release.classpath}' "
-        f'{ACL_COMMAND} "$@"\n',
+        f'{main_class} "$@"\n',
         encoding="utf-8",
     )
     shim.chmod(0o755)
@@ -71,7 +72,7 @@ def grant_command(
     """A `grant-acls` container's `sh -c` script, run here for node `node_id`: its mount paths
     point at local folders (`mounts`), its `/tmp` at `state`, `kafka-acls.sh` at the shim, and
     the broker it connects to (`localhost:<port>`) is this node's INTERNAL listener."""
-    shim = kafka_acls_shim(cluster, state / "bin")
+    shim = kafka_tool_shim(cluster, state / "bin", "kafka-acls.sh", ACL_COMMAND)
     local = localize(
         script, {**mounts, bootstrap_grants.STATE_DIR: state, bootstrap_grants.KAFKA_ACLS: shim}
     )

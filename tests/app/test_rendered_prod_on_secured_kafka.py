@@ -49,7 +49,7 @@ from app.admin.acl_reconciler import Binding, read_bindings
 from app.admin.scram_credentials import existing_credentials
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
 from app.devkit.waiting import wait_until
-from policies.contract import acl_specs, topic_specs
+from policies.contract import acl_specs, container_commands, topic_specs
 from policies.contract.java_properties import load_properties
 from policies.contract.kafka_security import (
     BROKER_PRINCIPAL,
@@ -65,7 +65,15 @@ from tests.app.processor_harness import (
     wait_for_counts,
 )
 from tests.app.rendered_deployment import Manifests, render
-from tests.app.secured_kafka import BrokerPod, BrokerPods, broker_pods, grant_command, localize
+from tests.app.secured_kafka import (
+    FEATURE_COMMAND,
+    BrokerPod,
+    BrokerPods,
+    broker_pods,
+    grant_command,
+    kafka_tool_shim,
+    localize,
+)
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -463,6 +471,41 @@ def test_the_rendered_topic_job_creates_the_rendered_topics_users_and_acls(
         + ", ".join(f"{s.name} ({s.partitions}x{s.replication_factor})" for s in specs)
         + f"; users {names}"
     )
+
+
+def test_the_rendered_metadata_version_job_logs_in_as_the_reconciler_and_finalizes(
+    deployed: Deployed,
+) -> None:
+    """The Java client settings the Job's ConfigMap holds (SCRAM over TLS, the password read by
+    Kafka's DirectoryConfigProvider from the user Secret's file, the CA as a PEM trust store)
+    log in, and the reconciler's bootstrap ACLs allow UpdateFeatures: on a cluster already at
+    the release, the Job's command finds nothing to raise and exits 0."""
+    (job,) = [
+        j
+        for j in deployed.manifests.of_kind("Job")
+        if j["spec"]["template"]["spec"]["containers"][0]["name"] == container_commands.FINALIZE
+    ]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = deployed.kubelet.mount(pod, container, deployed.workdir / "finalize")
+    command = [localize(word, mounts) for word in container["command"]]
+    assert command[0] == container_commands.KAFKA_FEATURES, command
+    command[0] = str(
+        kafka_tool_shim(
+            deployed.cluster, mounts["/tmp"] / "bin", "kafka-features.sh", FEATURE_COMMAND
+        )
+    )
+    command[command.index("--bootstrap-server") + 1] = deployed.cluster.bootstrap_servers
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    output = finished.stdout + finished.stderr
+    assert finished.returncode == 0, f"the Job's command exited {finished.returncode}:\n{output}"
+    for password in deployed.kubelet.passwords.values():
+        assert password not in output
+    assert "metadata.version" in output, output
+    said = "; ".join(
+        line for line in output.splitlines() if "upgraded" in line or "already" in line
+    )
+    print(f"the metadata.version Job on the secured cluster: {said}")
 
 
 def test_the_brokers_are_ready_only_after_their_grant_containers_granted_the_bootstrap_acls(

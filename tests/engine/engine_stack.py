@@ -81,12 +81,17 @@ class EngineRun:
     changes: dict[str, int] = field(default_factory=dict)
     policy_packs: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
+    # Every step's start ("pre") and end ("done"), in the order the engine reported them, with
+    # the time this process received each (time.monotonic()).
+    timeline: list[tuple[float, str, Step]] = field(default_factory=list)
 
     def on_event(self, event: auto.EngineEvent) -> None:
         if event.resource_pre_event is not None:
             self.steps.append(Step.of(event.resource_pre_event.metadata))
+            self.timeline.append((time.monotonic(), "pre", self.steps[-1]))
         if event.res_outputs_event is not None:
             self.results.append(Step.of(event.res_outputs_event.metadata))
+            self.timeline.append((time.monotonic(), "done", self.results[-1]))
         if event.policy_event is not None:
             p = event.policy_event
             self.policies.append(
@@ -108,6 +113,13 @@ class EngineRun:
             if step.type.endswith(type_suffix):
                 found.setdefault(step.name, set()).add(step.op)
         return found
+
+    def when(self, phase: str, type_suffix: str, name: str) -> tuple[int, float]:
+        """The first `phase` ("pre", "done") event of a resource: its place and time."""
+        for index, (at, seen, step) in enumerate(self.timeline):
+            if seen == phase and step.type.endswith(type_suffix) and step.name == name:
+                return index, at
+        raise AssertionError(f"no {phase} event of {name} ({type_suffix}): {self.timeline}")
 
     def errors(self) -> list[str]:
         return [m for sev, m in self.diagnostics if sev == "error"]

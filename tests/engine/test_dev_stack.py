@@ -21,6 +21,7 @@ from pulumi import automation as auto
 from app.devkit.waiting import wait_until
 from cluster.go_tools import PULUMI_KUBERNETES_RELEASE
 from infra.policy_check import preview_skips
+from infra.presets import KAFKA_IMAGE
 from infra.render import record_stack
 from policies.evaluate import AnalyzerProcess, load_policy_config
 from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
@@ -40,7 +41,14 @@ PROVIDER_PREVIEWS_CLAIM_TEMPLATE_REPLACEMENTS = tuple(
 ) >= (4, 29)
 # What the program reads and does not manage.
 READ_ONLY_TYPES = {"pulumi:pulumi:StackReference", "kubernetes:storage.k8s.io/v1:StorageClass"}
-SETTINGS: dict[str, Any] = {"namespace": NAMESPACE, "kafka": {"clusterId": CLUSTER_ID}}
+# The story starts on the release this project ran before, and upgrades to the current one.
+PREVIOUS_IMAGE = (
+    "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40"
+)
+SETTINGS: dict[str, Any] = {
+    "namespace": NAMESPACE,
+    "kafka": {"clusterId": CLUSTER_ID, "image": PREVIOUS_IMAGE},
+}
 
 
 def stamp(text: str) -> float:
@@ -133,6 +141,64 @@ def test_up_of_a_processor_change_returns_once_the_roll_is_over(
     assert returned >= last_ready + min_ready - 1, (
         f"up returned before the roll was over: {timeline}"
     )
+
+
+def finalize_jobs(kubeconfig: str) -> list[dict[str, Any]]:
+    found = kubectl_json(kubeconfig, "jobs", "-n", NAMESPACE)["items"]
+    return [j for j in found if j["metadata"]["name"].startswith("kafka-metadata-version-")]
+
+
+def test_a_kafka_upgrade_rolls_the_brokers_then_finalizes_and_cannot_go_back(
+    deployed: EngineStack, kubeconfig: str
+) -> None:
+    assert deployed.stack.outputs()["kafkaMetadataVersion"].value == "4.1"
+    before = set(uids(kubeconfig, "kafka").values())
+    deployed.set(kafka={"clusterId": CLUSTER_ID})  # the default image: the current release
+    started, started_at = time.time(), time.monotonic()
+    run = deployed.up()
+    returned = time.time()
+    assert run.errors() == [], run.errors()
+    assert run.ops("StatefulSet").get("kafka") == {"update"}, run.steps
+    assert run.outputs["kafkaMetadataVersion"] == KAFKA_IMAGE.split(":")[1].rsplit(".", 1)[0]
+    after = pods(kubeconfig, "kafka")
+    assert not before & {p["metadata"]["uid"] for p in after}, "a broker was not replaced"
+    created = [stamp(p["metadata"]["creationTimestamp"]) for p in reversed(after)]
+    assert created == sorted(created), f"not highest ordinal first: {created}"
+    last_ready = max(ready_since(p) for p in after)
+    (job,) = [j for j in finalize_jobs(kubeconfig) if KAFKA_IMAGE in json.dumps(j["spec"])]
+    job_created = stamp(job["metadata"]["creationTimestamp"])
+    finished = stamp(job["status"]["completionTime"])
+    # The engine's own order: the StatefulSet's update (which returns once the roll is over,
+    # its waitFor conditions) ended before the Job's step began.
+    rolled_index, rolled_at = run.when("done", ":StatefulSet", "kafka")
+    job_index, job_at = run.when("pre", ":Job", "kafka-metadata-version")
+    timeline = (
+        f"brokers created at {[round(c - started, 1) for c in created]} s, the last Ready at "
+        f"{last_ready - started:.1f} s; the engine: the StatefulSet's update done at "
+        f"{rolled_at - started_at:.1f} s, the Job's step begun at {job_at - started_at:.1f} s; "
+        f"the Job created at {job_created - started:.1f} s and complete at "
+        f"{finished - started:.1f} s; up returned at {returned - started:.1f} s (server times "
+        "in whole seconds)"
+    )
+    print(f"Kafka upgrade 4.1.1 -> the current release: {timeline}")
+    assert rolled_index < job_index, timeline
+    # The finalize comes after the roll: every broker on the new release and Ready.
+    assert job_created >= last_ready, timeline
+    assert (
+        job["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+        == (run.outputs["kafkaMetadataVersion"])
+    )
+    # Finalized: the old image is refused at preview, naming the setting and the way out.
+    deployed.set(kafka={"clusterId": CLUSTER_ID, "image": PREVIOUS_IMAGE})
+    try:
+        with pytest.raises(auto.CommandError) as refused:
+            deployed.preview()
+        message = str(refused.value)
+        assert f"kafka.image = '{PREVIOUS_IMAGE}'" in message, message
+        assert "an upgrade has no way back" in message
+        print("preview refused:", next(x for x in message.splitlines() if "kafka.image" in x))
+    finally:
+        deployed.set(kafka={"clusterId": CLUSTER_ID})
 
 
 def test_a_disk_resize_grows_every_claim_and_keeps_the_pods_running(

@@ -19,6 +19,7 @@ def common(stack: RecordedStack) -> set[tuple[str, str]]:
         ("NetworkPolicy", "kafka"),
         ("StatefulSet", "kafka"),
         ("NetworkPolicy", "topics"),
+        ("NetworkPolicy", "kafka-metadata-version"),
         ("Service", app),
         ("PodDisruptionBudget", app),
         ("ServiceAccount", app),
@@ -35,11 +36,13 @@ def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: Rec
     kinds, expected = inventory(stack), common(stack)
     assert kinds >= expected
     extra = kinds - expected
-    # The specs ConfigMap, the reconciler Job and the processor properties, named by content;
-    # a secured stack's SCRAM retire Job too, named after the reconciler's.
+    # The specs ConfigMap, the reconciler Job, the metadata.version Job and the processor
+    # properties, named by content; a secured stack's SCRAM retire Job too, named after the
+    # reconciler's, and the metadata.version Job's client settings.
     by_content = (kind for kind, name in extra if kind != "Secret" and name != "kafka-bootstrap")
-    assert sorted(by_content) == ["ConfigMap", "ConfigMap", "Job"] + (
-        ["Job"] if stack.stack == "prod" else []
+    assert sorted(by_content) == sorted(
+        ["ConfigMap", "ConfigMap", "Job", "Job"]
+        + (["ConfigMap", "Job"] if stack.stack == "prod" else [])
     )
     # A secured stack adds its TLS Secret, a password Secret per user and what a new cluster
     # starts from (format settings, the reconciler's ACLs).
@@ -51,7 +54,7 @@ def test_each_stack_deploys_the_kafka_cluster_topic_job_and_processor(stack: Rec
         ("ConfigMap", "kafka-bootstrap"),
     }
     assert (extra >= secured) == (stack.stack == "prod")
-    assert len(kinds) == len(stack.kubernetes_objects()) == (23 if stack.stack == "prod" else 16)
+    assert len(kinds) == len(stack.kubernetes_objects()) == (26 if stack.stack == "prod" else 18)
 
 
 def test_every_namespaced_object_lives_in_the_stack_namespace(stack: RecordedStack) -> None:
@@ -83,6 +86,7 @@ def test_components_parent_their_resources(stack: RecordedStack) -> None:
     assert components == {
         "stateful-streaming:kafka:KafkaCluster",
         "stateful-streaming:topics:TopicReconciliation",
+        "stateful-streaming:kafka:MetadataVersion",
         "stateful-streaming:processor:Processor",
         *(
             [

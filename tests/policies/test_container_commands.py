@@ -296,7 +296,8 @@ def test_a_container_the_contract_does_not_declare_is_refused(run, recorded_stac
         "StatefulSet streaming/kafka: container debug is a container "
         "policies/contract/container_commands.py does not declare (it runs sh -c sleep "
         "infinity); required: one of the contract's containers (seed-config, format-storage, "
-        "kafka, grant-acls, broker-readiness, processor, reconcile, retire)"
+        "kafka, grant-acls, broker-readiness, processor, reconcile, retire, "
+        "finalize-metadata-version)"
     ) in message
 
 
@@ -407,3 +408,29 @@ def test_a_difference_names_the_first_word_or_script_line_that_departs(
     found: list[str], expected: list[str], says: str
 ) -> None:
     assert difference(found, expected) == says
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_metadata_version_job_on_the_kafka_image_is_a_client_not_a_broker(
+    run, recorded_stacks, stack: str
+) -> None:
+    """The Job runs `kafka-features.sh` on the brokers' image: the pack renders it as the
+    contract's, on the stack's own client address, and does not take it for a Kafka node."""
+
+    def other_release(props: Props) -> None:
+        command = _container(props, contract.FINALIZE)["command"]
+        command[command.index(contract.RELEASE_VERSION) + 1] = "3.9"
+
+    def extra_word(props: Props) -> None:
+        _container(props, contract.FINALIZE)["command"].append("--unsafe")
+
+    resources = recorded_stacks[stack].resources
+    assert _findings(run, resources, stack) == []
+    # Another release is still the contract's render (the setting shows only there)...
+    edited = _edited(recorded_stacks, stack, JOB, "kafka-metadata-version", other_release)
+    assert _findings(run, edited, stack) == []
+    # ...a word the contract does not render is not.
+    edited = _edited(recorded_stacks, stack, JOB, "kafka-metadata-version", extra_word)
+    message = _only(run, edited, stack)
+    assert "container finalize-metadata-version command" in message
+    assert "'--unsafe' is more than the contract has" in message

@@ -266,7 +266,7 @@ def test_every_rendered_workload_has_both_directions(recorded_stacks) -> None:
         for r in recorded_stacks["prod"].resources
         if r.type.endswith(":NetworkPolicy")
     ]
-    assert len(policies) == 3
+    assert len(policies) == 4  # the brokers, the processor, the two kinds of Job
     assert all(p["policyTypes"] == ["Ingress", "Egress"] for p in policies)
 
 
