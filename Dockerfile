@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1.7
-# The processor image; it also runs the topic reconciler Job (`python -m app.admin.topics`).
+# The processor image; it also runs the topic reconciler Job (`python -m app.admin.reconcile`).
 #
 #   docker build -t stateful-streaming/processor:0.1.0 .
 #

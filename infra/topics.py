@@ -1,7 +1,7 @@
 """The pipeline's topics (and, on a secured cluster, its users and ACLs), reconciled into the
-cluster by a Job that runs `python -m app.admin.topics`; and the Job that ends a SCRAM rotation by
-retiring the previous revision's credentials (`python -m app.admin.scram_retire`), once every
-workload that logs in with them has rolled."""
+cluster by a Job that runs `python -m app.admin.reconcile`; and the Job that ends a SCRAM
+rotation by retiring the previous revision's credentials (`python -m app.admin.scram_retire`),
+once every workload that logs in with them has rolled."""
 
 from __future__ import annotations
 

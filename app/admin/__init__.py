@@ -1,5 +1,5 @@
 """The cluster-side jobs and sidecar that administer Kafka, run from the processor image in the
-cluster: the topic reconciler Job (`python -m app.admin.topics`, which also reconciles the users'
+cluster: the topic reconciler Job (`python -m app.admin.reconcile`, which also reconciles the users'
 SCRAM credentials and ACLs), the Job that retires a rotated SCRAM mechanism's credentials
 (`python -m app.admin.scram_retire`) and the brokers' readiness sidecar
 (`python -m app.admin.broker_readiness`). They use the shared client helpers of `app.clients`,

@@ -1,7 +1,7 @@
 """Bring a cluster's SCRAM users and ACLs to their specs (`policies.contract.acl_specs`): plan,
 refuse, apply.
 
-Run by the topic reconciler (`python -m app.admin.topics --acls FILE --scram-passwords-dir DIR`),
+Run by the topic reconciler (`python -m app.admin.reconcile --acls FILE --scram-passwords-dir DIR`),
 after the topics. The plan is a pure function of what the cluster reports, so a second run over
 an up-to-date cluster plans nothing:
 

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from app.admin.topic_reconciler import plan_table
 from policies.contract.topic_specs import GroupConfigSpec
 
-log = logging.getLogger("app.admin.topics")
+log = logging.getLogger("app.admin.reconcile")
 
 REQUEST_TIMEOUT_S = 30.0
 GROUP = "GROUP"

@@ -3,7 +3,7 @@
 Beside the ACLs (`app.admin.acl_reconciler`, whose plan says which credentials to set) but
 apart from them: Kafka keeps one SCRAM credential per user and mechanism and never shows a
 stored password, so a credential is checked by logging in with it (on a SCRAM connection of the
-reconciler's own). The topic reconciler (`python -m app.admin.topics --scram-passwords-dir
+reconciler's own). The topic reconciler (`python -m app.admin.reconcile --scram-passwords-dir
 DIR`) sets every user's credential of the current revision's mechanism
 (`policies.contract.kafka_security.scram_mechanism`) and leaves the other mechanism's alone: in a
 rotation they are what the running clients log in with, until `retire_credentials` (run by
@@ -272,7 +272,7 @@ def retire_credentials(
     stranded = having - existing_credentials(admin, users, kept, timeout_s)
     failures = [
         f"SCRAM user {user}: has no {kept} credential, so its {retired} one is kept (retiring it "
-        f"would leave the user none); run the reconciler (python -m app.admin.topics "
+        f"would leave the user none); run the reconciler (python -m app.admin.reconcile "
         f"--scram-passwords-dir ... --scram-mechanism {kept}) first, then retire again"
         for user in sorted(stranded)
     ]

@@ -26,7 +26,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from app.admin import scram_credentials
-from app.admin.topics import (
+from app.admin.reconcile import (
     DEFAULT_WAIT_S,
     EXIT_OK,
     EXIT_REFUSED_OR_FAILED,

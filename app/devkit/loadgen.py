@@ -40,7 +40,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from app.admin.topics import librdkafka_logger
+from app.admin.reconcile import librdkafka_logger
 from app.clients import client_properties
 from app.devkit.truth import Truth
 from app.processor.aggregation import Aggregation, load_aggregation

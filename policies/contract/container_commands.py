@@ -263,12 +263,12 @@ ALLOW_PARTITION_INCREASE = "--allow-partition-increase"
 def topic_reconciler(
     bootstrap_servers: str, *, allow_partition_increase: bool, scram_mechanism: str | None
 ) -> ContainerCommand:
-    """`reconcile`: `python -m app.admin.topics`, the topic specs and, on a secured cluster
+    """`reconcile`: `python -m app.admin.reconcile`, the topic specs and, on a secured cluster
     (`scram_mechanism`: the credentials revision's), the users, their ACLs and passwords."""
     args = [
         "python",
         "-m",
-        "app.admin.topics",
+        "app.admin.reconcile",
         "--bootstrap-servers",
         bootstrap_servers,
         "--specs",

@@ -116,7 +116,7 @@ class Secured:
         acls.write_text(dumps(users or self.users))
         return subprocess.run(
             [
-                sys.executable, "-m", "app.admin.topics",
+                sys.executable, "-m", "app.admin.reconcile",
                 "--bootstrap-servers", self.cluster.bootstrap_servers,
                 "--specs", str(self.workdir / "topics.json"),
                 "--acls", str(acls),

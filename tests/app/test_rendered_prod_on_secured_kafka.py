@@ -226,13 +226,13 @@ def _only(objects: list[dict[str, Any]], what: str) -> dict[str, Any]:
 
 
 def _topic_job(manifests: Manifests) -> dict[str, Any]:
-    """The Job that reconciles the topics (`python -m app.admin.topics`)."""
+    """The Job that reconciles the topics (`python -m app.admin.reconcile`)."""
     return _only(
         [
             job
             for job in manifests.of_kind("Job")
             if any(
-                "app.admin.topics" in c.get("args", [])
+                "app.admin.reconcile" in c.get("args", [])
                 for c in job["spec"]["template"]["spec"]["containers"]
             )
         ],

@@ -116,7 +116,7 @@ class Rotation:
         """The reconciler Job's command of `revision`."""
         fallback = revision.directory / "previous-client.properties"
         return self._run(
-            "app.admin.topics",
+            "app.admin.reconcile",
             "--specs", str(self.workdir / "topics.json"),
             "--acls", str(self.workdir / "acls.json"),
             "--scram-passwords-dir", str(revision.users_dir),

@@ -22,7 +22,7 @@ GROUPS = tomllib.loads((REPO / "pyproject.toml").read_text())["dependency-groups
 # brokers' readiness sidecar and an operator's pair switch (run in a pod of the image).
 ENTRY_MODULES = (
     "app.processor.__main__",
-    "app.admin.topics",
+    "app.admin.reconcile",
     "app.admin.scram_retire",
     "app.admin.broker_readiness",
     "app.admin.pair_switch",

@@ -218,7 +218,7 @@ def test_topic_job_runs_the_reconciler_after_kafka(stack: RecordedStack) -> None
     assert container["args"][:7] == [
         "python",
         "-m",
-        "app.admin.topics",
+        "app.admin.reconcile",
         "--bootstrap-servers",
         "kafka.streaming.svc.cluster.local:9092",
         "--specs",

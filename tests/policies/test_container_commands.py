@@ -195,7 +195,7 @@ MUTATIONS = [
         "topics",
         contract.RECONCILE,
         _word("args", 4, "kafka.attacker.example:9092"),
-        "container reconcile args is python -m app.admin.topics --bootstrap-servers "
+        "container reconcile args is python -m app.admin.reconcile --bootstrap-servers "
         "kafka.attacker.example:9092",
     ),
     (
@@ -203,7 +203,7 @@ MUTATIONS = [
         contract.RECONCILE,
         _extra_args("--delete-unknown-acls"),
         "(word 18 '--delete-unknown-acls' is more than the contract has); required: exactly "
-        "python -m app.admin.topics --bootstrap-servers kafka.streaming.svc.cluster.local:9092",
+        "python -m app.admin.reconcile --bootstrap-servers kafka.streaming.svc.cluster.local:9092",
     ),
 ]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from app.admin.topics import librdkafka_logger
+from app.admin.reconcile import librdkafka_logger
 from app.clients.kafka_retry import Retrying
 from app.clients.pair_control import read_to_end
 from app.devkit.truth import OutputRecord, Truth

@@ -2,10 +2,10 @@
 
 Used by `python -m app.devkit.local` (the README's main command) and by the benchmarks. With no
 bootstrap servers given it starts a local Apache Kafka of 3 KRaft nodes (`app.devkit.kraft_cluster`,
-the project's release); otherwise it uses the named cluster. Topics are created by the project's
-own reconciler (`python -m app.admin.topics`), from the same `pipeline_topics(...)` specs the Pulumi
-program deploys: replication factor 3 and `min.insync.replicas=2` (what the stacks declare) on a
-cluster of 3 or more brokers, one replica per broker on a smaller one.
+the project's release); otherwise it uses the named cluster. Topics are created by the
+project's own reconciler (`python -m app.admin.reconcile`), from the same `pipeline_topics(...)`
+specs the Pulumi program deploys: replication factor 3 and `min.insync.replicas=2` (what the
+stacks declare) on a cluster of 3 or more brokers, one replica per broker on a smaller one.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from app.admin import topics as topics_cli
+from app.admin import reconcile
 from app.clients.client_properties import ClientConfig
 from app.devkit import kafka_streams
 from app.devkit.kraft_cluster import KraftCluster
@@ -37,7 +37,7 @@ from policies.contract.topic_specs import GroupConfigSpec, PipelineNames, dumps,
 def broker_count(bootstrap_servers: str, client_config: Mapping[str, str]) -> int:
     """How many brokers the cluster at `bootstrap_servers` has."""
     admin = AdminClient({**client_config, "bootstrap.servers": bootstrap_servers})
-    cluster = topics_cli.wait_for_cluster(admin, bootstrap_servers, BROKER_COUNT_TIMEOUT_S)
+    cluster = reconcile.wait_for_cluster(admin, bootstrap_servers, BROKER_COUNT_TIMEOUT_S)
     return len(cluster.brokers)
 
 
@@ -243,7 +243,7 @@ class LocalPipeline:
         path = self.setup.base_dir / "config" / f"{self.names.application_id}-topics.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dumps(specs, groups), encoding="utf-8")
-        code = topics_cli.main(
+        code = reconcile.main(
             [
                 *("--bootstrap-servers", self.bootstrap_servers, "--specs", str(path)),
                 *self.setup.client.arguments(),

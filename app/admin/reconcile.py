@@ -1,6 +1,7 @@
-"""The topic reconciler's command line: `python -m app.admin.topics`, run as a Kubernetes Job.
+"""The reconciler's command line: `python -m app.admin.reconcile`, run as a Kubernetes Job, makes
+the cluster's topics, group configs and, on a secured cluster, users and ACLs match the specs.
 
-    python -m app.admin.topics --bootstrap-servers kafka:9092 --specs /etc/topics/topics.json
+    python -m app.admin.reconcile --bootstrap-servers kafka:9092 --specs /etc/topics/topics.json
         [--command-config /etc/topics/client.properties] [--allow-partition-increase] [--dry-run]
         [--fallback-command-config /etc/topics/previous-client.properties]
         [--acls /etc/topics/acls.json [--scram-passwords-dir /etc/kafka/users]
@@ -49,7 +50,7 @@ from policies.contract.topic_specs import (
     loads_groups,
 )
 
-log = logging.getLogger("app.admin.topics")
+log = logging.getLogger("app.admin.reconcile")
 
 EXIT_OK = 0
 EXIT_REFUSED_OR_FAILED = 1
@@ -101,7 +102,7 @@ class UsageError(Exception):
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line (argparse exits with 2 on a usage error)."""
     parser = argparse.ArgumentParser(
-        prog="python -m app.admin.topics",
+        prog="python -m app.admin.reconcile",
         description="Reconcile Kafka topics with their specs: create missing topics, alter "
         "differing configs (only the keys a spec names), add partitions only when allowed; "
         "refuse replication factor changes and shrinking.",
@@ -394,7 +395,7 @@ def _up_to_date(specs: Sequence[TopicSpec], acl_plan: acl_reconciler.AclPlan | N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m app.admin.topics`."""
+    """Entry point of `python -m app.admin.reconcile`."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     args = parse_args(argv)
     try:

@@ -226,7 +226,13 @@ def cli(
     ) -> subprocess.CompletedProcess[str]:
         path = tmp_path / "topics.json"
         path.write_text(dumps(specs, groups))
-        command = [sys.executable, "-m", "app.admin.topics", "--bootstrap-servers", kafka_bootstrap]
+        command = [
+            sys.executable,
+            "-m",
+            "app.admin.reconcile",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+        ]
         return subprocess.run(
             [*command, "--specs", str(path), *flags],
             cwd=REPO,
@@ -311,7 +317,7 @@ def test_cli_usage_errors_exit_2(
         [
             sys.executable,
             "-m",
-            "app.admin.topics",
+            "app.admin.reconcile",
             "--bootstrap-servers",
             "127.0.0.1:1",
             "--specs",
@@ -325,7 +331,7 @@ def test_cli_usage_errors_exit_2(
     assert result.returncode == 2
     assert f"invalid topic specs in {bad}" in result.stderr and "misses" in result.stderr
     help_text = subprocess.run(
-        [sys.executable, "-m", "app.admin.topics", "--help"],
+        [sys.executable, "-m", "app.admin.reconcile", "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -339,7 +345,7 @@ def test_cli_gives_up_on_an_unreachable_broker_with_a_clear_message(tmp_path: Pa
 
     result = subprocess.run(
         [
-            sys.executable, "-m", "app.admin.topics",
+            sys.executable, "-m", "app.admin.reconcile",
             "--bootstrap-servers", f"127.0.0.1:{free_port()}",
             "--specs", str(specs),
             "--wait-timeout", "5",
