@@ -7,6 +7,7 @@ its own module (`infra/kafka_credentials.py`, `infra/kafka_cluster.py`, `infra/t
 """
 
 import sys
+from functools import partial
 from pathlib import Path
 
 # `pulumi up` runs this file with only infra/ on the path; the project root makes `infra.*` and
@@ -73,15 +74,16 @@ namespace = k8s.core.v1.Namespace(
         retain_on_delete=config.keep_data_on_destroy,
         # Every resource waits for the namespace: a rotation or rollover that skips a step, or
         # an image below the finalized metadata.version, is refused before anything changes.
-        depends_on=metadata_version.sequence_of(
-            security_transitions.checked(
-                config.security,
-                deployed_stack.deployed_output(deployed, security_transitions.DEPLOYED_OUTPUT),
-            ),
-            metadata_version.checked(
-                config.kafka,
-                deployed_stack.deployed_output(deployed, metadata_version.DEPLOYED_OUTPUT),
-            ),
+        depends_on=deployed_stack.refused_steps(
+            deployed,
+            {
+                security_transitions.DEPLOYED_OUTPUT: partial(
+                    security_transitions.refuse_skipped_steps, config.security
+                ),
+                metadata_version.DEPLOYED_OUTPUT: partial(
+                    metadata_version.refuse_downgrade, config.kafka
+                ),
+            },
         ),
     ),
 )

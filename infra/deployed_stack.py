@@ -9,6 +9,7 @@ before anything changes. A new stack has none: every check then passes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pulumi
@@ -26,3 +27,18 @@ def deployed_outputs() -> pulumi.Output[dict[str, Any]]:
 def deployed_output(deployed: pulumi.Output[dict[str, Any]], name: str) -> pulumi.Output[Any]:
     """One output of the last `pulumi up`, as it was exported; {} when it had none."""
     return deployed.apply(lambda outputs: outputs.get(name) or {})
+
+
+def refused_steps(
+    deployed: pulumi.Output[dict[str, Any]], refusals: Mapping[str, Callable[[Any], None]]
+) -> pulumi.Output[list[pulumi.Resource]]:
+    """No resources, once each refusal (by the output it judges: its value, {} when the last
+    `up` had none) has passed: make the namespace, which every other resource waits for, depend
+    on it, so a refusal stops `up` (and preview) before anything changes."""
+
+    def check(outputs: dict[str, Any]) -> list[pulumi.Resource]:
+        for name, refuse in refusals.items():
+            refuse(outputs.get(name) or {})
+        return []
+
+    return deployed.apply(check)

@@ -18,7 +18,6 @@ rolls.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +29,7 @@ from infra.kafka_credentials import KafkaCredentials
 from infra.stack_settings import KafkaConfig, StackConfigError
 from infra.topics import RECONCILER_USER, ReconcilerPod, kafka_client_only, reconciler_job
 from policies.contract import container_commands
-from policies.contract.container_commands import FEATURES_CLIENT_FILE, FEATURES_DIR
+from policies.contract.container_commands import FEATURES_CLIENT_FILE, FEATURES_DIR, RELEASE
 from policies.contract.java_properties import format_properties
 from policies.contract.kafka_security import java_scram_client_configs
 from policies.contract.stack_pipeline import PROJECT
@@ -39,7 +38,6 @@ from policies.contract.stack_pipeline import PROJECT
 DEPLOYED_OUTPUT = "kafkaMetadataVersion"
 # An image tag that names an Apache Kafka release: `apache/kafka:4.3.1@sha256:...` is 4.3.
 _IMAGE_RELEASE = re.compile(r":([0-9]+)\.([0-9]+)\.[0-9]+(?:-[\w.]+)?(?:@|$)")
-RELEASE = re.compile(r"[0-9]+\.[0-9]+")
 
 
 def image_release(image: str) -> str | None:
@@ -85,20 +83,6 @@ def refuse_downgrade(kafka: KafkaConfig, running: Any) -> None:
         )
 
 
-def checked(
-    kafka: KafkaConfig, running: pulumi.Output[Any]
-) -> pulumi.Output[list[pulumi.Resource]]:
-    """No resources, once the settings do not go below what the cluster is finalized at: the
-    namespace, which every other resource waits for, depends on it, so a refusal stops `up`
-    before anything rolls."""
-
-    def check(state: Any) -> list[pulumi.Resource]:
-        refuse_downgrade(kafka, state)
-        return []
-
-    return running.apply(check)
-
-
 @dataclass(frozen=True)
 class MetadataVersionArgs:
     """Inputs of a `MetadataVersion`."""
@@ -136,32 +120,22 @@ class MetadataVersion(pulumi.ComponentResource):
             args.bootstrap_servers, release, secured=args.credentials is not None
         )
         component_labels = workload.labels(name, "kafka-metadata-version")
-        mounts: list[k8s.core.v1.VolumeMountArgs] = [
-            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")
-        ]
-        volumes = [
-            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())
-        ]
-        client = ""
-        annotations: dict[str, str] = {}
-        if args.credentials is not None:
-            access = args.credentials.client_access(RECONCILER_USER, pinned=True)
-            scram = access.properties
-            client = format_properties(
-                java_scram_client_configs(
-                    scram["sasl.username"],
-                    scram["sasl.password"],
-                    scram["ssl.ca.location"],
-                    scram["sasl.mechanism"],
-                )
-            )
-            annotations = access.annotations
-            mounts += [*access.mounts]
-            volumes += [*access.volumes]
+        access = (
+            args.credentials.client_access(RECONCILER_USER, pinned=True)
+            if args.credentials is not None
+            else None
+        )
+        client = format_properties(java_scram_client_configs(access.properties)) if access else ""
+        annotations = access.annotations if access else {}
         self.job_name = workload.content_name(
             name, " ".join(runs.command) + args.kafka.image + client + str(annotations)
         )
-        if client:
+        if access is None:
+            mounts = [k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")]
+            volumes = [
+                k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())
+            ]
+        else:
             files = k8s.core.v1.ConfigMap(
                 f"{name}-client",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -170,15 +144,9 @@ class MetadataVersion(pulumi.ComponentResource):
                 data={FEATURES_CLIENT_FILE: client},
                 opts=child,
             )
-            mounts.append(
-                k8s.core.v1.VolumeMountArgs(name="client", mount_path=FEATURES_DIR, read_only=True)
-            )
-            volumes.append(
-                k8s.core.v1.VolumeArgs(
-                    name="client",
-                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=files.metadata.name),
-                )
-            )
+            mounted = workload.config_and_tmp("client", files.metadata.name, FEATURES_DIR)
+            mounts = [*mounted.mounts, *access.mounts]
+            volumes = [*mounted.volumes, *access.volumes]
         job = reconciler_job(
             name,
             ReconcilerPod(
@@ -203,10 +171,3 @@ class MetadataVersion(pulumi.ComponentResource):
         kafka_client_only(name, ns, component_labels, args.kafka_egress, child)
         self.release = job.metadata.name.apply(lambda _: release)
         self.register_outputs({"jobName": self.job_name, "release": self.release})
-
-
-def sequence_of(
-    *checks: pulumi.Output[list[pulumi.Resource]],
-) -> pulumi.Output[Sequence[pulumi.Resource]]:
-    """Several `checked` results as one `depends_on`."""
-    return pulumi.Output.all(*checks).apply(lambda parts: [r for part in parts for r in part])

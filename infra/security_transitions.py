@@ -14,9 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pulumi
-
-# The stack output that records the running state.
 from infra.stack_settings import SecurityConfig, StackConfigError
 from policies.contract.stack_pipeline import PROJECT
 
@@ -88,17 +85,3 @@ def _next_step(generation: int, trusted: Sequence[int]) -> str:
     if sorted(set(trusted)) == [generation, generation + 1]:
         return f"caGeneration {generation + 1}"
     return f"trustedCaGenerations [{generation}]"
-
-
-def checked(
-    security: SecurityConfig, running: pulumi.Output[Mapping[str, Any]]
-) -> pulumi.Output[list[pulumi.Resource]]:
-    """No resources, once the settings are a step from what runs (the last `security` output):
-    the namespace, which every other resource waits for, depends on it, so a refusal stops `up`
-    before anything changes."""
-
-    def check(state: Mapping[str, Any]) -> list[pulumi.Resource]:
-        refuse_skipped_steps(security, state)
-        return []
-
-    return running.apply(check)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from infra.metadata_version import RELEASE, image_release, release_order
+from infra.metadata_version import image_release, release_order
 from infra.processor_properties import processor_properties
 from infra.stack_settings import (
     KafkaConfig,
@@ -17,6 +17,7 @@ from infra.stack_settings import (
     setting_error,
 )
 from policies.contract import membership
+from policies.contract.container_commands import RELEASE
 from policies.contract.java_properties import is_credential_key, is_reference
 from policies.contract.kafka_security import owned_by_security, scram_mechanism
 from policies.contract.processor_keys import (

@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -544,10 +544,10 @@ class KraftCluster:
         with its message), and finds nothing to do on a cluster already there."""
         major_minor = ".".join(release.version.split(".")[:2])
         runs = container_commands.finalize_metadata_version(
-            "unused", major_minor, secured=self.security is not None
+            self._running_endpoints(), major_minor, secured=self.security is not None
         )
-        # The Job's words after `--bootstrap-server ADDRESS`: here the running nodes' address.
-        self._feature_command(*runs.command[3:])
+        # The Job's words; its first, the image's kafka-features.sh, is the tool's class here.
+        self._features(runs.command[1:])
         return self.metadata_version()
 
     def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> ShutdownReport:
@@ -844,8 +844,15 @@ class KraftCluster:
         ]
 
     def _feature_command(self, *arguments: str) -> str:
+        """kafka-features.sh `arguments` against the running brokers; its output."""
+        return self._features(("--bootstrap-server", self._running_endpoints(), *arguments))
+
+    def _running_endpoints(self) -> str:
+        return ",".join(n.admin_endpoint for n in self.nodes if n.running)
+
+    def _features(self, arguments: Sequence[str]) -> str:
         """kafka-features.sh (`FeatureCommand`) of the newest release a node runs (an older
-        tool names a newer level UNKNOWN) against the running brokers; its output."""
+        tool names a newer level UNKNOWN) with `arguments`, its server included; its output."""
         if self.security is not None:
             raise KraftClusterError(
                 "kafka-features.sh needs the Java client's TLS settings on a secured cluster, "
@@ -855,12 +862,9 @@ class KraftCluster:
             (node.release or self.release for node in self.nodes),
             key=lambda r: tuple(int(part) for part in r.version.split(".")),
         )
-        running = ",".join(n.admin_endpoint for n in self.nodes if n.running)
         command = [
             *self._java("tools", "-Xmx256m", "-XX:TieredStopAtLevel=1", release=release),
             "org.apache.kafka.tools.FeatureCommand",
-            "--bootstrap-server",
-            running,
             *arguments,
         ]
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)

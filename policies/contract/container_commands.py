@@ -326,7 +326,8 @@ FEATURES_DIR = "/etc/kafka/features"
 # The Java client's settings of `kafka-features.sh` on a secured cluster (SCRAM over TLS).
 FEATURES_CLIENT_FILE = "features-client.properties"
 RELEASE_VERSION = "--release-version"
-_RELEASE = re.compile(r"[0-9]+\.[0-9]+")
+# An Apache Kafka release as the tool takes it (X.Y: 4.3).
+RELEASE = re.compile(r"[0-9]+\.[0-9]+")
 
 
 def finalize_metadata_version(
@@ -335,7 +336,7 @@ def finalize_metadata_version(
     """`finalize-metadata-version`: Kafka's own `kafka-features.sh upgrade --release-version
     X.Y`, which raises the cluster's finalized features (`metadata.version` first) to the
     release's own once every broker runs it; a no-op when they are there already."""
-    if not _RELEASE.fullmatch(release):
+    if not RELEASE.fullmatch(release):
         raise ValueError(f"release {release!r}: must be an Apache Kafka release as X.Y (4.3)")
     connect: tuple[str, ...] = ("--bootstrap-server", bootstrap_servers)
     acts_on: tuple[str, ...] = ()

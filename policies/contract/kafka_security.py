@@ -27,6 +27,8 @@ Standard library only: the Pulumi program imports this module from its own envir
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # Kafka's two SCRAM mechanisms, both enabled on the client listener. Revision 1 (every stack's
 # first) uses SHA-512, what the listener offered alone before rotations alternated.
 SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -201,26 +203,24 @@ def scram_client_configs(
 DIRECTORY_CONFIG_PROVIDER = "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
 
 
-def java_scram_client_configs(
-    username: str, password: str, ca_file: str, mechanism: str = SCRAM_SHA_512
-) -> dict[str, str]:
-    """The same login as `scram_client_configs`, in the Java client's names, for Kafka's own
-    tools (`--command-config`).
+def java_scram_client_configs(librdkafka: Mapping[str, str]) -> dict[str, str]:
+    """`scram_client_configs`' login in the Java client's names, for Kafka's own tools
+    (`--command-config`).
 
     The Java client names its user and password inside `sasl.jaas.config`; a `${dir:...}`
-    `password` is resolved by Kafka's `DirectoryConfigProvider` (KIP-421), so the file still
-    holds no secret. The CA is a PEM trust store, as the brokers' own.
+    password is resolved by Kafka's `DirectoryConfigProvider` (KIP-421), so the file still holds
+    no secret. The CA is a PEM trust store, as the brokers' own.
     """
-    scram_key(mechanism)
+    scram_key(librdkafka["sasl.mechanism"])
     return {
-        "security.protocol": SASL_SSL,
-        "sasl.mechanism": mechanism,
+        "security.protocol": librdkafka["security.protocol"],
+        "sasl.mechanism": librdkafka["sasl.mechanism"],
         "sasl.jaas.config": (
-            f"{SCRAM_LOGIN_MODULE.removesuffix(' required;')} required "
-            f'username="{username}" password="{password}";'
+            f'{SCRAM_LOGIN_MODULE.removesuffix(";")} username="{librdkafka["sasl.username"]}" '
+            f'password="{librdkafka["sasl.password"]}";'
         ),
         "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": ca_file,
+        "ssl.truststore.location": librdkafka["ssl.ca.location"],
         "config.providers": "dir",
         "config.providers.dir.class": DIRECTORY_CONFIG_PROVIDER,
     }

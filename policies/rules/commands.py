@@ -258,8 +258,8 @@ def _finalize(found: ClusterInputs | None, words: Sequence[str]) -> Expected:
     cluster = _required(found)
     # The release is a stack setting (kafka.metadataVersion, or the image's release) that only
     # the command line shows; the render refuses anything but X.Y.
-    flag = list(words).index(contract.RELEASE_VERSION) if contract.RELEASE_VERSION in words else -1
-    release = words[flag + 1] if 0 <= flag < len(words) - 1 else ""
+    flagged = contract.RELEASE_VERSION in words[:-1]
+    release = words[words.index(contract.RELEASE_VERSION) + 1] if flagged else ""
     try:
         runs = contract.finalize_metadata_version(
             cluster.address(), release, secured=cluster.secured

@@ -25,7 +25,7 @@ from infra.presets import KAFKA_IMAGE
 from infra.render import record_stack
 from policies.evaluate import AnalyzerProcess, load_policy_config
 from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
-from tests.infra.conftest import names_of
+from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, names_of
 
 NAMESPACE = "engine-dev"
 # The random provider is served by no registry here, so the stack names its KRaft cluster id.
@@ -42,12 +42,9 @@ PROVIDER_PREVIEWS_CLAIM_TEMPLATE_REPLACEMENTS = tuple(
 # What the program reads and does not manage.
 READ_ONLY_TYPES = {"pulumi:pulumi:StackReference", "kubernetes:storage.k8s.io/v1:StorageClass"}
 # The story starts on the release this project ran before, and upgrades to the current one.
-PREVIOUS_IMAGE = (
-    "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40"
-)
 SETTINGS: dict[str, Any] = {
     "namespace": NAMESPACE,
-    "kafka": {"clusterId": CLUSTER_ID, "image": PREVIOUS_IMAGE},
+    "kafka": {"clusterId": CLUSTER_ID, "image": PREVIOUS_KAFKA_IMAGE},
 }
 
 
@@ -189,12 +186,12 @@ def test_a_kafka_upgrade_rolls_the_brokers_then_finalizes_and_cannot_go_back(
         == (run.outputs["kafkaMetadataVersion"])
     )
     # Finalized: the old image is refused at preview, naming the setting and the way out.
-    deployed.set(kafka={"clusterId": CLUSTER_ID, "image": PREVIOUS_IMAGE})
+    deployed.set(kafka={"clusterId": CLUSTER_ID, "image": PREVIOUS_KAFKA_IMAGE})
     try:
         with pytest.raises(auto.CommandError) as refused:
             deployed.preview()
         message = str(refused.value)
-        assert f"kafka.image = '{PREVIOUS_IMAGE}'" in message, message
+        assert f"kafka.image = '{PREVIOUS_KAFKA_IMAGE}'" in message, message
         assert "an upgrade has no way back" in message
         print("preview refused:", next(x for x in message.splitlines() if "kafka.image" in x))
     finally:

@@ -17,6 +17,12 @@ from policies.contract.java_properties import parse_properties
 from policies.contract.stack_pipeline import PROJECT
 from policies.contract.topic_specs import PipelineNames
 
+# The broker image of the release this project ran before (app/devkit/kafka_release.py's
+# PREVIOUS_VERSION), which stacks upgrade from.
+PREVIOUS_KAFKA_IMAGE = (
+    "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40"
+)
+
 
 def stack_config_of(stack: RecordedStack | str) -> StackConfig:
     """The configuration the program runs with for `stack`, read as

@@ -13,12 +13,8 @@ from infra.render import RecordedStack, record_stack
 from infra.stack_settings import StackConfigError
 from policies.contract import container_commands
 from policies.contract.java_properties import load_properties
-from tests.infra.conftest import k8s_object
+from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, k8s_object
 
-# The release this project ran before (app/devkit/kafka_release.py's PREVIOUS_VERSION).
-PREVIOUS_IMAGE = (
-    "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40"
-)
 RELEASE = KAFKA_IMAGE.split(":")[1].rsplit(".", 1)[0]  # "4.3"
 
 
@@ -108,9 +104,11 @@ def test_an_image_without_a_release_in_its_tag_names_it_by_the_setting() -> None
 def test_an_image_below_the_finalized_release_is_refused_at_preview(dev: RecordedStack) -> None:
     deployed = {**dev.outputs, "kafkaMetadataVersion": RELEASE}
     with pytest.raises(Exception, match="an upgrade has no way back") as refused:
-        record_stack("dev", {"kafka": {"image": PREVIOUS_IMAGE}}, deployed=deployed, preview=True)
+        record_stack(
+            "dev", {"kafka": {"image": PREVIOUS_KAFKA_IMAGE}}, deployed=deployed, preview=True
+        )
     message = str(refused.value)
-    assert f"kafka.image = '{PREVIOUS_IMAGE}'" in message
+    assert f"kafka.image = '{PREVIOUS_KAFKA_IMAGE}'" in message
     assert f"finalized at {RELEASE}" in message
     assert f"Keep an image of release {RELEASE} or later" in message
 
@@ -120,7 +118,7 @@ def test_a_lower_metadata_version_is_refused_and_the_way_forward_passes(
 ) -> None:
     running_previous = {**dev.outputs, "kafkaMetadataVersion": "4.1"}
     # Before the finalize: the old image can come back, and the upgrade goes ahead.
-    record_stack("dev", {"kafka": {"image": PREVIOUS_IMAGE}}, deployed=running_previous)
+    record_stack("dev", {"kafka": {"image": PREVIOUS_KAFKA_IMAGE}}, deployed=running_previous)
     upgraded = record_stack("dev", {}, deployed=running_previous)
     assert upgraded.outputs["kafkaMetadataVersion"] == RELEASE
     deployed = {**dev.outputs, "kafkaMetadataVersion": RELEASE}
