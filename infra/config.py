@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
-from pulumi.runtime.config import CONFIG, get_config_env
 from pydantic import BaseModel, ValidationError
 
 from infra.presets import PRESETS
@@ -144,10 +143,14 @@ def _literal_values(loc: Sequence[str]) -> tuple[Any, ...]:
 
 
 def load_stack_config() -> StackConfig:
-    """The running stack's configuration, read from the Pulumi runtime and validated."""
+    """The running stack's configuration, as the language host passes it, validated.
+
+    The whole bag, not `pulumi.Config` key by key: a key no setting has (a typo) is an error
+    naming the known ones, not a setting silently left at its default.
+    """
     prefix = f"{PROJECT}:"
     raw: dict[str, Any] = {}
-    for key, value in {**get_config_env(), **CONFIG.get()}.items():
+    for key, value in pulumi.runtime.get_config_env().items():
         if not key.startswith(prefix):
             continue
         try:

@@ -11,9 +11,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra import stateful_volumes, workload
-from infra.kafka_credentials import ClientAccess
-from infra.processor_properties import HEALTH_PORT, STATE_DIR
-from infra.stack_settings import ProcessorConfig
+from infra.kafka_cluster import KafkaCluster
+from infra.kafka_credentials import ClientAccess, KafkaCredentials
+from infra.processor_properties import HEALTH_PORT, STATE_DIR, processor_properties
+from infra.stack_settings import ProcessorConfig, StackConfig
 from policies.contract import container_commands
 from policies.contract.container_commands import PROPERTIES_DIR, PROPERTIES_FILE
 from policies.contract.java_properties import format_properties
@@ -235,3 +236,47 @@ class Processor(pulumi.ComponentResource):
                 volumes=[*files.volumes, *access.volumes],
             ),
         )
+
+
+def processors_of(
+    config: StackConfig,
+    kafka: KafkaCluster,
+    credentials: KafkaCredentials | None,
+    deployed_volumes: pulumi.Input[Mapping[str, Any]],
+    opts: pulumi.ResourceOptions,
+) -> list[Processor]:
+    """The stack's processor deployments: one, or the two sides of an active/standby pair
+    (`processor.pair`), each with its own user, group, changelog, image and pods, kept out of
+    each other's zones."""
+    processors = []
+    for deployment in config.processor.deployments:
+        access = (
+            # Pinned: the processor rolls on a rotation and reads its password at start.
+            credentials.client_access(deployment.application_id, pinned=True)
+            if credentials
+            else ClientAccess()
+        )
+        partner = (
+            workload.PairPartner(deployment.partner, config.pair_zone_anti_affinity)
+            if deployment.partner is not None
+            else None
+        )
+        processors.append(
+            Processor(
+                "processor" if deployment.side is None else f"processor-{deployment.side}",
+                ProcessorArgs(
+                    namespace=config.namespace,
+                    config=config.processor,
+                    properties=processor_properties(
+                        config, kafka.bootstrap_servers, access.properties, deployment
+                    ),
+                    kafka_egress=kafka.client_egress,
+                    deployment=deployment,
+                    access=access,
+                    partner=partner,
+                    deployed_volumes=deployed_volumes,
+                ),
+                opts=opts,
+            )
+        )
+    return processors

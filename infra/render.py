@@ -14,6 +14,7 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import runpy
 import sys
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from policies.contract.stack_pipeline import PROJECT
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "infra"
 STACK_TYPE = "pulumi:pulumi:Stack"
+_CONFIG_ENV = "PULUMI_CONFIG"
 STACK_REFERENCE_TYPE = "pulumi:pulumi:StackReference"
 STORAGE_CLASS_TYPE = "kubernetes:storage.k8s.io/v1:StorageClass"
 
@@ -270,14 +272,22 @@ def record_stack(
     # A fresh root stack per recording, as each `pulumi up` has its own.
     pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=preview)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview)
-    pulumi.runtime.set_all_config(config, [])
     pulumi.runtime.register_stack_transformation(options)
 
     @pulumi.runtime.test
     def run_program() -> None:
         runpy.run_path(str(PROGRAM), run_name="__main__")
 
-    run_program()
+    # The stack's config reaches the program as the language host passes it: PULUMI_CONFIG.
+    passed = os.environ.get(_CONFIG_ENV)
+    os.environ[_CONFIG_ENV] = json.dumps(config)
+    try:
+        run_program()
+    finally:
+        if passed is None:
+            os.environ.pop(_CONFIG_ENV)
+        else:
+            os.environ[_CONFIG_ENV] = passed
     root = pulumi.runtime.get_root_resource()
     assert isinstance(root, pulumi.ComponentResource)  # set_mocks made the program's Stack
     resources = [resource for resource, *_ in options.registered]
