@@ -59,6 +59,7 @@ from app.admin.scram_credentials import (
     set_credentials,
 )
 from app.admin.topic_reconciler import error_text, outcomes, plan_table
+from app.clients.waiting import poll_until
 from policies.contract.acl_specs import (
     ACL_LEDGER_READER_GROUP,
     ACL_LEDGER_TOPIC,
@@ -603,17 +604,19 @@ def _await_visible(
     deleted = {s.binding for s in the_plan.of(AclAction.DELETE) if s.binding}
     principals = sorted({b.principal for b in created | deleted})
     deadline = time.monotonic() + timeout_s
-    while principals:
-        present = read_bindings(admin, principals, timeout_s)
-        if created <= present and not deleted & present:
-            break
-        if time.monotonic() > deadline:
-            return [
-                f"ACLs applied, but not all visible within {timeout_s:g} s (missing "
-                f"{sorted(b.describe() for b in created - present)}, still there "
-                f"{sorted(b.describe() for b in deleted & present)}); check the brokers' health"
-            ]
-        time.sleep(0.2)
+    present: set[Binding] = set()
+
+    def visible() -> bool:
+        present.clear()
+        present.update(read_bindings(admin, principals, timeout_s))
+        return created <= present and not deleted & present
+
+    if principals and not poll_until(visible, timeout_s, interval_s=0.2):
+        return [
+            f"ACLs applied, but not all visible within {timeout_s:g} s (missing "
+            f"{sorted(b.describe() for b in created - present)}, still there "
+            f"{sorted(b.describe() for b in deleted & present)}); check the brokers' health"
+        ]
     users = []
     for step in the_plan.credential_changes:
         assert step.user is not None, "a credential step names its user"

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from app.clients import LOG_FORMAT, client_properties
 from app.clients.kafka_retry import Retrying
 from app.clients.pair_control import ACTIVE_KEY, Active, ControlView, read_to_end, released_key
+from app.clients.waiting import poll_until
 from policies.contract.acl_specs import pair_switch_reader_group
 from policies.contract.processor_keys import PAIR_SIDES
 
@@ -178,50 +178,61 @@ def pending_take_overs(clients: PairClients) -> tuple[Active, list[int]]:
 
 def wait_taken(clients: PairClients, timeout_s: float) -> bool:
     """Wait until the active side has taken every input partition over."""
-    deadline = time.monotonic() + timeout_s
-    next_report = 0.0
-    while True:
+    active: Active
+    pending: list[int]
+
+    def taken() -> bool:
+        nonlocal active, pending
         active, pending = pending_take_overs(clients)
-        if not pending:
-            log.info("side %s publishes every partition (epoch %d)", active.side, active.epoch)
-            return True
-        if time.monotonic() >= next_report:
-            log.info(
-                "side %s (epoch %d): waiting for the take-over of partitions %s",
-                active.side,
-                active.epoch,
-                pending,
-            )
-            next_report = time.monotonic() + PROGRESS_EVERY_S
-        if time.monotonic() > deadline:
-            log.error(
-                "partitions %s not taken over by side %s within %.0f s: is the side running, "
-                "and the other side too (it releases them)? If the other side is down, switch "
-                "with --force",
-                pending,
-                active.side,
-                timeout_s,
-            )
-            return False
-        time.sleep(0.5)
+        return not pending
+
+    if poll_until(
+        taken,
+        timeout_s,
+        interval_s=0.5,
+        progress=lambda: log.info(
+            "side %s (epoch %d): waiting for the take-over of partitions %s",
+            active.side,
+            active.epoch,
+            pending,
+        ),
+        progress_every_s=PROGRESS_EVERY_S,
+    ):
+        log.info("side %s publishes every partition (epoch %d)", active.side, active.epoch)
+        return True
+    log.error(
+        "partitions %s not taken over by side %s within %.0f s: is the side running, "
+        "and the other side too (it releases them)? If the other side is down, switch "
+        "with --force",
+        pending,
+        active.side,
+        timeout_s,
+    )
+    return False
 
 
 def wait_caught_up(clients: PairClients, side: str, max_lag: int, timeout_s: float) -> bool:
     """Wait until `side` lags at most `max_lag` records of the input."""
-    deadline = time.monotonic() + timeout_s
-    next_report = 0.0
-    while True:
+    lag = 0
+
+    def caught_up() -> bool:
+        nonlocal lag
         lag = sum(side_lag(clients, side).values())
-        if lag <= max_lag:
-            log.info("side %s lags %d records: caught up (--max-lag %d)", side, lag, max_lag)
-            return True
-        if time.monotonic() >= next_report:
-            log.info("side %s lags %d records (--max-lag %d): waiting", side, lag, max_lag)
-            next_report = time.monotonic() + PROGRESS_EVERY_S
-        if time.monotonic() > deadline:
-            log.error("side %s still lags %d records after %.0f s", side, lag, timeout_s)
-            return False
-        time.sleep(1.0)
+        return lag <= max_lag
+
+    if poll_until(
+        caught_up,
+        timeout_s,
+        interval_s=1.0,
+        progress=lambda: log.info(
+            "side %s lags %d records (--max-lag %d): waiting", side, lag, max_lag
+        ),
+        progress_every_s=PROGRESS_EVERY_S,
+    ):
+        log.info("side %s lags %d records: caught up (--max-lag %d)", side, lag, max_lag)
+        return True
+    log.error("side %s still lags %d records after %.0f s", side, lag, timeout_s)
+    return False
 
 
 def status(clients: PairClients) -> str:

@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 from app.admin import acl_reconciler, group_configs, scram_credentials
 from app.admin.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
 from app.clients import LOG_FORMAT, client_properties
+from app.clients.waiting import poll_until
 from policies.contract.acl_specs import AclSpecError, KafkaUser
 from policies.contract.acl_specs import loads as load_users
 from policies.contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512
@@ -58,6 +59,7 @@ EXIT_USAGE = 2
 # The Job may start before the brokers accept connections (a fresh cluster takes a minute or two).
 DEFAULT_WAIT_S = 300.0
 ATTEMPT_TIMEOUT_S = 3.0
+RETRY_EVERY_S = 2.0
 
 EPILOG = """\
 exit codes:
@@ -201,9 +203,10 @@ def choose_login(
     broker yet). One login is returned as it is: the wait for the cluster reports its errors."""
     if len(logins) == 1:
         return logins[0]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        refused = []
+    refused: list[str] = []
+
+    def accepted() -> Mapping[str, str] | None:
+        refused.clear()
         for login in logins:
             try:
                 answer = scram_credentials.authenticates(login, ATTEMPT_TIMEOUT_S)
@@ -213,30 +216,32 @@ def choose_login(
                     f"{exc.args[0].str()}"
                 ) from exc
             if answer:
-                log.info(
-                    "logged in as %s with %s",
-                    login.get("sasl.username"),
-                    login.get("sasl.mechanism"),
-                )
                 return login
             if answer is False:
                 refused.append(str(login.get("sasl.mechanism")))
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(
-                f"Kafka at {servers} accepted none of the reconciler's logins within "
-                f"{timeout_s:g} s (refused: {', '.join(refused) or 'none'}; the others got no "
-                "answer). Check that the brokers are Ready and that --command-config or "
-                "--fallback-command-config holds a password the cluster has (a rotation "
-                "retired before its reconciler ran leaves neither)"
-            )
-        log.info(
-            "waiting for Kafka at %s to accept a login (refused: %s; %.0f s left)",
+        return None
+
+    login = poll_until(
+        accepted,
+        timeout_s,
+        interval_s=RETRY_EVERY_S,
+        progress=lambda: log.info(
+            "waiting for Kafka at %s to accept a login (refused: %s)",
             servers,
             ", ".join(refused) or "none",
-            left,
+        ),
+        progress_every_s=RETRY_EVERY_S,
+    )
+    if login is None:
+        raise TimeoutError(
+            f"Kafka at {servers} accepted none of the reconciler's logins within "
+            f"{timeout_s:g} s (refused: {', '.join(refused) or 'none'}; the others got no "
+            "answer). Check that the brokers are Ready and that --command-config or "
+            "--fallback-command-config holds a password the cluster has (a rotation "
+            "retired before its reconciler ran leaves neither)"
         )
-        time.sleep(min(2.0, left))
+    log.info("logged in as %s with %s", login.get("sasl.username"), login.get("sasl.mechanism"))
+    return login
 
 
 def load_specs(path: Path) -> tuple[list[TopicSpec], list[GroupConfigSpec]]:
@@ -276,27 +281,39 @@ def load_acl_inputs(
 def wait_for_cluster(admin: AdminClient, servers: str, timeout_s: float) -> ClusterMetadata:
     """Cluster metadata, retrying until Kafka answers or `timeout_s` has passed."""
     deadline = time.monotonic() + timeout_s
-    attempt = 0
-    while True:
-        attempt += 1
+    attempts: list[KafkaException] = []
+
+    def answered() -> ClusterMetadata | None:
         left = deadline - time.monotonic()
         try:
-            metadata = admin.list_topics(timeout=max(0.5, min(ATTEMPT_TIMEOUT_S, left)))
+            return admin.list_topics(timeout=max(0.5, min(ATTEMPT_TIMEOUT_S, left)))
         except KafkaException as exc:
             admin.poll(0)  # hands librdkafka's own log lines (e.g. an auth failure) to logging
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(
-                    f"Kafka at {servers} did not answer within {timeout_s:g} s "
-                    f"({attempt} attempts; last error: {exc.args[0] if exc.args else exc}). "
-                    "Check --bootstrap-servers, that the brokers are Ready "
-                    "(kubectl get pods), and the security settings in --command-config"
-                ) from exc
-            log.info("waiting for Kafka at %s (attempt %d, %.0f s left)", servers, attempt, left)
-            time.sleep(min(2.0, left))
-            continue
-        log.info("connected to Kafka at %s (%d broker(s))", servers, len(metadata.brokers))
-        return metadata
+            attempts.append(exc)
+            return None
+
+    metadata = poll_until(
+        answered,
+        timeout_s,
+        interval_s=RETRY_EVERY_S,
+        progress=lambda: log.info(
+            "waiting for Kafka at %s (attempt %d, %.0f s left)",
+            servers,
+            len(attempts),
+            deadline - time.monotonic(),
+        ),
+        progress_every_s=RETRY_EVERY_S,
+    )
+    if metadata is None:
+        last = attempts[-1]
+        raise TimeoutError(
+            f"Kafka at {servers} did not answer within {timeout_s:g} s "
+            f"({len(attempts)} attempts; last error: {last.args[0] if last.args else last}). "
+            "Check --bootstrap-servers, that the brokers are Ready "
+            "(kubectl get pods), and the security settings in --command-config"
+        ) from last
+    log.info("connected to Kafka at %s (%d broker(s))", servers, len(metadata.brokers))
+    return metadata
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:

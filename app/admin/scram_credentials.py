@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException
@@ -29,6 +30,7 @@ from confluent_kafka.admin import (
 )
 
 from app.admin.topic_reconciler import error_text, outcomes
+from app.clients.waiting import poll_until
 from policies.contract.acl_specs import KafkaUser
 from policies.contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512, scram_key
 
@@ -241,13 +243,15 @@ def await_logins(
     if can_check_logins(client_config):
         for user in users:
             left = max(1.0, deadline - time.monotonic())
-            while not logs_in(client_config, user, passwords[user], left, mechanism):
-                if time.monotonic() > deadline:
-                    return [
-                        f"SCRAM user {user}: its credential was set, but its password "
-                        f"does not log in within {timeout_s:g} s; check the brokers' health"
-                    ]
-                time.sleep(0.2)
+            if not poll_until(
+                partial(logs_in, client_config, user, passwords[user], left, mechanism),
+                deadline - time.monotonic(),
+                interval_s=0.2,
+            ):
+                return [
+                    f"SCRAM user {user}: its credential was set, but its password "
+                    f"does not log in within {timeout_s:g} s; check the brokers' health"
+                ]
     return []
 
 
@@ -292,15 +296,16 @@ def retire_credentials(
             else:
                 log.info("retired the %s credential of SCRAM user %s", retired, user)
                 retired_users.append(user)
-    deadline = time.monotonic() + timeout_s
     # The controller answers before every broker has applied the deletion.
-    while not failures and existing_credentials(admin, retired_users, retired, timeout_s):
-        if time.monotonic() > deadline:
-            failures.append(
-                f"{retired} credentials of {retired_users} deleted, but still shown after "
-                f"{timeout_s:g} s; check the brokers' health"
-            )
-        time.sleep(0.2)
+    if not failures and not poll_until(
+        lambda: not existing_credentials(admin, retired_users, retired, timeout_s),
+        timeout_s,
+        interval_s=0.2,
+    ):
+        failures.append(
+            f"{retired} credentials of {retired_users} deleted, but still shown after "
+            f"{timeout_s:g} s; check the brokers' health"
+        )
     if failures:
         raise CredentialError(failures)
     return retired_users

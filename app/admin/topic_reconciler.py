@@ -14,7 +14,6 @@ nothing. Unsafe changes are refused for the whole run, before anything is applie
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from confluent_kafka.admin import (
 )
 
 from app.clients.kafka_retry import Retrying, is_transient
+from app.clients.waiting import poll_until
 from policies.contract.topic_specs import TopicSpec
 
 log = logging.getLogger(__name__)
@@ -277,8 +277,8 @@ def _await_leaders(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list
         for s in the_plan.steps
         if s.action in (Action.CREATE, Action.ADD_PARTITIONS)
     }
-    deadline = time.monotonic() + timeout_s
-    while grown:
+
+    def all_led() -> bool:
         metadata = admin.list_topics(timeout=timeout_s)
         for name, wanted in list(grown.items()):
             found = metadata.topics.get(name)
@@ -289,15 +289,15 @@ def _await_leaders(admin: AdminClient, the_plan: Plan, timeout_s: float) -> list
                 and all(p.leader >= 0 for p in found.partitions.values())
             ):
                 del grown[name]
-        if grown and time.monotonic() > deadline:
-            return [
-                f"topic {name}: applied, but the brokers did not report a leader for each of "
-                f"its {wanted} partitions within {timeout_s:g} s; check the brokers' health"
-                for name, wanted in sorted(grown.items())
-            ]
-        if grown:
-            time.sleep(0.2)
-    return []
+        return not grown
+
+    if not grown or poll_until(all_led, timeout_s, interval_s=0.2):
+        return []
+    return [
+        f"topic {name}: applied, but the brokers did not report a leader for each of "
+        f"its {wanted} partitions within {timeout_s:g} s; check the brokers' health"
+        for name, wanted in sorted(grown.items())
+    ]
 
 
 def error_text(exc: BaseException) -> str:

@@ -49,10 +49,10 @@ from types import TracebackType
 from confluent_kafka import ElectionType, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 
+from app.clients.waiting import wait_until
 from app.devkit.kafka_release import KafkaRelease, java_command
 from app.devkit.kafka_release import ensure as ensure_release
 from app.devkit.local_tls import write_broker_tls
-from app.devkit.waiting import wait_until
 from policies.contract import container_commands, kafka_security
 from policies.contract.broker_keys import durable_broker_configs
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from app.clients.waiting import poll_until
 from app.processor.aggregation import Aggregation, load_aggregation
 from app.processor.class_archive import default_path
 from app.processor.kafka_source import SCHEMA
@@ -155,11 +156,10 @@ def build(out: Path) -> Path:
         if child.returncode != 0 or not pid_file.exists():
             raise RuntimeError(f"the training run failed (exit code {child.returncode})")
         jvm = int(pid_file.read_text(encoding="ascii"))
-        deadline = time.monotonic() + DUMP_TIMEOUT_S
-        while _alive(jvm):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the driver JVM (pid {jvm}) did not exit within the timeout")
-            time.sleep(0.5)
+        if not poll_until(lambda: not _alive(jvm), DUMP_TIMEOUT_S, interval_s=0.5):
+            raise RuntimeError(
+                f"the driver JVM (pid {jvm}) did not exit within {DUMP_TIMEOUT_S:g} s"
+            )
     if not partial.exists():
         raise RuntimeError(
             f"the driver JVM wrote no archive at {partial}: does this Java support "

@@ -46,6 +46,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from app.clients.kafka_retry import Retrying, raise_partition_error
+from app.clients.waiting import poll_until
 from app.processor import assignment_file
 from app.processor.assignment_file import Assignment
 from app.processor.group_describer import GroupDescription
@@ -439,12 +440,12 @@ class GroupMember:
         running = self.running_batch()
         if running is None:
             return
-        deadline = time.monotonic() + REVOKE_WAIT_S
-        while time.monotonic() < deadline:
+
+        def batch_over() -> bool:  # the next one plans without them
             now = self.running_batch()
-            if now is None or now > running:  # done (the next one plans without them)
-                return
-            time.sleep(0.05)
+            return now is None or now > running
+
+        poll_until(batch_over, REVOKE_WAIT_S, interval_s=0.05)
 
     def _publish(self, leaving: frozenset[int] | set[int] = frozenset()) -> None:
         assignment_file.publish(

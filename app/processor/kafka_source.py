@@ -66,6 +66,7 @@ from pyspark.sql.types import (
 
 from app.clients import LOG_FORMAT
 from app.clients.kafka_retry import Retrying, is_transient
+from app.clients.waiting import poll_until
 from app.processor import assignment_file, native_memory
 from app.processor.aggregation import Aggregation, load_aggregation
 from app.processor.combine import INPUT, RESTORE, RangeFold
@@ -382,18 +383,21 @@ class GroupAssignedReader(DataSourceStreamReader):
         )  # fmt: skip
         timeout_s = self.options.task_timeout_ms / 1000
         started = time.monotonic()
-        while end < at_least:
-            if time.monotonic() - started > timeout_s:
-                raise TimeoutError(
-                    f"{topic}-{partition}: the last stable offset is {end} after "
-                    f"{timeout_s:g} s (task.timeout.ms), short of {at_least}, where the "
-                    "transaction that committed the group's offset ended. Either a marker is "
-                    "late (see kafka-transactions.sh describe-producers on that partition) or "
-                    "the changelog was recreated under the group's offsets: then the counts "
-                    "are gone, and the group's offsets must be reset with it"
-                )
-            time.sleep(END_POLL_S)
+
+        def reached() -> bool:
+            nonlocal end
             end = self._end(topic, partition)
+            return end >= at_least
+
+        if not poll_until(reached, timeout_s, interval_s=END_POLL_S):
+            raise TimeoutError(
+                f"{topic}-{partition}: the last stable offset is {end} after "
+                f"{timeout_s:g} s (task.timeout.ms), short of {at_least}, where the "
+                "transaction that committed the group's offset ended. Either a marker is "
+                "late (see kafka-transactions.sh describe-producers on that partition) or "
+                "the changelog was recreated under the group's offsets: then the counts "
+                "are gone, and the group's offsets must be reset with it"
+            )
         log.info(
             "%s-%d: last stable offset %d after %.2f s",
             topic, partition, end, time.monotonic() - started,

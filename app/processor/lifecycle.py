@@ -29,6 +29,7 @@ from types import FrameType
 from pyspark.sql.streaming import StreamingQuery
 
 from app.clients.kafka_retry import Retrying
+from app.clients.waiting import poll_until
 from app.processor import assignment_file, python_forkserver
 from app.processor.aggregation import load_aggregation
 from app.processor.assignment_file import Assignment, assignment_path
@@ -373,16 +374,16 @@ class ProcessorInstance:
             # The revocation waits for that commit; then the partitions move at once.
             self.member.leave()
         timeout_s = self.settings.shutdown_timeout_ms / 1000
-        deadline = time.monotonic() + timeout_s
-        while query.isActive and query.status["isTriggerActive"]:
-            if time.monotonic() > deadline:
-                log.warning(
-                    "batch still running after shutdown.timeout.ms=%d: stopping anyway",
-                    self.settings.shutdown_timeout_ms,
-                )
-                break
+
+        def batch_over() -> bool:
             self.health.heartbeat()
-            time.sleep(0.1)
+            return not (query.isActive and query.status["isTriggerActive"])
+
+        if not poll_until(batch_over, timeout_s, interval_s=0.1):
+            log.warning(
+                "batch still running after shutdown.timeout.ms=%d: stopping anyway",
+                self.settings.shutdown_timeout_ms,
+            )
         query.stop()
         log.info("query stopped")
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 
 ENTRY = Path(__file__).with_name("container_entry.py")
 SUBNET = "10.244.77"

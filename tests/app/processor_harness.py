@@ -28,9 +28,9 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.clients.kafka_retry import Retrying
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import free_port
 from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS
-from app.devkit.waiting import wait_until
 from policies.contract.topic_specs import PipelineNames
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import KraftCluster, free_port
-from app.devkit.waiting import wait_until
 from infra import bootstrap_grants
 from policies.contract import acl_grants, acl_specs
 from policies.contract.acl_specs import KafkaUser

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from app.clients.waiting import wait_until
 from app.devkit.bench.__main__ import parse_args
 from app.devkit.bench.ceiling import measure_ceiling, parse_perf_test
 from app.devkit.bench.measure import PeriodicSampler
@@ -27,7 +28,6 @@ from app.devkit.bench.variant import Variant
 from app.devkit.kafka_streams import LABEL as KAFKA_STREAMS
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.local.pipeline import ENGINE_KAFKA_STREAMS
-from app.devkit.waiting import wait_until
 
 SHORT = BenchParams(
     instances=2,

@@ -9,6 +9,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from app.clients.waiting import wait_until
 from app.devkit.bench.coordinators import (
     GROUP_COORDINATOR,
     NEITHER,
@@ -17,7 +18,6 @@ from app.devkit.bench.coordinators import (
     find,
     transactional_id,
 )
-from app.devkit.waiting import wait_until
 
 
 def test_a_transaction_state_key_names_its_transactional_id() -> None:

@@ -27,8 +27,8 @@ from app.admin.broker_readiness import (
     metrics_text,
     serve,
 )
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import HOST, KraftCluster, free_port
-from app.devkit.waiting import wait_until
 
 NODE_ID = 1  # the node the judging sidecar sits beside
 DEADLINE_S = 180.0

@@ -32,9 +32,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
 from app.devkit.local_tls import CertificateAuthority, write_broker_tls
-from app.devkit.waiting import wait_until
 from policies.contract.kafka_security import TLS_CA_FILE
 
 pytestmark = [pytest.mark.timeout(900)]

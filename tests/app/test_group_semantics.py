@@ -52,7 +52,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 from app.processor import assignment_file
 from app.processor.group_member import GroupMember
 from app.processor.metrics import ProcessorMetrics

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120.0

@@ -18,8 +18,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.clients.kafka_retry import Retrying
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import KraftCluster, free_port
-from app.devkit.waiting import wait_until
 
 TOPIC = "retried"
 CALL_TIMEOUT_S = 2.0

@@ -38,13 +38,13 @@ from confluent_kafka.admin import ResourceType as AdminResourceType
 
 from app.admin.acl_reconciler import Binding, grant, read_bindings
 from app.clients.client_properties import ClientConfig
+from app.clients.waiting import wait_until
 from app.devkit.bench.ceiling import measure_ceiling
 from app.devkit.bench.throughput import ThroughputParams, produce_backlog
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
 from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import InstanceOptions
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
-from app.devkit.waiting import wait_until
 from policies.contract.acl_specs import (
     ACL_LEDGER_TOPIC,
     BROKER_READINESS_USER,

@@ -15,10 +15,10 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from app.clients.waiting import wait_until
 from app.devkit.kafka_release import KAFKA_VERSION, PREVIOUS_VERSION
 from app.devkit.kafka_release import ensure as ensure_release
 from app.devkit.kraft_cluster import KraftCluster, KraftClusterError
-from app.devkit.waiting import wait_until
 from tests.app.processor_harness import read_committed
 
 PARTITIONS = 3

@@ -23,7 +23,7 @@ from app.admin.pair_switch import (
     wait_taken,
 )
 from app.clients.pair_control import released_key, taken_key
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 from app.pipelines.distinct_users import DistinctUsers
 from app.pipelines.product_revenue import ProductRevenue
 from tests.app.processor_harness import (

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import KraftCluster
-from app.devkit.waiting import wait_until
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 from app.processor.settings import INSTANCE_ID_KEY, checkpoint_dir
 from app.processor.source_offsets import newest_batch
 from tests.app.processor_harness import (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 from app.processor import python_forkserver
 from app.processor.forkserver_launch import SOCKET_ENV
 from tests.app.processor_harness import REPO

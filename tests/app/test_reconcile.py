@@ -30,8 +30,8 @@ from app.admin.topic_reconciler import (
     plan,
     read_cluster,
 )
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import free_port
-from app.devkit.waiting import wait_until
 from policies.contract.membership import kip848_group_configs
 from policies.contract.topic_specs import (
     GroupConfigSpec,

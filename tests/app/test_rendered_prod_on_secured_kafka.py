@@ -47,8 +47,8 @@ from cryptography import x509
 
 from app.admin.acl_reconciler import Binding, read_bindings
 from app.admin.scram_credentials import existing_credentials
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
-from app.devkit.waiting import wait_until
 from policies.contract import acl_specs, container_commands, topic_specs
 from policies.contract.java_properties import load_properties
 from policies.contract.kafka_security import (

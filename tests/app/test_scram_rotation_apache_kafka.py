@@ -37,8 +37,8 @@ from confluent_kafka.admin import (
 
 from app.admin.acl_reconciler import grant
 from app.admin.scram_credentials import SCRAM_ITERATIONS, admin_mechanism, authenticates
+from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
-from app.devkit.waiting import wait_until
 from policies.contract.acl_specs import KafkaUser, dumps, pipeline_users
 from policies.contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512, scram_mechanism
 from policies.contract.topic_specs import TopicRole, pipeline_topics

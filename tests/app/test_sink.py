@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 from app.processor import assignment_file
 from app.processor import sink as sink_module
 from app.processor.assignment_file import Assignment

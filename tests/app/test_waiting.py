@@ -1,12 +1,14 @@
-"""The one polling helper of the tests and the developer kit (`app.devkit.waiting`)."""
+"""The one wait of the image's processes, the developer kit and the tests
+(`app.clients.waiting`)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
 
-from app.devkit.waiting import poll_until, wait_until
+from app.clients.waiting import poll_until, wait_until
 
 
 def test_wait_until_returns_the_first_truthy_value_of_the_condition() -> None:
@@ -76,3 +78,28 @@ def test_an_error_in_the_condition_ends_the_wait_at_once() -> None:
 def test_poll_until_answers_none_on_timeout_instead_of_raising() -> None:
     assert poll_until(lambda: False, 0.02, interval_s=0.005) is None
     assert poll_until(lambda: [1], 0.02) == [1]
+
+
+def test_progress_is_reported_after_the_first_miss_then_at_most_every_progress_every_s() -> None:
+    answers = iter([None] * 5 + ["done"])
+    reports: list[float] = []
+    started = time.monotonic()
+    assert (
+        poll_until(
+            lambda: next(answers),
+            5,
+            interval_s=0.02,
+            progress=lambda: reports.append(time.monotonic() - started),
+            progress_every_s=0.05,
+        )
+        == "done"
+    )
+    # Five misses 0.02 s apart: a report at the first, then one per 0.05 s at most.
+    assert 1 <= len(reports) <= 3
+    assert all(b - a >= 0.05 for a, b in itertools.pairwise(reports))
+
+
+def test_no_progress_report_when_the_first_answer_holds() -> None:
+    reports: list[str] = []
+    assert poll_until(lambda: True, 5, progress=lambda: reports.append("waiting")) is True
+    assert reports == []

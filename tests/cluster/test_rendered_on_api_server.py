@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 from infra.render import record_stack, write_manifests
 
 # Created before what lives in them, then by what refers to what (Pulumi orders by dependency;

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
-from app.devkit.waiting import wait_until
+from app.clients.waiting import wait_until
 from cluster.go_tools import PULUMI_KUBERNETES_RELEASE
 from infra.policy_check import preview_skips
 from infra.presets import KAFKA_IMAGE

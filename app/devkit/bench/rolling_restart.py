@@ -40,6 +40,7 @@ from app.admin.pair_switch import (
     wait_taken,
 )
 from app.clients.client_properties import ClientConfig
+from app.clients.waiting import poll_until
 from app.devkit.bench import coordinators, handoff_phases, plots, steady_cost
 from app.devkit.bench.measure import (
     Timeline,
@@ -69,7 +70,6 @@ from app.devkit.local.pipeline import (
 )
 from app.devkit.local.roll import RollFailed, RollStep, roll_instances, wait_available
 from app.devkit.truth import Latency, OutputCheck, OutputRecord, check_output
-from app.devkit.waiting import poll_until
 from policies.contract.processor_keys import (
     DEFAULTS,
     MEMBERSHIP_HANDOFF,

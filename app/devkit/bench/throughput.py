@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.clients.client_properties import ClientConfig
+from app.clients.waiting import poll_until
 from app.devkit.bench import plots
 from app.devkit.bench.ceiling import Ceiling, measure_ceiling
 from app.devkit.bench.measure import Timeline, percentile
@@ -52,7 +53,6 @@ from app.devkit.local.pipeline import (
     engine_label,
 )
 from app.devkit.truth import check_output
-from app.devkit.waiting import poll_until
 from policies.contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.bench")

@@ -25,8 +25,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from app.admin.reconcile import librdkafka_logger
 from app.clients.kafka_retry import Retrying
 from app.clients.pair_control import read_to_end
+from app.clients.waiting import poll_until, wait_until
 from app.devkit.truth import OutputRecord, Truth
-from app.devkit.waiting import poll_until, wait_until
 from app.processor.sink import DLQ_REASON_HEADER
 
 CLIENT_TIMEOUT_S = 10.0

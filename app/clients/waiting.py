@@ -1,8 +1,10 @@
 """Waiting for a condition: call it until it returns a truthy value or the time is up.
 
-`wait_until` fails with a `TimeoutError` that names what was awaited; `poll_until` answers
-`None` instead, for callers to whom a timeout is an outcome, not an error. The condition runs
-at least once (also with a timeout of 0) and once more at the deadline.
+The one wait of the image's processes (the processor, the Jobs, the pair's tools) and of the
+developer kit and the tests. `wait_until` fails with a `TimeoutError` that names what was
+awaited; `poll_until` answers `None` instead, for callers to whom a timeout is an outcome, not
+an error, and who say it in their own words. The condition runs at least once (also with a
+timeout of 0) and once more at the deadline.
 
 The standard library only: the tests in tests/cluster import it from an environment without
 the application's packages.
@@ -18,18 +20,33 @@ T = TypeVar("T")
 
 
 def poll_until(
-    condition: Callable[[], T | None], timeout_s: float, *, interval_s: float = 0.1
+    condition: Callable[[], T | None],
+    timeout_s: float,
+    *,
+    interval_s: float = 0.1,
+    progress: Callable[[], object] | None = None,
+    progress_every_s: float = 10.0,
 ) -> T | None:
     """Call `condition` every `interval_s` until it returns a truthy value, and return that
-    value; `None` when it has not within `timeout_s`. An exception it raises ends the wait."""
+    value; `None` when it has not within `timeout_s`. An exception it raises ends the wait.
+
+    `progress`, for a wait an operator watches, is called after the first call that was not
+    yet the answer and then at most every `progress_every_s`: where the wait stands, in a log
+    line.
+    """
     deadline = time.monotonic() + timeout_s
+    next_progress = time.monotonic()
     while True:
         value = condition()
         if value:
             return value
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        remaining = deadline - now
         if remaining <= 0:
             return None
+        if progress is not None and now >= next_progress:
+            progress()
+            next_progress = now + progress_every_s
         time.sleep(min(interval_s, remaining))
 
 
