@@ -98,13 +98,6 @@ def validate(config: StackConfig) -> None:
             f"must be between 1 and topics.partitions ({topics.partitions}): "
             "a member beyond the partition count owns nothing",
         )
-    if processor.membership_mode == "handoff" and not processor.stateful:
-        raise setting_error(
-            "processor.membershipMode",
-            processor.membership_mode,
-            "handoff hands partitions and their state over, so it needs processor.stateful=true; "
-            "allowed: static, handoff",
-        )
     if not 0 <= processor.partition <= processor.replicas:
         raise setting_error(
             "processor.partition", processor.partition, f"must be 0..{processor.replicas}"

@@ -98,7 +98,19 @@ def standby_breach(*, standby_replicas: int, replicas: int | None) -> Breach | N
 def handoff_breaches(
     *, stateful: bool, mode: str, standby_replicas: int, replicas: int | None
 ) -> list[Breach]:
-    """A hand-off needs another instance (replicas >= 2) holding a warm copy (standby >= 1)."""
+    """A hand-off needs state to hand over (stateful), another instance (replicas >= 2) to
+    take it, and a warm copy there (standby >= 1)."""
+    if mode == MEMBERSHIP_HANDOFF and not stateful:
+        return [
+            Breach(
+                "membership.mode",
+                mode,
+                f"{MEMBERSHIP_STATIC} with stateful=false",
+                "a hand-off hands partitions over with their state, and a stateless processor "
+                "keeps none; set stateful=true to hand state over, or membership.mode=static "
+                "(a stateless processor leaves the group on close in either mode)",
+            )
+        ]
     if not is_handoff(stateful, mode):
         return []
     breaches = []

@@ -100,6 +100,8 @@ def check_static_membership(args: StackValidationArgs, _: Mapping[str, Any]) -> 
                     ),
                     workload.urn,
                 )
+            elif breach.key == "membership.mode":
+                yield violation(subject, breach.key, mode, breach.required, breach.why), urn
             elif breach.key == "num.standby.replicas":
                 fix = f"{breach.why} (stack setting processor.numStandbyReplicas)"
                 found = processor.standby_found
@@ -316,8 +318,9 @@ POLICIES = [
             "A stateful processor is a static group member (group.instance.id = the pod name, "
             "from the downward API), so a restart within the session timeout causes no "
             "rebalance; a stateless one (stateful=false) has none and leaves the group on close. "
-            "With membership.mode=handoff it has none either, and hands its partitions to at "
-            "least one other instance holding warm copies (num.standby.replicas >= 1)."
+            "With membership.mode=handoff it has none either, and hands its partitions and their "
+            "state (so it must be stateful) to at least one other instance holding warm copies "
+            "(num.standby.replicas >= 1)."
         ),
         level=MANDATORY,
         check=check_static_membership,

@@ -471,6 +471,13 @@ def test_handoff_mode_needs_a_standby_replica(tmp_path: Path) -> None:
         assert "set num.standby.replicas=1 or membership.mode=static" in problem
 
 
+def test_handoff_mode_needs_a_stateful_processor(tmp_path: Path) -> None:
+    (problem,) = problems_of(tmp_path, HANDOFF + "stateful=false\n")
+    assert problem.startswith("membership.mode='handoff'")
+    assert "must be static with stateful=false" in problem
+    assert "a stateless processor keeps none" in problem
+
+
 def test_standby_replicas_default_to_none_and_are_read_as_a_number(tmp_path: Path) -> None:
     assert load(tmp_path, BASE).num_standby_replicas == 0
     assert load(tmp_path, BASE + "num.standby.replicas=2\n").num_standby_replicas == 2

@@ -34,6 +34,11 @@ from policies.contract.topic_specs import PipelineNames
         ),
         ("dev", {"brokers": 3}, ["stateful-streaming:brokers", "unknown key", "'kafka'"]),
         (
+            "prod",
+            {"processor": {"stateful": False}},
+            ["processor.membershipMode = 'handoff'", "must be static with stateful=false"],
+        ),
+        (
             "dev",
             {"topics": {"configs": {"changelog": {"cleanup.policy": "delete"}}}},
             ["stateful-streaming:topics", "needs cleanup.policy=compact", "found delete"],

@@ -623,6 +623,14 @@ def test_handoff_processor_with_a_static_member_id_is_refused(run, compliant) ->
     assert "or with membership.mode=handoff" in violation.message
 
 
+def test_a_stateless_processor_in_handoff_mode_is_refused(run, compliant) -> None:
+    stack = changed(_handoff(compliant), "processor-config", with_properties({"stateful": "false"}))
+    (violation,) = run(stack)
+    assert violation.policy == "group-static-membership"
+    assert "membership.mode is handoff; required: static with stateful=false" in violation.message
+    assert "a stateless processor keeps none" in violation.message
+
+
 def test_handoff_processor_needs_a_second_replica(run, compliant) -> None:
     stack = changed(_handoff(compliant), "processor", _set("spec.replicas", 1), ":StatefulSet")
     violations = [v for v in run(stack) if v.policy == "group-static-membership"]
