@@ -23,7 +23,8 @@ from app.devkit.bench.__main__ import parse_args
 from app.devkit.bench.ceiling import measure_ceiling, parse_perf_test
 from app.devkit.bench.measure import PeriodicSampler
 from app.devkit.bench.plots import rate_labels, throughput_bars
-from app.devkit.bench.rolling_restart import CASES, BenchParams, check_scale, run_matrix
+from app.devkit.bench.restart_cases import CASES, BenchParams
+from app.devkit.bench.rolling_restart import check_scale, run_matrix
 from app.devkit.bench.variant import Variant
 from app.devkit.kafka_streams import LABEL as KAFKA_STREAMS
 from app.devkit.kraft_cluster import KraftCluster

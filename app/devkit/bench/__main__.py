@@ -32,13 +32,8 @@ from pathlib import Path
 
 from app.clients import client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
-from app.devkit.bench.rolling_restart import (
-    CASE_NAMES,
-    CASES,
-    BenchParams,
-    check_scale,
-    run_matrix,
-)
+from app.devkit.bench.restart_cases import CASE_NAMES, CASES, BenchParams
+from app.devkit.bench.rolling_restart import check_scale, run_matrix
 from app.devkit.bench.tables import TABLE_NAMES, TABLES
 from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_throughput
 from app.devkit.bench.variant import Variant
