@@ -35,9 +35,8 @@ COPY app/clients/ /app/app/clients/
 COPY app/pipelines/ /app/app/pipelines/
 # The contract the processor shares with the Pulumi program and the policy pack (standard
 # library only): its keys, defaults and rules, and the properties codec.
-COPY policies/__init__.py /app/policies/
-COPY policies/contract/ /app/policies/contract/
-RUN python -m compileall -q /app/app /app/policies
+COPY contract/ /app/contract/
+RUN python -m compileall -q /app/app /app/contract
 
 FROM ${PYTHON_IMAGE}
 # Spark 4 runs on Java 17; bookworm is the Debian release that packages it. procps: Spark's

@@ -47,7 +47,7 @@ $(KAFKA_RELEASE): app/devkit/kafka_release.py $(VENV)/app/.synced
 	$(APP_PY) -m app.devkit.kafka_release
 	touch $@
 
-.PHONY: setup run test render check bench lint lock clean
+.PHONY: setup run test render check policy-pack bench lint lock clean
 setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 
 ## The main job on the embedded default, no cluster needed: a 3-node Apache Kafka, the topics,
@@ -75,6 +75,11 @@ render: $(VENV)/infra/.synced
 check: $(VENV)/infra/.synced
 	$(INFRA_PY) -m infra.policy_check --stack $(STACK)
 
+## The pack as `pulumi policy publish` takes it (the contract inside): build/policy-pack.
+policy-pack:
+	rm -rf build/policy-pack
+	$(PYTHON) -m policies.bundle build/policy-pack
+
 ## The commands behind every table of docs/benchmarks.md, one after another, alone on the machine
 ## (about three hours on 2 cores; tables and graphs in build/bench/<table>/). One table:
 ## make bench ARGS="--only crashes"; the list: app/devkit/bench/tables.py.
@@ -86,7 +91,7 @@ bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra policies tests/infra tests/policies tests/cluster tests/engine cluster tests/*.py
+	$(VENV)/infra/bin/mypy infra policies contract tests/infra tests/policies tests/cluster tests/engine cluster tests/*.py
 	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)

@@ -6,13 +6,14 @@ import sys
 from pathlib import Path
 
 # `pulumi up` runs this file with only infra/ on the path; the project root makes `infra.*` and
-# `policies.contract.*` importable exactly as the tests and the offline render import them.
+# `contract.*` importable exactly as the tests and the offline render import them.
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import pulumi  # noqa: E402
 
+from contract.acl_specs import BROKER_READINESS_USER  # noqa: E402
 from infra import deployed_stack, stateful_volumes  # noqa: E402
 from infra.alert_rules import AlertRules, AlertRulesArgs  # noqa: E402
 from infra.config import load_stack_config  # noqa: E402
@@ -29,7 +30,6 @@ from infra.topics import (  # noqa: E402
     TopicReconciliation,
     TopicReconciliationArgs,
 )
-from policies.contract.acl_specs import BROKER_READINESS_USER  # noqa: E402
 
 config = load_stack_config()
 # What the last `pulumi up` left (its outputs): some changes are safe only as a step from it.

@@ -5,9 +5,9 @@ reconciler (which grants everyone else's) and for the brokers' readiness user, s
 the brokers' rights grants theirs on a new cluster. That is the `grant-acls` container: the
 `apache/kafka` image (the same trust boundary as the broker, the only holder of the broker's
 key), its busybox `sh` and Kafka's own `kafka-acls.sh`, connected as the broker on its INTERNAL
-listener. Its script (`policies.contract.container_commands.grant_script`, which the pack renders
+listener. Its script (`contract.container_commands.grant_script`, which the pack renders
 again and compares) runs `kafka-acls.sh --add` once per line of `bootstrap-acls.args` (rendered by
-`policies.contract.acl_grants`, which the pack renders again from the JSON and compares: no JSON
+`contract.acl_grants`, which the pack renders again from the JSON and compares: no JSON
 parsing in shell), retries until its broker answers, and again whenever the mounted ConfigMap file
 changes (a ConfigMap update reaches a mounted file without a restart). Kafka keeps a binding it
 already has, so every round is idempotent; nothing is ever removed.
@@ -18,13 +18,13 @@ named here too for what runs the script outside a pod (`tests/app/secured_kafka.
 
 from __future__ import annotations
 
-from policies.contract.container_commands import (
+from contract.container_commands import (
     GRANT_CLIENT_FILE,
     KAFKA_ACLS,
     STATE_DIR,
     grant_script,
 )
-from policies.contract.kafka_security import TLS_CA_FILE, TLS_COMBINED_FILE
+from contract.kafka_security import TLS_CA_FILE, TLS_COMBINED_FILE
 
 __all__ = [
     "GRANT_CLIENT_FILE",

@@ -15,10 +15,10 @@ from typing import Any
 import pulumi
 from pydantic import BaseModel, ValidationError
 
+from contract.stack_pipeline import PROJECT
 from infra.presets import PRESETS
 from infra.setting_rules import DNS_LABEL, validate
 from infra.stack_settings import StackConfig, StackConfigError, setting_error
-from policies.contract.stack_pipeline import PROJECT
 
 _PROFILES = tuple(PRESETS)
 _TOP_LEVEL = (

@@ -5,7 +5,7 @@ broker's image with the broker's certificate, which grants the bootstrap ACLs
 (`infra/bootstrap_grants.py`); and the readiness sidecar on the processor's image
 (`app.admin.broker_readiness`), which connects as its own describe-only SCRAM user and never sees
 the broker's key. What each container runs, and the folders and files its command names, are
-`policies.contract.container_commands`' (the pack renders them again and compares).
+`contract.container_commands`' (the pack renders them again and compares).
 """
 
 from __future__ import annotations
@@ -18,12 +18,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from infra import bootstrap_grants, stateful_volumes, workload
-from infra.kafka_credentials import KafkaCredentials
-from infra.stack_settings import KafkaConfig, SecurityConfig, quantity
-from policies.contract import acl_grants, acl_specs, container_commands
-from policies.contract.acl_specs import KafkaUser
-from policies.contract.container_commands import (
+from contract import acl_grants, acl_specs, container_commands
+from contract.acl_specs import KafkaUser
+from contract.container_commands import (
     BOOTSTRAP_ACLS_FILE,
     BOOTSTRAP_DIR,
     DATA_DIR,
@@ -38,13 +35,16 @@ from policies.contract.container_commands import (
     SEED_DIR,
     USERS_DIR,
 )
-from policies.contract.java_properties import format_properties
-from policies.contract.kafka_security import (
+from contract.java_properties import format_properties
+from contract.kafka_security import (
     CLIENT_LISTENER,
     INTERNAL_LISTENER,
     broker_security_configs,
     listeners,
 )
+from infra import bootstrap_grants, stateful_volumes, workload
+from infra.kafka_credentials import KafkaCredentials
+from infra.stack_settings import KafkaConfig, SecurityConfig, quantity
 
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
@@ -517,7 +517,7 @@ class KafkaCluster(pulumi.ComponentResource):
         """`grant-acls`: the bootstrap ACLs, granted as the broker from the broker's own image.
 
         The broker's key stays with the image that runs the broker; the script
-        (`policies.contract.container_commands.grant_script`) needs only busybox sh and Kafka's
+        (`contract.container_commands.grant_script`) needs only busybox sh and Kafka's
         `kafka-acls.sh`.
         `mounts`: the broker's TLS Secret and its writable folders (the tool's logs, config, /tmp).
         """

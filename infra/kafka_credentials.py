@@ -2,12 +2,12 @@
 
 Everything secret is a Pulumi secret (encrypted in the stack's state) and a Kubernetes Secret;
 pods read them as files or `secretKeyRef` variables, never from a ConfigMap. The settings that
-use them are in `policies/contract/kafka_security.py`; who may do what is in
-`policies/contract/acl_specs.py`.
+use them are in `contract/kafka_security.py`; who may do what is in
+`contract/acl_specs.py`.
 
 Each user's Secret holds one password per SCRAM mechanism (keys `scram-sha-256`, `scram-sha-512`)
 and, under `password`, the one of the current credentials revision. A revision renews only its own
-mechanism's password (`policies.contract.kafka_security.scram_mechanism`), so during a rotation the
+mechanism's password (`contract.kafka_security.scram_mechanism`), so during a rotation the
 previous one is still there for what still uses it: a pod mounts the key of the mechanism its
 properties name, which an in-place update of the Secret never changes under it, and the reconciler
 logs in with the previous one until its new credential exists.
@@ -23,11 +23,8 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 import pulumi_tls as tls
 
-from infra import workload
-from infra.certificate_authority import generated_cas, trust_bundle
-from infra.stack_settings import SecurityConfig
-from policies.contract.acl_specs import KafkaUser
-from policies.contract.kafka_security import (
+from contract.acl_specs import KafkaUser
+from contract.kafka_security import (
     BROKER_CERTIFICATE_SUBJECT,
     TLS_CA_FILE,
     TLS_CERT_FILE,
@@ -38,6 +35,9 @@ from policies.contract.kafka_security import (
     scram_key,
     scram_mechanism,
 )
+from infra import workload
+from infra.certificate_authority import generated_cas, trust_bundle
+from infra.stack_settings import SecurityConfig
 
 # The Secret key that holds a user's password of the current revision (and the file name of
 # the password in a mounted user Secret, whichever mechanism's it is).
@@ -266,7 +266,7 @@ class KafkaCredentials(pulumi.ComponentResource):
 
     def users_volume(self, name: str) -> k8s.core.v1.VolumeArgs:
         """Every SCRAM user's password of the current revision as a file named after the user
-        (mount it at `policies.contract.container_commands.USERS_DIR`, where the format step and
+        (mount it at `contract.container_commands.USERS_DIR`, where the format step and
         the reconciler read them). The key does not change with the revision, so a rotation does
         not change the pod template of a pod that mounts this (the brokers')."""
         return k8s.core.v1.VolumeArgs(

@@ -5,7 +5,7 @@ two): roll the brokers onto the new release, then raise the cluster's finalized 
 release's own. Until the second step the brokers run the new binaries at the old
 `metadata.version` and the old image can still come back; after it, an older broker no longer
 starts on the storage. So the Job here (`kafka-features.sh upgrade --release-version X.Y` on the
-brokers' own image, `policies.contract.container_commands.finalize_metadata_version`) depends on
+brokers' own image, `contract.container_commands.finalize_metadata_version`) depends on
 the Kafka StatefulSet, whose `pulumi up` returns only once every pod runs the new template and is
 back in every ISR (`infra/workload.py`, `roll_complete`): it runs once every broker runs the
 release. The version it finalizes is `kafka.metadataVersion`, or the image's release.
@@ -24,15 +24,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from contract import container_commands
+from contract.container_commands import FEATURES_CLIENT_FILE, FEATURES_DIR, RELEASE
+from contract.java_properties import format_properties
+from contract.kafka_security import java_scram_client_configs
+from contract.stack_pipeline import PROJECT
 from infra import workload
 from infra.kafka_credentials import KafkaCredentials
 from infra.stack_settings import KafkaConfig, StackConfigError
 from infra.topics import RECONCILER_USER, ReconcilerPod, kafka_client_only, reconciler_job
-from policies.contract import container_commands
-from policies.contract.container_commands import FEATURES_CLIENT_FILE, FEATURES_DIR, RELEASE
-from policies.contract.java_properties import format_properties
-from policies.contract.kafka_security import java_scram_client_configs
-from policies.contract.stack_pipeline import PROJECT
 
 # The stack output that records the finalized release (X.Y).
 DEPLOYED_OUTPUT = "kafkaMetadataVersion"

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from contract.stack_pipeline import PROJECT
 from infra.render import record_stack
 from infra.stack_settings import StackConfigError
-from policies.contract.stack_pipeline import PROJECT
 from policies.evaluate import (
     AnalyzerProcess,
     PackLaunchError,

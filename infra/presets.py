@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.contract.topic_specs import (
+from contract.topic_specs import (
     PipelineNames,
 )
 
@@ -20,7 +20,7 @@ KAFKA_IMAGE = (
 EXAMPLE_PROCESSOR_IMAGE = "ghcr.io/example/stateful-streaming-processor:0.1.0@sha256:" + "0" * 64
 
 
-# The pipeline's default names (a fork renames them in `policies/contract/topic_specs.py`).
+# The pipeline's default names (a fork renames them in `contract/topic_specs.py`).
 PIPELINE = PipelineNames()
 
 _BASE: dict[str, Any] = {

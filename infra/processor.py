@@ -10,15 +10,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from contract import container_commands
+from contract.container_commands import PROPERTIES_DIR, PROPERTIES_FILE
+from contract.java_properties import format_properties
+from contract.topic_specs import DeploymentNames
 from infra import stateful_volumes, workload
 from infra.kafka_cluster import KafkaCluster
 from infra.kafka_credentials import ClientAccess, KafkaCredentials
 from infra.processor_properties import HEALTH_PORT, STATE_DIR, processor_properties
 from infra.stack_settings import ProcessorConfig, StackConfig
-from policies.contract import container_commands
-from policies.contract.container_commands import PROPERTIES_DIR, PROPERTIES_FILE
-from policies.contract.java_properties import format_properties
-from policies.contract.topic_specs import DeploymentNames
 
 PROCESSOR_UID = 10001
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from infra.stack_settings import StackConfig
-from policies.contract.processor_keys import (
+from contract.processor_keys import (
     CLASSIC_PROTOCOL_ONLY,
     CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
     DEFAULTS,
@@ -20,7 +19,8 @@ from policies.contract.processor_keys import (
     PROTOCOL_CONSUMER,
     TRANSACTIONAL_ID_KEY,
 )
-from policies.contract.topic_specs import DeploymentNames, TopicRole
+from contract.topic_specs import DeploymentNames, TopicRole
+from infra.stack_settings import StackConfig
 
 STATE_DIR = "/var/lib/processor"
 HEALTH_PORT = 8080
@@ -39,7 +39,7 @@ def processor_properties(
     default its first: the only one, or side a of a pair), the stack's `properties` overrides
     applied last.
 
-    The processor's own defaults (`policies/contract/processor_keys.py`) are written out too, so the
+    The processor's own defaults (`contract/processor_keys.py`) are written out too, so the
     ConfigMap shows every effective value and the policy pack checks what really runs.
     `client_security` are its user's connection settings (none on a PLAINTEXT cluster).
     """

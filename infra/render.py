@@ -26,8 +26,8 @@ import pulumi
 import yaml
 from pulumi.output import Unknown
 
+from contract.stack_pipeline import PROJECT
 from infra.stack_settings import StackConfigError
-from policies.contract.stack_pipeline import PROJECT
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "infra"

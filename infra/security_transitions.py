@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from contract.stack_pipeline import PROJECT
 from infra.stack_settings import SecurityConfig, StackConfigError
-from policies.contract.stack_pipeline import PROJECT
 
 # The stack output that records the running state.
 DEPLOYED_OUTPUT = "security"

@@ -1,11 +1,29 @@
 """The rules that span settings: each raises the one error (`setting_error`) that names the setting
 to change, its value and what is allowed. The processor judges its properties by the same contract
-(`policies/contract/`) at start, and the pack in review."""
+(`contract/`) at start, and the pack in review."""
 
 from __future__ import annotations
 
 import re
 
+from contract import membership
+from contract.container_commands import RELEASE
+from contract.credential_values import find_credentials
+from contract.images import is_digest_pinned
+from contract.java_properties import is_credential_key, is_reference
+from contract.kafka_security import owned_by_security, scram_mechanism
+from contract.processor_keys import (
+    INSTANCE_ID_KEY,
+    PAIR_CONTROL_TOPIC_KEY,
+    PAIR_SIDE_KEY,
+    PROTOCOL_CONSUMER,
+    key_problems,
+)
+from contract.tls_settings import tls_weakenings
+from contract.topic_specs import (
+    TopicRole,
+    TopicSpecError,
+)
 from infra.metadata_version import image_release, release_order
 from infra.processor_properties import processor_properties
 from infra.stack_settings import (
@@ -16,24 +34,6 @@ from infra.stack_settings import (
     quantity,
     setting_error,
 )
-from policies.contract import membership
-from policies.contract.container_commands import RELEASE
-from policies.contract.java_properties import is_credential_key, is_reference
-from policies.contract.kafka_security import owned_by_security, scram_mechanism
-from policies.contract.processor_keys import (
-    INSTANCE_ID_KEY,
-    PAIR_CONTROL_TOPIC_KEY,
-    PAIR_SIDE_KEY,
-    PROTOCOL_CONSUMER,
-    key_problems,
-)
-from policies.contract.tls_settings import tls_weakenings
-from policies.contract.topic_specs import (
-    TopicRole,
-    TopicSpecError,
-)
-from policies.rules.credential_values import find_credentials
-from policies.rules.images import is_digest_pinned
 
 # 16 bytes in URL-safe base64 without padding: the last character carries 2 bits, so it is one of
 # the 16 whose low 4 bits are zero (Kafka's Uuid.fromString refuses anything else).
@@ -355,8 +355,7 @@ def _validate_security(config: StackConfig) -> None:
         )
     for key, value in config.kafka.configs.items():
         owner = (
-            "the listeners' security, from security.clientListener "
-            "(policies/contract/kafka_security.py)"
+            "the listeners' security, from security.clientListener (contract/kafka_security.py)"
             if owned_by_security(key)
             else "the cluster's layout (infra/kafka_cluster.py)"
             if key in _NODE_OWNED_KEYS

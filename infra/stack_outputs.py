@@ -8,6 +8,9 @@ from typing import Any
 
 import pulumi
 
+from contract.acl_specs import PAIR_SWITCH_USER
+from contract.java_properties import format_properties
+from contract.topic_specs import TopicRole
 from infra import metadata_version, security_transitions, stateful_volumes
 from infra.kafka_cluster import KafkaCluster
 from infra.kafka_credentials import KafkaCredentials
@@ -15,9 +18,6 @@ from infra.metadata_version import MetadataVersion
 from infra.processor import Processor
 from infra.stack_settings import StackConfig
 from infra.topics import TopicReconciliation
-from policies.contract.acl_specs import PAIR_SWITCH_USER
-from policies.contract.java_properties import format_properties
-from policies.contract.topic_specs import TopicRole
 
 
 def one_or_all(names: Sequence[str]) -> str | list[str]:

@@ -12,15 +12,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from policies.contract import membership
-from policies.contract.acl_specs import KafkaUser, pipeline_users
-from policies.contract.broker_keys import durable_broker_configs
-from policies.contract.kafka_security import PLAINTEXT
-from policies.contract.processor_keys import DEFAULTS, PROTOCOL_CONSUMER
-from policies.contract.quantity import parse_quantity
-from policies.contract.restart_budget import RestartBudget, probe_budget_seconds, session_timeout_ms
-from policies.contract.stack_pipeline import PROJECT
-from policies.contract.topic_specs import (
+from contract import membership
+from contract.acl_specs import KafkaUser, pipeline_users
+from contract.broker_keys import durable_broker_configs
+from contract.kafka_security import PLAINTEXT
+from contract.processor_keys import DEFAULTS, PROTOCOL_CONSUMER
+from contract.quantity import parse_quantity
+from contract.restart_budget import RestartBudget, probe_budget_seconds, session_timeout_ms
+from contract.stack_pipeline import PROJECT
+from contract.topic_specs import (
     DeploymentNames,
     GroupConfigSpec,
     PipelineNames,
@@ -114,7 +114,7 @@ class KafkaConfig(_Section):
 
 
 class TopicsConfig(_Section):
-    """The pipeline's topics (see `policies.contract.topic_specs.pipeline_topics`)."""
+    """The pipeline's topics (see `contract.topic_specs.pipeline_topics`)."""
 
     input_topic: str
     output_topic: str
@@ -254,7 +254,7 @@ class ProcessorConfig(_Section):
 
 
 class SecurityConfig(_Section):
-    """Who may reach the brokers and how (`policies/contract/kafka_security.py`: the listeners)."""
+    """Who may reach the brokers and how (`contract/kafka_security.py`: the listeners)."""
 
     # The client listener's security protocol: SASL_SSL (SCRAM users, TLS, ACLs) or PLAINTEXT
     # (no authentication, no authorizer: a dev cluster on a laptop, visible here).

@@ -34,9 +34,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from contract.stack_pipeline import PROJECT
+
 # The stack output that records each claim template's deployed size and storage class.
 from infra.stack_settings import StackConfigError, quantity
-from policies.contract.stack_pipeline import PROJECT
 
 # The stack output that records each claim template's deployed size and storage class.
 DEPLOYED_OUTPUT = "volumes"

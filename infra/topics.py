@@ -11,11 +11,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra import workload
-from infra.kafka_credentials import KafkaCredentials
-from policies.contract import acl_specs, container_commands
-from policies.contract.acl_specs import KafkaUser
-from policies.contract.container_commands import (
+from contract import acl_specs, container_commands
+from contract.acl_specs import KafkaUser
+from contract.container_commands import (
     ACLS_FILE,
     CLIENT_FILE,
     PREVIOUS_CLIENT_FILE,
@@ -24,10 +22,12 @@ from policies.contract.container_commands import (
     USERS_DIR,
     ContainerCommand,
 )
-from policies.contract.java_properties import format_properties
-from policies.contract.topic_specs import GroupConfigSpec, TopicSpec, dumps
+from contract.java_properties import format_properties
+from contract.topic_specs import GroupConfigSpec, TopicSpec, dumps
+from infra import workload
+from infra.kafka_credentials import KafkaCredentials
 
-# The SCRAM user the Job connects as (one of `policies.contract.acl_specs.pipeline_users`).
+# The SCRAM user the Job connects as (one of `contract.acl_specs.pipeline_users`).
 RECONCILER_USER = "topic-reconciler"
 RECONCILER_UID = 10001
 

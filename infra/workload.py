@@ -13,7 +13,7 @@ from typing import Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from policies.rules.images import is_digest_pinned
+from contract.images import is_digest_pinned
 
 PART_OF = "stateful-streaming"
 

@@ -3,5 +3,5 @@ cluster: the topic reconciler Job (`python -m app.admin.reconcile`, which also r
 SCRAM credentials and ACLs), the Job that retires a rotated SCRAM mechanism's credentials
 (`python -m app.admin.scram_retire`) and the brokers' readiness sidecar
 (`python -m app.admin.broker_readiness`). They use the shared client helpers of `app.clients`,
-the specs of `policies.contract.topic_specs` and `policies.contract.acl_specs`, and never the
+the specs of `contract.topic_specs` and `contract.acl_specs`, and never the
 developer kit (`app.devkit`)."""

@@ -1,4 +1,4 @@
-"""Bring a cluster's SCRAM users and ACLs to their specs (`policies.contract.acl_specs`): plan,
+"""Bring a cluster's SCRAM users and ACLs to their specs (`contract.acl_specs`): plan,
 refuse, apply.
 
 Run by the topic reconciler (`python -m app.admin.reconcile --acls FILE --scram-passwords-dir DIR`),
@@ -60,7 +60,7 @@ from app.admin.scram_credentials import (
 )
 from app.admin.topic_reconciler import error_text, outcomes, plan_table
 from app.clients.waiting import poll_until
-from policies.contract.acl_specs import (
+from contract.acl_specs import (
     ACL_LEDGER_READER_GROUP,
     ACL_LEDGER_TOPIC,
     AclSpec,
@@ -69,7 +69,7 @@ from policies.contract.acl_specs import (
     PatternType,
     ResourceType,
 )
-from policies.contract.kafka_security import SCRAM_SHA_512
+from contract.kafka_security import SCRAM_SHA_512
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ answers 200 while the process serves.
 
 On a secured cluster it connects with `--command-config` (Kafka's client names, `${dir:...}`
 resolved: `app.clients.client_properties`) as its own SCRAM user, `broker-readiness`, which may only
-DESCRIBE the cluster and the topics a broker hosts (`policies.contract.acl_specs.readiness_user`):
+DESCRIBE the cluster and the topics a broker hosts (`contract.acl_specs.readiness_user`):
 it never holds the broker's key, so a compromised processor image gains no more than an observer. A
 rotation rewrites its files in place: it logs in with the current credentials once Kafka accepts
 them, with `--fallback-command-config` (the previous revision's) until then (`AdminSource`).
@@ -27,7 +27,7 @@ them, with `--fallback-command-config` (the previous revision's) until then (`Ad
 Deny by default holds for the topic reconciler and for this user too, and KRaft cannot create
 ACLs when the storage is formatted, so on a new cluster their ACLs are granted as the broker by
 the `grant-acls` container beside it, on the broker's own image (`infra/bootstrap_grants.py`).
-`--bootstrap-acls` names those ACLs (`policies.contract.acl_specs` JSON): until DescribeAcls shows
+`--bootstrap-acls` names those ACLs (`contract.acl_specs` JSON): until DescribeAcls shows
 every one of them, the broker is not ready, so the reconciler Job, which starts after the brokers
 are ready, never meets a cluster that refuses it. The only super users stay the brokers.
 
@@ -62,7 +62,7 @@ from confluent_kafka.admin import AdminClient
 from app.admin.acl_reconciler import Binding, read_bindings
 from app.clients import LOG_FORMAT, client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
-from policies.contract import acl_specs
+from contract import acl_specs
 
 log = logging.getLogger(__name__)
 
@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--bootstrap-acls",
         type=Path,
         metavar="FILE",
-        help="ACLs (policies.contract.acl_specs JSON) the cluster must hold before the broker is "
+        help="ACLs (contract.acl_specs JSON) the cluster must hold before the broker is "
         "ready: the ones the grant-acls container beside it grants on a new cluster",
     )
     args = parser.parse_args(argv)

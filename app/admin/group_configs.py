@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from app.admin.topic_reconciler import plan_table
-from policies.contract.topic_specs import GroupConfigSpec
+from contract.topic_specs import GroupConfigSpec
 
 log = logging.getLogger("app.admin.reconcile")
 

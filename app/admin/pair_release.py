@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from app.admin import pair_switch
 from app.admin.pair_switch import PairClients, read_control
 from app.clients import LOG_FORMAT
-from policies.contract.processor_keys import PAIR_SIDES
+from contract.processor_keys import PAIR_SIDES
 
 log = logging.getLogger("app.admin.pair_release")
 

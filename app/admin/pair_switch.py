@@ -34,8 +34,8 @@ from app.clients import LOG_FORMAT, client_properties
 from app.clients.kafka_retry import Retrying
 from app.clients.pair_control import ACTIVE_KEY, Active, ControlView, read_to_end, released_key
 from app.clients.waiting import poll_until
-from policies.contract.acl_specs import pair_switch_reader_group
-from policies.contract.processor_keys import PAIR_SIDES
+from contract.acl_specs import pair_switch_reader_group
+from contract.processor_keys import PAIR_SIDES
 
 log = logging.getLogger("app.admin.pair_switch")
 

@@ -40,10 +40,10 @@ from app.admin import acl_reconciler, group_configs, scram_credentials
 from app.admin.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
 from app.clients import LOG_FORMAT, client_properties
 from app.clients.waiting import poll_until
-from policies.contract.acl_specs import AclSpecError, KafkaUser
-from policies.contract.acl_specs import loads as load_users
-from policies.contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512
-from policies.contract.topic_specs import (
+from contract.acl_specs import AclSpecError, KafkaUser
+from contract.acl_specs import loads as load_users
+from contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512
+from contract.topic_specs import (
     GroupConfigSpec,
     TopicSpec,
     TopicSpecError,
@@ -125,8 +125,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--acls",
         type=Path,
         metavar="FILE",
-        help="users and their ACLs (JSON, policies.contract.acl_specs.dumps): "
-        "reconcile the ACLs too",
+        help="users and their ACLs (JSON, contract.acl_specs.dumps): reconcile the ACLs too",
     )
     parser.add_argument(
         "--scram-passwords-dir",

@@ -5,7 +5,7 @@ apart from them: Kafka keeps one SCRAM credential per user and mechanism and nev
 stored password, so a credential is checked by logging in with it (on a SCRAM connection of the
 reconciler's own). The topic reconciler (`python -m app.admin.reconcile --scram-passwords-dir
 DIR`) sets every user's credential of the current revision's mechanism
-(`policies.contract.kafka_security.scram_mechanism`) and leaves the other mechanism's alone: in a
+(`contract.kafka_security.scram_mechanism`) and leaves the other mechanism's alone: in a
 rotation they are what the running clients log in with, until `retire_credentials` (run by
 `python -m app.admin.scram_retire` once every client has moved on) deletes them.
 """
@@ -31,8 +31,8 @@ from confluent_kafka.admin import (
 
 from app.admin.topic_reconciler import error_text, outcomes
 from app.clients.waiting import poll_until
-from policies.contract.acl_specs import KafkaUser
-from policies.contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512, scram_key
+from contract.acl_specs import KafkaUser
+from contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512, scram_key
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
         --command-config /etc/topics/client.properties --retire SCRAM-SHA-512
 
 Kafka keeps one SCRAM credential per user and mechanism, and the credentials revision picks the
-mechanism (`policies.contract.kafka_security.scram_mechanism`), so a rotation is gapless: the
+mechanism (`contract.kafka_security.scram_mechanism`), so a rotation is gapless: the
 reconciler sets every user's credential of the new mechanism beside the old one, the clients restart
 onto it, and this deletes the old mechanism's credential of every user of `--acls` (it logs in with
 the new one, `--command-config`). From then on the old passwords no longer log in; connections they
@@ -38,7 +38,7 @@ from app.admin.reconcile import (
     wait_for_cluster,
 )
 from app.clients import LOG_FORMAT, client_properties
-from policies.contract.kafka_security import SCRAM_MECHANISMS
+from contract.kafka_security import SCRAM_MECHANISMS
 
 log = logging.getLogger("app.admin.scram_retire")
 
@@ -56,7 +56,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         required=True,
         type=Path,
         metavar="FILE",
-        help="the users (JSON, policies.contract.acl_specs.dumps), as the reconciler reads them",
+        help="the users (JSON, contract.acl_specs.dumps), as the reconciler reads them",
     )
     parser.add_argument(
         "--retire",

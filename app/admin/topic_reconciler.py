@@ -35,7 +35,7 @@ from confluent_kafka.admin import (
 
 from app.clients.kafka_retry import Retrying, is_transient
 from app.clients.waiting import poll_until
-from policies.contract.topic_specs import TopicSpec
+from contract.topic_specs import TopicSpec
 
 log = logging.getLogger(__name__)
 

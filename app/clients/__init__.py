@@ -2,8 +2,8 @@
 (`app.admin`), so they run in the image; the developer kit imports them too: retries across
 broker restarts and leader moves (`kafka_retry`), the `--command-config` client properties
 files (`client_properties`) and the log line's format. The properties codec
-(`policies.contract.java_properties`) and the listeners' security settings
-(`policies.contract.kafka_security`) are the contract's."""
+(`contract.java_properties`) and the listeners' security settings
+(`contract.kafka_security`) are the contract's."""
 
 # Every line a process of the image logs (the processor, its Spark Python processes, the jobs and
 # the sidecar), so one log query reads them all.

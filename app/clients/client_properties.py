@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from policies.contract.java_properties import PropertyLine, parse_properties, resolve_env
-from policies.contract.tls_settings import tls_weakenings
+from contract.java_properties import PropertyLine, parse_properties, resolve_env
+from contract.tls_settings import tls_weakenings
 
 # Client settings that apply to the consumer and the producer alike (security), as in Kafka Streams.
 CLIENT_COMMON_KEYS = ("security.protocol",)

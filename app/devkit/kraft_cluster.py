@@ -22,7 +22,7 @@ how each ended, `close()` kills what still runs (also at interpreter exit) and r
 directory unless asked to keep it for a post-mortem.
 
 `KraftCluster(..., security=ClusterSecurity(scram_users={...}))` starts it secured exactly as
-the prod stack renders it (`policies.contract.kafka_security`): SASL_SSL/SCRAM clients, SSL with
+the prod stack renders it (`contract.kafka_security`): SASL_SSL/SCRAM clients, SSL with
 client certificates between brokers and controllers, `StandardAuthorizer`, deny by default.
 """
 
@@ -53,8 +53,8 @@ from app.clients.waiting import wait_until
 from app.devkit.kafka_release import KafkaRelease, java_command
 from app.devkit.kafka_release import ensure as ensure_release
 from app.devkit.local_tls import write_broker_tls
-from policies.contract import container_commands, kafka_security
-from policies.contract.broker_keys import durable_broker_configs
+from contract import container_commands, kafka_security
+from contract.broker_keys import durable_broker_configs
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class KraftClusterError(RuntimeError):
 
 @dataclass(frozen=True)
 class ClusterSecurity:
-    """Secure the cluster as the prod stack does (`policies.contract.kafka_security`, client
+    """Secure the cluster as the prod stack does (`contract.kafka_security`, client
     listener SASL_SSL): TLS on every listener, SCRAM users, `StandardAuthorizer` denying what no
     ACL allows, the broker certificate's principal the only super user.
 
@@ -372,7 +372,7 @@ class KraftCluster:
     @property
     def tls_dir(self) -> Path:
         """The CA and broker certificate files of a secured cluster
-        (`policies.contract.kafka_security`)."""
+        (`contract.kafka_security`)."""
         return self.work_dir / "tls"
 
     @property
@@ -773,7 +773,7 @@ class KraftCluster:
                 "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             }
-        # What prod renders (policies.contract.kafka_security), on this node's loopback ports.
+        # What prod renders (contract.kafka_security), on this node's loopback ports.
         ports = (node.broker_port, node.internal_port, node.controller_port)
         return {
             "listeners": kafka_security.listeners(*ports, host=HOST),

@@ -44,8 +44,8 @@ from app.admin.reconcile import librdkafka_logger
 from app.clients import client_properties
 from app.devkit.truth import Truth
 from app.processor.aggregation import Aggregation, load_aggregation
-from policies.contract.processor_keys import DEFAULTS
-from policies.contract.topic_specs import PipelineNames
+from contract.processor_keys import DEFAULTS
+from contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.loadgen")
 

@@ -1,6 +1,6 @@
 """A throwaway CA and broker certificate for the local secured `KraftCluster`.
 
-The files are named and shaped as the prod pods read them (`policies.contract.kafka_security`:
+The files are named and shaped as the prod pods read them (`contract.kafka_security`:
 `ca.crt`, `tls.crt`, `tls.key` in PKCS#8, `tls-combined.pem` = key + chain), so the local cluster
 runs the brokers' TLS settings unchanged. The broker certificate's subject is the cluster's super
 user (`CN=kafka-broker`) and names `localhost` and `127.0.0.1`, where the local brokers listen.
@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from policies.contract.kafka_security import (
+from contract.kafka_security import (
     BROKER_CERTIFICATE_SUBJECT,
     TLS_CA_FILE,
     TLS_CERT_FILE,

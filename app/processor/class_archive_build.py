@@ -32,7 +32,7 @@ from app.processor.kafka_source import SCHEMA
 from app.processor.keyed_state import aggregate
 from app.processor.pipeline import spark_session
 from app.processor.settings import parse_settings
-from policies.contract.java_properties import format_properties
+from contract.java_properties import format_properties
 
 log = logging.getLogger("app.processor.class_archive_build")
 

@@ -52,7 +52,7 @@ from app.processor.assignment_file import Assignment
 from app.processor.group_describer import GroupDescription
 from app.processor.group_view import GroupView
 from app.processor.metrics import ProcessorMetrics, export_lag
-from policies.contract.processor_keys import DEFAULTS
+from contract.processor_keys import DEFAULTS
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from app.processor.source_offsets import (
 )
 from app.processor.startup import StartupClock
 from app.processor.state_restore import copies_path, read_copies
-from policies.contract.processor_keys import MEMBERSHIP_HANDOFF
+from contract.processor_keys import MEMBERSHIP_HANDOFF
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ import confluent_kafka
 from app.clients.client_properties import CLIENT_COMMON_KEYS, CLIENT_COMMON_PREFIXES
 from app.processor import class_archive
 from app.processor.aggregation import AggregationClassError, load_aggregation
-from policies.contract import membership
-from policies.contract.java_properties import is_credential_key, parse_properties, resolve_env
-from policies.contract.processor_keys import (
+from contract import membership
+from contract.java_properties import is_credential_key, parse_properties, resolve_env
+from contract.processor_keys import (
     BOOL_KEYS,
     CLASSIC_PROTOCOL_ONLY,
     DEFAULTS,
@@ -43,7 +43,7 @@ from policies.contract.processor_keys import (
     ROWS,
     TRANSACTIONAL_ID_KEY,
 )
-from policies.contract.tls_settings import tls_weakenings
+from contract.tls_settings import tls_weakenings
 
 CONSUMER_PREFIX = "consumer."
 PRODUCER_PREFIX = "producer."

@@ -2,7 +2,7 @@
 
 Imported as `policies.rules` everywhere (`policies/__main__.py` registers the pack directory as
 `policies` when the Pulumi CLI runs it); the keys, defaults and rules the pack shares with the
-program and the processor are in `policies.contract`. The rule modules are imported only by
+program and the processor are in `contract`. The rule modules are imported only by
 `all_policies`, so importing the package needs nothing but the standard library.
 """
 

@@ -3,7 +3,7 @@
 Two files grant ACLs: `acls.json`, beside the topic specs, which the topic Job reconciles, and
 `bootstrap-acls.json` in the Kafka cluster's bootstrap ConfigMap, which the `grant-acls`
 container of each broker's pod grants as the broker (a super user) before any broker is ready.
-Both are written by `policies.contract.acl_specs.dumps` and parsed here with a few lines rather
+Both are written by `contract.acl_specs.dumps` and parsed here with a few lines rather
 than with its `AclSpec`, which rejects some of the very grants (a wildcard) this rule exists to
 report; the names it fixes (the cluster resource, the ACL ledger) are the contract's.
 
@@ -35,8 +35,8 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
-from ..contract.acl_grants import GRANTS_FILE, grant_lines
-from ..contract.acl_specs import (
+from contract.acl_grants import GRANTS_FILE, grant_lines
+from contract.acl_specs import (
     ACL_LEDGER_READER_GROUP,
     ACL_LEDGER_TOPIC,
     CLUSTER_RESOURCE,
@@ -44,11 +44,12 @@ from ..contract.acl_specs import (
     PAIR_SWITCH_USER,
     pair_switch_reader_group,
 )
-from ..contract.acl_specs import loads as load_users
-from ..contract.container_commands import ACLS_FILE as ACLS_KEY
-from ..contract.container_commands import BOOTSTRAP_ACLS_FILE as BOOTSTRAP_ACLS_KEY
-from ..contract.java_properties import load_properties
-from ..contract.processor_keys import PAIR_CONTROL_TOPIC_KEY
+from contract.acl_specs import loads as load_users
+from contract.container_commands import ACLS_FILE as ACLS_KEY
+from contract.container_commands import BOOTSTRAP_ACLS_FILE as BOOTSTRAP_ACLS_KEY
+from contract.java_properties import load_properties
+from contract.processor_keys import PAIR_CONTROL_TOPIC_KEY
+
 from .config import MANDATORY, Threshold, stack_rule
 from .manifests import CONFIG_MAP, get, label
 from .messages import violation
@@ -116,7 +117,7 @@ class Acl:
     operation: str
 
     def describe(self) -> str:
-        """`User:x READ TOPIC page-views (LITERAL)`, as `policies.contract.acl_specs` prints it."""
+        """`User:x READ TOPIC page-views (LITERAL)`, as `contract.acl_specs` prints it."""
         return (
             f"{self.principal} {self.operation} {self.resource_type} {self.resource_name} "
             f"({self.pattern_type})"
@@ -222,7 +223,7 @@ class UserRights:
         return f"{op} on {named[0].describe()}, where it needs only {needed}"
 
 
-_PIPELINE_USERS = "pipeline_users (policies/contract/acl_specs.py)"
+_PIPELINE_USERS = "pipeline_users (contract/acl_specs.py)"
 _PROCESSOR_FIX = (
     f"remove the grant from the processor's ACLs in {_PIPELINE_USERS}: a processor that can "
     "read, write or administer beyond its own topics, group and transactional ids turns one "
@@ -407,7 +408,7 @@ def _unreadable(subject: str, error: str) -> str:
         f"unreadable ({error})",
         '{"users": [{"name", "purpose", "acls": [{"principal", "resource_type", '
         '"resource_name", "pattern_type", "operation"}]}]}',
-        "render it with policies.contract.acl_specs.dumps",
+        "render it with contract.acl_specs.dumps",
     )
 
 
@@ -419,7 +420,7 @@ def _wildcard_principal(subject: str, acl: Acl) -> str:
         "included",
         "a principal of one user, User:<name>, within that user's rights",
         f"grant it to the one user that needs it in {_PIPELINE_USERS}, whose AclSpec refuses "
-        "wildcard principals, and render the file with policies.contract.acl_specs.dumps",
+        "wildcard principals, and render the file with contract.acl_specs.dumps",
     )
 
 
@@ -472,10 +473,7 @@ def _grant_lines_findings(resource: PolicyResource) -> Iterator[str]:
     if not isinstance(lines, str):
         return
     subject = f"{label(resource.resource_type, resource.props)} data[{GRANTS_FILE}]"
-    required = (
-        f"exactly the lines policies.contract.acl_grants renders from {BOOTSTRAP_ACLS_KEY} "
-        "beside it"
-    )
+    required = f"exactly the lines contract.acl_grants renders from {BOOTSTRAP_ACLS_KEY} beside it"
     fix = (
         f"render {GRANTS_FILE} from {BOOTSTRAP_ACLS_KEY} (infra/kafka_cluster.py): the brokers' "
         "grant-acls container runs every line with the broker's key, so a line the ACL rules "

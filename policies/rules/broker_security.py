@@ -13,8 +13,9 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
-from ..contract.kafka_security import BROKER_PRINCIPAL, SCRAM_MECHANISMS
-from ..contract.tls_settings import tls_weakenings
+from contract.kafka_security import BROKER_PRINCIPAL, SCRAM_MECHANISMS
+from contract.tls_settings import tls_weakenings
+
 from .config import MANDATORY, Threshold, resource_rule
 from .kafka_cluster import broker_configs, env_name, is_kafka_statefulset
 from .manifests import fmt, label
@@ -182,9 +183,9 @@ def _mechanism_findings(subject: str, configs: Mapping[str, str], listener: str)
         configs[key] or "empty",
         f"{' and/or '.join(SCRAM_MECHANISMS)}, nothing else",
         f"set {env_name(scoped)}={','.join(SCRAM_MECHANISMS)} "
-        f"(policies/contract/kafka_security.py renders it), without "
+        f"(contract/kafka_security.py renders it), without "
         f"{', '.join(others) or 'an empty list'}: the workloads are SCRAM users "
-        "(policies/contract/acl_specs.py), SCRAM never sends a password to the broker, and a "
+        "(contract/acl_specs.py), SCRAM never sends a password to the broker, and a "
         'rotation moves them from one SCRAM mechanism to the other (docs/security.md, "Rotated.")',
     )
 
@@ -204,7 +205,7 @@ def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
             STANDARD_AUTHORIZER,
             f"set KAFKA_AUTHORIZER_CLASS_NAME={STANDARD_AUTHORIZER} (the stack setting "
             "security.clientListener: SASL_SSL renders it, and the topic Job reconciles the "
-            "ACLs of policies/contract/acl_specs.py): without an authorizer every client that "
+            "ACLs of contract/acl_specs.py): without an authorizer every client that "
             "connects may read, write and delete every topic, group and transactional id",
         )
     if not authorizer:
@@ -234,7 +235,7 @@ def _super_user_findings(subject: str, value: str, cfg: Mapping[str, Any]) -> It
     )
     fix = (
         f"set KAFKA_SUPER_USERS={';'.join(allowed)} (the subject of the broker certificate, as "
-        "policies/contract/kafka_security.py renders it)"
+        "contract/kafka_security.py renders it)"
     )
     super_users = [u.strip() for u in value.split(";") if u.strip()]
     if cfg["requireAuthorizer"] and not super_users:
@@ -263,7 +264,7 @@ def _super_user_findings(subject: str, value: str, cfg: Mapping[str, Any]) -> It
             required,
             f"{fix}, without {user}: a super user bypasses every ACL, so {who} may read, write "
             "and delete every topic and group and grant itself any ACL. Give a workload the "
-            "ACLs it needs in pipeline_users (policies/contract/acl_specs.py) instead; a further "
+            "ACLs it needs in pipeline_users (contract/acl_specs.py) instead; a further "
             "broker identity goes into this rule's superUsers in policies/config.<stack>.json",
         )
 

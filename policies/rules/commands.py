@@ -1,4 +1,4 @@
-"""What every container of the stack runs is what `policies.contract.container_commands` renders.
+"""What every container of the stack runs is what `contract.container_commands` renders.
 
 A container runs with its pod's credentials: the brokers' `grant-acls` container with the
 broker's key (the cluster's only super user), the reconciler Job with the password that
@@ -31,14 +31,15 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
-from ..contract import container_commands as contract
-from ..contract.container_commands import ContainerCommand
-from ..contract.kafka_security import (
+from contract import container_commands
+from contract.container_commands import ContainerCommand
+from contract.kafka_security import (
     CLIENT_LISTENER,
     INTERNAL_LISTENER,
     PLAINTEXT,
     SCRAM_MECHANISMS,
 )
+
 from .broker_security import listener_ports, protocol_map
 from .config import MANDATORY, stack_rule
 from .kafka_cluster import broker_configs
@@ -58,7 +59,7 @@ from .stack_view import StackView
 
 Finding = tuple[str, str | None]
 
-CONTRACT = "policies/contract/container_commands.py"
+CONTRACT = "contract/container_commands.py"
 _FIX = (
     f"render the container from {CONTRACT} (the program imports it) and change what it runs "
     "there, where the pack reviews it, never in the manifest: a container runs with its pod's "
@@ -123,15 +124,15 @@ class ClusterInputs:
     def address(self) -> str:
         """The cluster's client address, which the Jobs are given."""
         port = self.port(CLIENT_LISTENER)
-        return contract.bootstrap_servers(self.name, self.namespace, port)
+        return container_commands.bootstrap_servers(self.name, self.namespace, port)
 
     def current_mechanism(self) -> str:
         """The credentials revision's SCRAM mechanism, as the brokers' format step reads it."""
         if self.mechanism not in SCRAM_MECHANISMS:
             raise Unrenderable(
                 f"not renderable: {self.label} mounts no ConfigMap whose "
-                f"{contract.SCRAM_MECHANISM_FILE} is one of {', '.join(SCRAM_MECHANISMS)} "
-                f"(found {self.mechanism or 'none'})",
+                f"{container_commands.SCRAM_MECHANISM_FILE} is one of "
+                f"{', '.join(SCRAM_MECHANISMS)} (found {self.mechanism or 'none'})",
                 "the credentials revision's SCRAM mechanism in the brokers' bootstrap ConfigMap",
             )
         return str(self.mechanism)
@@ -155,7 +156,9 @@ def cluster_inputs(view: StackView, cluster: PolicyResource) -> ClusterInputs:
     mechanisms = [
         text.strip()
         for config_map in view.mounted_config_maps(cluster)
-        if isinstance(text := get(config_map.props, "data", contract.SCRAM_MECHANISM_FILE), str)
+        if isinstance(
+            text := get(config_map.props, "data", container_commands.SCRAM_MECHANISM_FILE), str
+        )
     ]
     return ClusterInputs(
         label=label(cluster.resource_type, cluster.props),
@@ -206,49 +209,49 @@ def _broker_readiness(found: ClusterInputs | None, _: Sequence[str]) -> Expected
     port = cluster.port(CLIENT_LISTENER)
     security = "secured" if cluster.secured else PLAINTEXT
     return Expected(
-        contract.broker_readiness(port, secured=cluster.secured),
+        container_commands.broker_readiness(port, secured=cluster.secured),
         f"the {CLIENT_LISTENER} listener's port {port} of {cluster.label}, {security}",
     )
 
 
 def _grant_acls(found: ClusterInputs | None, _: Sequence[str]) -> Expected:
     cluster = _required(found)
-    cluster.require_secured(contract.GRANT_ACLS)
+    cluster.require_secured(container_commands.GRANT_ACLS)
     port = cluster.port(INTERNAL_LISTENER)
     return Expected(
-        contract.grant_acls(port),
+        container_commands.grant_acls(port),
         f"the {INTERNAL_LISTENER} listener's port {port} of {cluster.label}",
     )
 
 
 def _format_storage(found: ClusterInputs | None, _: Sequence[str]) -> Expected:
-    _required(found).require_secured(contract.FORMAT_STORAGE)
-    return Expected(contract.format_storage(), "")
+    _required(found).require_secured(container_commands.FORMAT_STORAGE)
+    return Expected(container_commands.format_storage(), "")
 
 
 def _reconcile(found: ClusterInputs | None, args: Sequence[str]) -> Expected:
     cluster = _required(found)
-    allow = contract.ALLOW_PARTITION_INCREASE in args
+    allow = container_commands.ALLOW_PARTITION_INCREASE in args
     mechanism = cluster.current_mechanism() if cluster.secured else None
     return Expected(
-        contract.topic_reconciler(
+        container_commands.topic_reconciler(
             cluster.address(), allow_partition_increase=allow, scram_mechanism=mechanism
         ),
         f"the client address of {cluster.label}, "
         + (f"its credentials revision's {mechanism}" if mechanism else PLAINTEXT)
         + (", " if allow else ", no ")
-        + contract.ALLOW_PARTITION_INCREASE,
+        + container_commands.ALLOW_PARTITION_INCREASE,
     )
 
 
 def _retire(found: ClusterInputs | None, _: Sequence[str]) -> Expected:
     cluster = _required(found)
-    cluster.require_secured(contract.RETIRE)
+    cluster.require_secured(container_commands.RETIRE)
     current = cluster.current_mechanism()
     # Mechanisms alternate with the revision: the one to retire is the other one.
     (retired,) = (m for m in SCRAM_MECHANISMS if m != current)
     return Expected(
-        contract.scram_retire(cluster.address(), retired),
+        container_commands.scram_retire(cluster.address(), retired),
         f"the client address of {cluster.label}, retiring {retired}, the mechanism before its "
         f"credentials revision's {current}",
     )
@@ -258,16 +261,17 @@ def _finalize(found: ClusterInputs | None, words: Sequence[str]) -> Expected:
     cluster = _required(found)
     # The release is a stack setting (kafka.metadataVersion, or the image's release) that only
     # the command line shows; the render refuses anything but X.Y.
-    flagged = contract.RELEASE_VERSION in words[:-1]
-    release = words[words.index(contract.RELEASE_VERSION) + 1] if flagged else ""
+    flagged = container_commands.RELEASE_VERSION in words[:-1]
+    release = words[words.index(container_commands.RELEASE_VERSION) + 1] if flagged else ""
     try:
-        runs = contract.finalize_metadata_version(
+        runs = container_commands.finalize_metadata_version(
             cluster.address(), release, secured=cluster.secured
         )
     except ValueError as refused:
         raise Unrenderable(
             f"not renderable: {refused}",
-            f"{contract.RELEASE_VERSION} X.Y, the release whose metadata.version it finalizes",
+            f"{container_commands.RELEASE_VERSION} X.Y, the release whose metadata.version it "
+            "finalizes",
         ) from refused
     security = "secured" if cluster.secured else PLAINTEXT
     return Expected(runs, f"the client address of {cluster.label} ({security}), release {release}")
@@ -275,15 +279,15 @@ def _finalize(found: ClusterInputs | None, words: Sequence[str]) -> Expected:
 
 # Every container the contract declares, by name, with how its inputs are read from the stack.
 _RENDERS: dict[str, Render] = {
-    contract.SEED_CONFIG: _without_inputs(contract.seed_config),
-    contract.FORMAT_STORAGE: _format_storage,
-    contract.KAFKA: _without_inputs(contract.kafka_broker),
-    contract.GRANT_ACLS: _grant_acls,
-    contract.BROKER_READINESS: _broker_readiness,
-    contract.PROCESSOR: _without_inputs(contract.processor),
-    contract.RECONCILE: _reconcile,
-    contract.RETIRE: _retire,
-    contract.FINALIZE: _finalize,
+    container_commands.SEED_CONFIG: _without_inputs(container_commands.seed_config),
+    container_commands.FORMAT_STORAGE: _format_storage,
+    container_commands.KAFKA: _without_inputs(container_commands.kafka_broker),
+    container_commands.GRANT_ACLS: _grant_acls,
+    container_commands.BROKER_READINESS: _broker_readiness,
+    container_commands.PROCESSOR: _without_inputs(container_commands.processor),
+    container_commands.RECONCILE: _reconcile,
+    container_commands.RETIRE: _retire,
+    container_commands.FINALIZE: _finalize,
 }
 
 
@@ -523,7 +527,7 @@ POLICIES = [
     stack_rule(
         name="container-commands",
         description=(
-            "Every container runs exactly what policies/contract/container_commands.py renders "
+            "Every container runs exactly what contract/container_commands.py renders "
             "for it (the brokers' seed-config, format-storage, kafka, grant-acls and "
             "broker-readiness, the processor, the reconciler's, the SCRAM retirement's and the "
             "metadata.version finalization's Jobs), "

@@ -20,9 +20,10 @@ from typing import Any
 from pulumi_policy import ResourceValidationArgs
 from pulumi_policy.proxy import UnknownValueError
 
-from ..contract.java_properties import is_credential_key, is_reference, parse_properties
+from contract.credential_values import CredentialAssignment, find_credentials
+from contract.java_properties import is_credential_key, is_reference, parse_properties
+
 from .config import MANDATORY, resource_rule
-from .credential_values import CredentialAssignment, find_credentials
 from .manifests import CONFIG_MAP, all_containers, get, items, label, pod_spec
 from .messages import violation
 
@@ -138,7 +139,7 @@ def _properties_findings(subject: str, file: str, text: str) -> Iterator[str]:
             f"data[{file}]",
             f"unreadable ({error})",
             "a properties file this pack can read, to tell whether it holds a credential",
-            "write it with policies.contract.java_properties.format_properties",
+            "write it with contract.java_properties.format_properties",
         )
         return
     for entry in entries:

@@ -13,9 +13,10 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
-from ..contract import membership
-from ..contract.java_properties import env_reference
-from ..contract.processor_keys import DEFAULTS, INSTANCE_ID_KEY, PROTOCOL_CONSUMER
+from contract import membership
+from contract.java_properties import env_reference
+from contract.processor_keys import DEFAULTS, INSTANCE_ID_KEY, PROTOCOL_CONSUMER
+
 from .config import MANDATORY, Threshold, stack_rule
 from .kafka_cluster import KAFKA_DEFAULTS, broker_configs, env_name
 from .manifests import (

@@ -8,7 +8,8 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
-from ..contract.broker_keys import KAFKA_DEFAULTS
+from contract.broker_keys import KAFKA_DEFAULTS
+
 from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
 from .manifests import (
     STATEFUL_SET,

@@ -13,7 +13,7 @@ from typing import Any
 
 from pulumi_policy.proxy import UnknownValueError
 
-from ..contract.quantity import quantity_or_none
+from contract.quantity import quantity_or_none
 
 STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"

@@ -16,13 +16,14 @@ from typing import Any
 
 from pulumi_policy import StackValidationArgs
 
-from ..contract.java_properties import env_reference
-from ..contract.processor_keys import (
+from contract.java_properties import env_reference
+from contract.processor_keys import (
     PAIR_CONTROL_TOPIC_KEY,
     PAIR_SIDE_KEY,
     PAIR_SIDES,
     TRANSACTIONAL_ID_KEY,
 )
+
 from .config import MANDATORY, Threshold, stack_rule
 from .manifests import (
     CONFIG_MAP,

@@ -8,8 +8,9 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
-from ..contract.java_properties import load_properties
-from ..contract.processor_keys import key_problems
+from contract.java_properties import load_properties
+from contract.processor_keys import key_problems
+
 from .config import MANDATORY, Threshold, resource_rule, stack_rule
 from .group_membership import JUDGED_KEYS
 from .manifests import (
@@ -211,7 +212,7 @@ def check_settings_contract(args: ResourceValidationArgs, _: Mapping[str, Any]) 
             properties[key],
             f"what its row in the contract accepts ({problem})",
             "change or remove it: the processor checks the same row at start and refuses to "
-            "run (policies/contract/processor_keys.py)",
+            "run (contract/processor_keys.py)",
         )
 
 

@@ -1,12 +1,13 @@
 """One pod's worst-case restart, read from a workload's manifest (the formula is the contract's:
-`policies/contract/restart_budget.py`)."""
+`contract/restart_budget.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract.restart_budget import DEFAULT_GRACE_SECONDS, RestartBudget, probe_budget_seconds
+from contract.restart_budget import DEFAULT_GRACE_SECONDS, RestartBudget, probe_budget_seconds
+
 from .manifests import containers, get, number, pod_spec
 
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from pulumi_policy import PolicyResource
 
-from ..contract.container_commands import PROPERTIES_FILE as PROPERTIES_KEY
-from ..contract.java_properties import load_properties
+from contract.container_commands import PROPERTIES_FILE as PROPERTIES_KEY
+from contract.java_properties import load_properties
+
 from .manifests import (
     CONFIG_MAP,
     PDB,

@@ -13,8 +13,9 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
-from ..contract.java_properties import load_properties
-from ..contract.tls_settings import tls_weakenings
+from contract.java_properties import load_properties
+from contract.tls_settings import tls_weakenings
+
 from .config import MANDATORY, resource_rule
 from .manifests import CONFIG_MAP, get, label
 from .messages import violation

@@ -1,6 +1,6 @@
 """Rules for the declared topics (the `topics.json` the reconciler Job applies).
 
-The JSON is parsed here with a few lines rather than with `policies.contract.topic_specs`: the pack
+The JSON is parsed here with a few lines rather than with `contract.topic_specs`: the pack
 must run on its own under `pulumi preview --policy-pack policies`, where the repository is not
 importable, and `TopicSpec` rejects the very mistakes these rules exist to report.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
-from ..contract.container_commands import SPECS_FILE as TOPICS_KEY
+from contract.container_commands import SPECS_FILE as TOPICS_KEY
+
 from .config import MANDATORY, Threshold, resource_rule
 from .manifests import CONFIG_MAP, fmt, get, label, number
 from .messages import violation
@@ -89,7 +90,7 @@ def check_durability(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
             f"data[{TOPICS_KEY}]",
             f"unreadable ({topics})",
             '{"topics": [{"name", "partitions", "replication_factor", "role", "configs"}]}',
-            "render it with policies.contract.topic_specs.dumps",
+            "render it with contract.topic_specs.dumps",
         )
         return
     for topic in topics or ():

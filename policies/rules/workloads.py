@@ -8,8 +8,9 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
 
+from contract.images import is_digest_pinned
+
 from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
-from .images import is_digest_pinned
 from .manifests import (
     STATEFUL_SET,
     all_containers,

@@ -31,7 +31,7 @@ from app.clients.kafka_retry import Retrying
 from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import free_port
 from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS
-from policies.contract.topic_specs import PipelineNames
+from contract.topic_specs import PipelineNames
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 30.0

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import KraftCluster, free_port
+from contract import acl_grants, acl_specs
+from contract.acl_specs import KafkaUser
 from infra import bootstrap_grants
-from policies.contract import acl_grants, acl_specs
-from policies.contract.acl_specs import KafkaUser
 from tests.app.processor_harness import REPO
 
 # Each sidecar answers 200 once its broker is in sync and the ACLs are granted: three JVMs, their
@@ -196,7 +196,7 @@ def readiness_files(
     folder: Path,
 ) -> Path:
     """The bootstrap ConfigMap's files for the pods' helpers, written from the program's own
-    functions (`infra.bootstrap_grants`, `policies.contract.acl_specs`) into `folder`; the readiness
+    functions (`infra.bootstrap_grants`, `contract.acl_specs`) into `folder`; the readiness
     user's password beside them."""
     bootstrap, user = folder / "bootstrap", folder / "kafka-user"
     for directory in (bootstrap, user, folder / "tmp"):

@@ -19,7 +19,7 @@ from app.admin.acl_reconciler import (
     plan,
 )
 from app.admin.scram_credentials import Credential, admin_mechanism, read_passwords
-from policies.contract.acl_specs import (
+from contract.acl_specs import (
     ACL_LEDGER_TOPIC,
     AclSpec,
     AclSpecError,
@@ -30,7 +30,7 @@ from policies.contract.acl_specs import (
     dumps,
     loads,
 )
-from policies.contract.kafka_security import previous_scram_mechanism, scram_mechanism
+from contract.kafka_security import previous_scram_mechanism, scram_mechanism
 
 
 def allow(principal: str, kind: ResourceType, name: str, operation: Operation) -> AclSpec:

@@ -1,5 +1,5 @@
 """The processor judges its properties file by the contract's rows
-(`policies/contract/processor_keys.py`), as the Pulumi program and the pack do
+(`contract/processor_keys.py`), as the Pulumi program and the pack do
 (`tests/policies/test_contract_rows.py`): its defaults are the rows' defaults, and a value a row
 refuses stops it at start, naming the key."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from app.processor.settings import SettingsError, parse_settings
-from policies.contract.processor_keys import DEFAULTS, KEYS, Key, KeyType, SetBy
+from contract.processor_keys import DEFAULTS, KEYS, Key, KeyType, SetBy
 
 BASE = """\
 application.id=page-view-counter

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from app.devkit.local.instances import InstanceOptions, ProcessorProcess
-from policies.contract.topic_specs import PipelineNames
+from contract.topic_specs import PipelineNames
 
 
 def test_a_health_answer_cut_off_by_a_stopping_process_reads_as_no_answer(

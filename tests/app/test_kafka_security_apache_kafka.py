@@ -45,7 +45,7 @@ from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
 from app.devkit.loadgen import LoadSettings
 from app.devkit.local.instances import InstanceOptions
 from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
-from policies.contract.acl_specs import (
+from contract.acl_specs import (
     ACL_LEDGER_TOPIC,
     BROKER_READINESS_USER,
     AclSpec,
@@ -56,10 +56,10 @@ from policies.contract.acl_specs import (
     dumps,
     pipeline_users,
 )
-from policies.contract.java_properties import load_properties
-from policies.contract.kafka_security import SCRAM_SHA_512
-from policies.contract.topic_specs import PipelineNames, pipeline_topics
-from policies.contract.topic_specs import dumps as dump_topics
+from contract.java_properties import load_properties
+from contract.kafka_security import SCRAM_SHA_512
+from contract.topic_specs import PipelineNames, pipeline_topics
+from contract.topic_specs import dumps as dump_topics
 from tests.app.processor_harness import (
     REPO,
     Pipeline,

@@ -12,8 +12,8 @@ from app.devkit import kafka_streams
 from app.devkit.bench.__main__ import parse_args
 from app.devkit.local.instances import InstanceOptions
 from app.devkit.local.pipeline import ENGINE_KAFKA_STREAMS, ENGINE_PROCESSOR, PipelineSetup
-from policies.contract.processor_keys import MEMBERSHIP_HANDOFF, PROTOCOL_CONSUMER
-from policies.contract.topic_specs import PipelineNames
+from contract.processor_keys import MEMBERSHIP_HANDOFF, PROTOCOL_CONSUMER
+from contract.topic_specs import PipelineNames
 
 
 def streams_instance(tmp_path: Path, options: InstanceOptions) -> kafka_streams.StreamsProcess:

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from app.devkit.local.instances import REPO_ROOT
-from policies.contract.stack_pipeline import PROJECT, read_stack_pipeline, stack_file
-from policies.contract.topic_specs import PipelineNames
+from contract.stack_pipeline import PROJECT, read_stack_pipeline, stack_file
+from contract.topic_specs import PipelineNames
 
 # The local run's pipeline: the dev stack's, as the run reads it (a fork renames it there).
 APP = read_stack_pipeline(stack_file(REPO_ROOT, "dev")).names.application_id

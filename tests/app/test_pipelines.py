@@ -17,7 +17,7 @@ import pytest
 import app.pipelines
 from app.pipelines.distinct_users import DistinctUsers
 from app.processor.aggregation import Aggregation, load_aggregation
-from policies.contract.processor_keys import DEFAULTS
+from contract.processor_keys import DEFAULTS
 
 
 def _pipelines_aggregations() -> list[Aggregation]:

@@ -36,7 +36,7 @@ from app.processor.source_offsets import (
     running_batch,
 )
 from app.processor.state_restore import CommittedInput, StateCopy, copies_path, write_copies
-from policies.contract.processor_keys import DEFAULTS
+from contract.processor_keys import DEFAULTS
 
 INPUT_TOPIC = "page-views"
 CHANGELOG = "page-view-counter-counts-changelog"

@@ -32,8 +32,8 @@ from app.admin.topic_reconciler import (
 )
 from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import free_port
-from policies.contract.membership import kip848_group_configs
-from policies.contract.topic_specs import (
+from contract.membership import kip848_group_configs
+from contract.topic_specs import (
     GroupConfigSpec,
     TopicRole,
     TopicSpec,

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from app.devkit.kafka_release import KAFKA_HOME_ENV
-from policies.contract.java_properties import load_properties
-from policies.contract.topic_specs import PipelineNames
+from contract.java_properties import load_properties
+from contract.topic_specs import PipelineNames
 from tests.app.pod_runtime import Node, PodSpec, RunningPod, missing_requirements
 from tests.app.rendered_deployment import (
     KAFKA_DOCKER_DIR_ENV,

@@ -49,9 +49,9 @@ from app.admin.acl_reconciler import Binding, read_bindings
 from app.admin.scram_credentials import existing_credentials
 from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
-from policies.contract import acl_specs, container_commands, topic_specs
-from policies.contract.java_properties import load_properties
-from policies.contract.kafka_security import (
+from contract import acl_specs, container_commands, topic_specs
+from contract.java_properties import load_properties
+from contract.kafka_security import (
     BROKER_PRINCIPAL,
     TLS_CA_FILE,
     TLS_CERT_FILE,

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from app.devkit.kafka_release import ensure as ensure_release
-from policies.contract.java_properties import format_properties, load_properties
+from contract.java_properties import format_properties, load_properties
 from tests.app.rendered_deployment import Manifests, distribution_with_scripts, render
 
 # Where the rendered pod mounts them; the test puts each under its own temporary folder.

@@ -1,7 +1,7 @@
 """A gapless SCRAM rotation, on a real Apache Kafka node secured as prod renders it.
 
 Kafka keeps one SCRAM credential per user and mechanism, so the credentials revision picks the
-mechanism (`policies.contract.kafka_security.scram_mechanism`) and a rotation goes as `pulumi up`
+mechanism (`contract.kafka_security.scram_mechanism`) and a rotation goes as `pulumi up`
 runs it:
 
 1. the reconciler Job of the new revision logs in with the previous revision's credential (its
@@ -39,10 +39,10 @@ from app.admin.acl_reconciler import grant
 from app.admin.scram_credentials import SCRAM_ITERATIONS, admin_mechanism, authenticates
 from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
-from policies.contract.acl_specs import KafkaUser, dumps, pipeline_users
-from policies.contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512, scram_mechanism
-from policies.contract.topic_specs import TopicRole, pipeline_topics
-from policies.contract.topic_specs import dumps as dump_topics
+from contract.acl_specs import KafkaUser, dumps, pipeline_users
+from contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512, scram_mechanism
+from contract.topic_specs import TopicRole, pipeline_topics
+from contract.topic_specs import dumps as dump_topics
 from tests.app.processor_harness import REPO
 
 pytestmark = [pytest.mark.timeout(900)]

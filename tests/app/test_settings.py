@@ -22,7 +22,7 @@ from app.processor.settings import (
     load_settings,
     main,
 )
-from policies.contract.java_properties import parse_properties
+from contract.java_properties import parse_properties
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -36,7 +36,7 @@ from app.processor.sink import (
 )
 from app.processor.source_offsets import SourceOffsets
 from app.processor.state_restore import CommittedInput, changelog_end_of
-from policies.contract.processor_keys import DEFAULTS
+from contract.processor_keys import DEFAULTS
 from tests.app.processor_harness import read_committed
 
 PARTITIONS = 2

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from app.devkit.local.instances import REPO_ROOT, InstanceOptions, instance_properties
-from policies.contract.java_properties import format_properties
-from policies.contract.topic_specs import PipelineNames
+from contract.java_properties import format_properties
+from contract.topic_specs import PipelineNames
 
 # An instance asked to stop whose shutdown then hangs (here: the main thread sleeps on).
 HANGING_STOP = """\

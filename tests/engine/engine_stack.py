@@ -25,7 +25,7 @@ import yaml
 from pulumi import automation as auto
 
 from cluster.go_tools import BIN, GO, pulumi_env
-from policies.contract.stack_pipeline import PROJECT
+from contract.stack_pipeline import PROJECT
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = ROOT / "policies" / "analyzer"

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from contract.java_properties import parse_properties
+from contract.stack_pipeline import PROJECT
+from contract.topic_specs import PipelineNames
 from infra.config import build_stack_config
 from infra.render import RecordedStack, load_stack_file, record_stack, write_manifests
 from infra.stack_settings import StackConfig
-from policies.contract.java_properties import parse_properties
-from policies.contract.stack_pipeline import PROJECT
-from policies.contract.topic_specs import PipelineNames
 
 # The broker image of the release this project ran before (app/devkit/kafka_release.py's
 # PREVIOUS_VERSION), which stacks upgrade from.

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from policies.contract.stack_pipeline import PROJECT
-from policies.contract.topic_specs import PipelineNames
+from contract.stack_pipeline import PROJECT
+from contract.topic_specs import PipelineNames
 from tests.infra.project_runs import (
     APP,
     APP_PYTHON,
@@ -61,10 +61,10 @@ STACK_AGGREGATION = f"    properties:\n      aggregation.class: {AGGREGATION}\n"
 PROBE = """
 import dataclasses, json, sys
 import app, infra, policies
-from policies.contract.java_properties import parse_properties
-from policies.contract.stack_pipeline import PROJECT
+from contract.java_properties import parse_properties
+from contract.stack_pipeline import PROJECT
 from infra.render import record_stack
-from policies.contract.topic_specs import PipelineNames
+from contract.topic_specs import PipelineNames
 
 stacks = {}
 for stack in ("dev", "prod"):
@@ -138,8 +138,8 @@ def fork_edits() -> list[Edit]:
         *(
             Edit(
                 "application id and topic names",
-                "`PipelineNames` in `policies/contract/topic_specs.py`",
-                "policies/contract/topic_specs.py",
+                "`PipelineNames` in `contract/topic_specs.py`",
+                "contract/topic_specs.py",
                 f'    {field.name}: str = "{getattr(original, field.name)}"\n',
                 f'    {field.name}: str = "{getattr(FORK_NAMES, field.name)}"\n',
             )

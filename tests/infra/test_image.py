@@ -10,9 +10,9 @@ import sys
 import tomllib
 from pathlib import Path
 
+from contract.processor_keys import DEFAULTS
 from infra.processor import PROCESSOR_UID
 from infra.render import RecordedStack
-from policies.contract.processor_keys import DEFAULTS
 from tests.infra.conftest import k8s_object, names_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def walk_imports(modules: tuple[str, ...]) -> tuple[set[str], set[Path]]:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                if top in ("app", "policies"):
+                if top in ("app", "contract", "policies"):
                     candidate = REPO / Path(*name.split("."))
                     if (
                         candidate.with_suffix(".py").exists()
@@ -127,19 +127,19 @@ def test_image_has_oci_labels_and_runs_as_the_pods_non_root_user() -> None:
     assert f"USER {PROCESSOR_UID}:{PROCESSOR_UID}" in DOCKERFILE.splitlines()
 
 
-def test_image_copies_every_policies_module_the_processor_and_the_reconciler_import() -> None:
+def test_image_copies_every_contract_module_the_processor_and_the_reconciler_import() -> None:
     copied = " ".join(re.findall(r"^COPY (.*)$", DOCKERFILE, flags=re.MULTILINE)).split()
     _, files = walk_imports(ENTRY_MODULES)
-    needed = {str(f) for f in files if f.parts[0] == "policies"}
-    assert needed, "found no policies module: the walk is broken"
+    needed = {str(f) for f in files if f.parts[0] == "contract"}
+    assert needed, "found no contract module: the walk is broken"
     missing = {
         f
         for f in needed
         if not any(f == src or (src.endswith("/") and f.startswith(src)) for src in copied)
     }
     assert not missing, f"imported but not copied: {missing}"
-    # The contract, not the rules: the image has no pulumi-policy.
-    assert not [f for f in needed if f.startswith("policies/rules/")], needed
+    # The contract, not the pack: the image has no pulumi-policy.
+    assert not [f for f in files if f.parts[0] == "policies"], files
 
 
 def test_image_copies_every_app_module_its_entry_points_import_and_not_the_developer_kit() -> None:

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
+from contract import acl_specs
+from contract.container_commands import FORMAT_SCRIPT
+from contract.java_properties import load_properties
+from contract.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
 from infra.config import build_stack_config
 from infra.kafka_cluster import broker_env_name
 from infra.render import RecordedStack, record_stack
 from infra.stack_settings import StackConfigError
-from policies.contract import acl_specs
-from policies.contract.container_commands import FORMAT_SCRIPT
-from policies.contract.java_properties import load_properties
-from policies.contract.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
 from tests.infra.conftest import container_env, k8s_object, names_of, stack_config_of
 
 
@@ -183,7 +183,7 @@ def test_the_readiness_sidecar_holds_no_broker_key_and_connects_as_its_own_user(
 
 def _acls_of_lines(lines: list[str]) -> set[tuple[str, str, str, str, str]]:
     """What `kafka-acls.sh --add <line>` adds for each line: (principal, type, name, pattern,
-    operation), operations in policies.contract.acl_specs' spelling."""
+    operation), operations in contract.acl_specs' spelling."""
     flags = {"--topic": "TOPIC", "--group": "GROUP", "--transactional-id": "TRANSACTIONAL_ID"}
     found = set()
     for line in lines:

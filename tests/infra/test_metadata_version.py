@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from contract import container_commands
+from contract.java_properties import load_properties
 from infra.config import build_stack_config
 from infra.presets import KAFKA_IMAGE
 from infra.render import RecordedStack, record_stack
 from infra.stack_settings import StackConfigError
-from policies.contract import container_commands
-from policies.contract.java_properties import load_properties
 from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, k8s_object
 
 RELEASE = KAFKA_IMAGE.split(":")[1].rsplit(".", 1)[0]  # "4.3"

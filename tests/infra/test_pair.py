@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from contract import acl_specs
+from contract.acl_specs import PAIR_SWITCH_USER, ResourceType
+from contract.processor_keys import PAIR_SIDES
+from contract.topic_specs import TopicRole, loads, loads_groups
 from infra.config import build_stack_config
 from infra.render import RecordedStack, record_stack
 from infra.stack_settings import PairImagesConfig, StackConfigError
-from policies.contract import acl_specs
-from policies.contract.acl_specs import PAIR_SWITCH_USER, ResourceType
-from policies.contract.processor_keys import PAIR_SIDES
-from policies.contract.topic_specs import TopicRole, loads, loads_groups
 from tests.infra.conftest import PAIR, k8s_object, names_of, pair_stack, stack_config_of
 from tests.infra.conftest import processor_properties as properties
 

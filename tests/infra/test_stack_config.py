@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from contract.topic_specs import PipelineNames
 from infra.config import build_stack_config
 from infra.render import main as render_main
 from infra.render import record_stack
 from infra.stack_settings import StackConfigError
-from policies.contract.topic_specs import PipelineNames
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The pipeline a stack file names (`policies.contract.stack_pipeline`, what the local run reads
+"""The pipeline a stack file names (`contract.stack_pipeline`, what the local run reads
 without Pulumi) is the pipeline the program deploys for it: the same names and aggregation for
 every stack file, and for a stack file written as `pulumi new` and `pulumi config set` write."""
 
@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import build_stack_config
-from infra.render import ROOT
-from policies.contract.processor_keys import DEFAULTS
-from policies.contract.stack_pipeline import (
+from contract.processor_keys import DEFAULTS
+from contract.stack_pipeline import (
     PROJECT,
     StackFileError,
     StackPipeline,
     read_stack_pipeline,
     stack_file,
 )
-from policies.contract.topic_specs import PipelineNames
+from contract.topic_specs import PipelineNames
+from infra.config import build_stack_config
+from infra.render import ROOT
 from tests.infra.conftest import stack_config_of
 
 STACKS = sorted(

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from cluster.go_tools import BIN as GO_TOOLS_BIN
+from contract.stack_pipeline import PROJECT
+from contract.topic_specs import PipelineNames
 from infra.config import build_stack_config
-from policies.contract.stack_pipeline import PROJECT
-from policies.contract.topic_specs import PipelineNames
 from tests.infra.project_runs import (
     REPO,
     Run,

@@ -3,7 +3,7 @@
 The rule tests mutate copies of it, so each rule is proven on its own, independently of
 `infra/`; the tests in test_real_stacks.py then run the same pack over the real recordings.
 Its security is what prod renders (docs/security.md): TLS listeners with SASL/SCRAM for the
-clients, StandardAuthorizer, the pipeline's ACLs (`policies.contract.acl_specs`) beside the topic
+clients, StandardAuthorizer, the pipeline's ACLs (`contract.acl_specs`) beside the topic
 specs, passwords and the broker's key in Secrets, and in ConfigMaps only `${dir:...}` references to
 the files of the mounted Secrets.
 """
@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.contract import container_commands
-from policies.contract.acl_specs import BROKER_READINESS_USER, dumps, pipeline_users
-from policies.contract.topic_specs import TopicSpec
+from contract import container_commands
+from contract.acl_specs import BROKER_READINESS_USER, dumps, pipeline_users
+from contract.topic_specs import TopicSpec
 
 PROJECT = "stateful-streaming"
 NAMESPACE = "streaming"
@@ -268,7 +268,7 @@ KAFKA_ENV = {
     "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "3000",
     "KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS": "1800000",
     "KAFKA_HEAP_OPTS": "-Xms1g -Xmx1g",
-    # Prod's listeners and authorizer (policies.contract.kafka_security.broker_security_configs).
+    # Prod's listeners and authorizer (contract.kafka_security.broker_security_configs).
     "KAFKA_LISTENERS": "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093",
     "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL",
     "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL",

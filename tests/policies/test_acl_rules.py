@@ -5,7 +5,7 @@ else. Least privilege (`kafka-least-privilege`): every ACL the stack grants, in 
 acls.json and the brokers' bootstrap-acls.json, is within the rights of the user it is for (the
 processor, the topic reconciler, a read-only user), never for a wildcard or an unknown principal.
 Cases run on the handmade stack (prod's secured shape, its ACLs
-`policies.contract.acl_specs.pipeline_users` itself) and on the rendered prod stack.
+`contract.acl_specs.pipeline_users` itself) and on the rendered prod stack.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from policies.contract import acl_grants, acl_specs, kafka_security
-from policies.contract.topic_specs import TopicSpec
+from contract import acl_grants, acl_specs, kafka_security
+from contract.topic_specs import TopicSpec
 from policies.evaluate import PolicyConfigError, PolicyInfo, Violation
 from policies.rules import acls, broker_security
 from tests.infra.conftest import names_of
@@ -171,11 +171,11 @@ def test_a_super_user_other_than_the_brokers_is_reported_naming_it(
         f"{extra} is not a broker principal (super.users is {super_users}); required: only "
         f"{BROKER} (the brokers' own principal, this rule's superUsers), never User:ANONYMOUS "
         f"or a wildcard. Fix: set KAFKA_SUPER_USERS={BROKER} (the subject of the broker "
-        f"certificate, as policies/contract/kafka_security.py renders it), without {extra}: "
+        f"certificate, as contract/kafka_security.py renders it), without {extra}: "
         f"a super user "
         f"bypasses every ACL, so whoever holds {extra}'s credentials may read, write and delete "
         "every topic and group and grant itself any ACL. Give a workload the ACLs it needs in "
-        "pipeline_users (policies/contract/acl_specs.py) instead; a further broker identity goes "
+        "pipeline_users (contract/acl_specs.py) instead; a further broker identity goes "
         "into this rule's superUsers in policies/config.<stack>.json"
     )
 
@@ -327,8 +327,8 @@ def test_an_acl_for_a_wildcard_principal_is_reported_whatever_the_operation(
         f"{resource_type} {name} (LITERAL) is for a wildcard principal: every user holds it, "
         "present and future, User:ANONYMOUS included; required: a principal of one user, "
         "User:<name>, within that user's rights. Fix: grant it to the one user that needs it "
-        "in pipeline_users (policies/contract/acl_specs.py), whose AclSpec refuses wildcard "
-        "principals, and render the file with policies.contract.acl_specs.dumps"
+        "in pipeline_users (contract/acl_specs.py), whose AclSpec refuses wildcard "
+        "principals, and render the file with contract.acl_specs.dumps"
     )
 
 
@@ -353,7 +353,7 @@ def test_an_acl_for_a_principal_of_no_known_user_is_reported(
         "user of this stack; required: ACLs only for the stack's users, whose rights the pack "
         f"knows (the processor's user {PROCESSOR}; the topic reconciler {RECONCILER}; the "
         f"read-only user {OBSERVER}). Fix: remove it, or grant it in pipeline_users "
-        "(policies/contract/acl_specs.py) to one of those users"
+        "(contract/acl_specs.py) to one of those users"
     )
     assert "readOnlyUsers (policies/config.<stack>.json)" in message
 
@@ -612,7 +612,7 @@ def test_a_processor_acl_beyond_its_rights_is_reported_with_the_acl_and_the_fix(
     )
     assert "required: only DESCRIBE/READ on topic page-views, group page-view-counter;" in message
     assert "Fix: remove the grant from the processor's ACLs in pipeline_users " in message
-    assert "(policies/contract/acl_specs.py)" in message
+    assert "(contract/acl_specs.py)" in message
 
 
 @pytest.mark.parametrize(
@@ -627,7 +627,7 @@ def test_a_processor_acl_beyond_its_rights_is_reported_with_the_acl_and_the_fix(
     ids=["idempotent-write", "one-transactional-id", "describe-ids", "describe-output", "group"],
 )
 def test_the_processor_rights_and_nothing_more_pass(run, acl: tuple[str, ...]) -> None:
-    """The handmade stack's acls.json is policies.contract.acl_specs.pipeline_users itself; these
+    """The handmade stack's acls.json is contract.acl_specs.pipeline_users itself; these
     add to it."""
     assert _ours(run, changed(handmade_stack(), "topics-specs", with_acl(*acl))) == []
 

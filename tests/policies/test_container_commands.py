@@ -1,6 +1,6 @@
 """What a container runs, not only what the pack reads (docs/security.md): `container-commands`
 refuses every container whose command, args, exec probes or lifecycle hooks differ from what
-`policies.contract.container_commands` renders from the stack's own inputs, a `$(NAME)` its env
+`contract.container_commands` renders from the stack's own inputs, a `$(NAME)` its env
 could fill, a file it acts on that is not a reviewed ConfigMap's, and a container the contract
 does not declare. Each case is a mutation of a copy of the rendered stack; the rendered stacks
 themselves pass."""
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from contract import container_commands as contract
+from contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512
 from infra.kafka_cluster import INTERNAL_PORT
 from infra.render import record_stack
-from policies.contract import container_commands as contract
-from policies.contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512
 from policies.evaluate import Violation
 from policies.rules.commands import difference
 from tests.infra.conftest import pair_stack
@@ -189,7 +189,7 @@ MUTATIONS = [
         "/etc/processor/processor.properties --debug-shell (word 6 '--debug-shell' is more "
         "than the contract has); required: exactly python -m app.processor --properties "
         "/etc/processor/processor.properties, the contract's render for processor. Fix: "
-        "render the container from policies/contract/container_commands.py",
+        "render the container from contract/container_commands.py",
     ),
     (
         "topics",
@@ -294,7 +294,7 @@ def test_a_container_the_contract_does_not_declare_is_refused(run, recorded_stac
     message = _only(run, _edited(recorded_stacks, "prod", STS, "kafka", add_debug_sidecar))
     assert (
         "StatefulSet streaming/kafka: container debug is a container "
-        "policies/contract/container_commands.py does not declare (it runs sh -c sleep "
+        "contract/container_commands.py does not declare (it runs sh -c sleep "
         "infinity); required: one of the contract's containers (seed-config, format-storage, "
         "kafka, grant-acls, broker-readiness, processor, reconcile, retire, "
         "finalize-metadata-version)"

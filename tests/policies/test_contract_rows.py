@@ -1,4 +1,4 @@
-"""The contract's rows (`policies/contract/processor_keys.py`) are what the Pulumi program and the
+"""The contract's rows (`contract/processor_keys.py`) are what the Pulumi program and the
 pack judge a processor setting by: a value a row refuses fails `pulumi up` naming the setting, and
 fails the pack naming the key. (`tests/app/test_contract_rows.py` proves the processor's side.)"""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from contract.processor_keys import DEFAULTS, KEYS, Key, KeyType, SetBy
 from infra.config import build_stack_config
 from infra.processor_properties import processor_properties
 from infra.stack_settings import StackConfigError
-from policies.contract.processor_keys import DEFAULTS, KEYS, Key, KeyType, SetBy
 from tests.policies.handmade_stack import changed, handmade_stack, with_properties
 
 # Every row with a check: a type, a range, allowed values, or a key the processor sets itself.

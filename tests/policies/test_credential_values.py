@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
+from contract.credential_values import CredentialAssignment, find_credentials
 from policies.evaluate import Violation
-from policies.rules.credential_values import CredentialAssignment, find_credentials
 from tests.policies.conftest import Evaluate, stack_config
 from tests.policies.handmade_stack import (
     NAMESPACE,

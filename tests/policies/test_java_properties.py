@@ -1,4 +1,4 @@
-"""The one properties codec (`policies/contract/java_properties.py`): java.util.Properties' escapes
+"""The one properties codec (`contract/java_properties.py`): java.util.Properties' escapes
 and continuation lines, a writer that round-trips, and the policy pack reading a ConfigMap the
 way the processor reads its file. (tests/app/test_settings.py also compares it with a JVM.)"""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.contract.java_properties import (
+from contract.java_properties import (
     env_reference,
     format_properties,
     is_credential_key,
@@ -152,9 +152,7 @@ def test_a_reference_is_one_whole_env_or_dir_reference(value: str, reference: bo
 
 def test_the_codec_imports_without_pulumi_policy() -> None:
     """The processor image has no pulumi-policy: importing the codec must not need it."""
-    code = (
-        "import sys; sys.modules['pulumi_policy'] = None; import policies.contract.java_properties"
-    )
+    code = "import sys; sys.modules['pulumi_policy'] = None; import contract.java_properties"
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
     )

@@ -17,6 +17,7 @@ from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime import proto
 from pulumi.runtime.proto import analyzer_pb2_grpc
 
+from policies.bundle import bundle
 from tests.policies.handmade_stack import handmade_stack
 
 PACK_DIR = Path(__file__).resolve().parents[2] / "policies"
@@ -27,11 +28,11 @@ def analyzer(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[analyzer_pb2_grpc.AnalyzerStub]:
     """The pack served from the repository, and from a copy under another directory name, as
-    `pulumi policy publish` unpacks it (the rules and the contract must import either way)."""
+    `pulumi policy publish` unpacks the bundle `policies.bundle` writes (the rules and the
+    contract must import either way)."""
     pack_dir = PACK_DIR
     if request.param != "policies":
-        pack_dir = tmp_path_factory.mktemp("published") / request.param
-        shutil.copytree(PACK_DIR, pack_dir, ignore=shutil.ignore_patterns("__pycache__", "venv"))
+        pack_dir = bundle(tmp_path_factory.mktemp("published") / request.param)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     process = subprocess.Popen(
         [sys.executable, str(pack_dir)],
@@ -84,3 +85,23 @@ def test_pack_analyzes_a_resource_over_grpc(analyzer) -> None:
     fired = {d.policyName: d for d in response.diagnostics}
     assert "kafka-quorum-size" in fired
     assert "spec.replicas is 1; required: an odd number >= 3" in fired["kafka-quorum-size"].message
+
+
+def test_a_pack_directory_without_the_contract_exits_at_once_saying_how_to_bundle_it(
+    tmp_path: Path,
+) -> None:
+    alone = tmp_path / "pack-alone"
+    shutil.copytree(PACK_DIR, alone, ignore=shutil.ignore_patterns("__pycache__", "venv"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run(
+        [sys.executable, str(alone)],
+        cwd=alone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode != 0
+    assert f"no contract/ in {alone} or beside it" in ran.stderr
+    assert "python -m policies.bundle" in ran.stderr

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from policies.contract import container_commands
+from contract import container_commands
 from policies.evaluate import Violation
 from tests.policies.conftest import Evaluate, findings_of, stack_config
 from tests.policies.handmade_stack import (

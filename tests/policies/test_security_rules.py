@@ -8,9 +8,9 @@ import base64
 import pytest
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from policies.contract import container_commands, kafka_security
-from policies.contract.java_properties import load_properties
-from policies.contract.kafka_security import (
+from contract import container_commands, kafka_security
+from contract.java_properties import load_properties
+from contract.kafka_security import (
     broker_security_configs,
     listeners,
     scram_client_configs,
@@ -118,7 +118,7 @@ def _processor_properties(stack: list[Resource]) -> dict[str, str]:
 
 def _rendered_broker_env(client_listener: str) -> dict[str, str]:
     """The brokers' security env as the Pulumi program renders it from
-    policies.contract.kafka_security."""
+    contract.kafka_security."""
     brokers = broker_security_configs(client_listener, "/etc/kafka/tls")
     return {
         **{env_name(key): value for key, value in brokers.items()},

@@ -39,7 +39,7 @@ from app.devkit.bench.throughput import DEFAULT_CONFIGS, ThroughputParams, run_t
 from app.devkit.bench.variant import Variant
 from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.local.pipeline import ENGINE_PROCESSOR, ENGINES
-from policies.contract.processor_keys import (
+from contract.processor_keys import (
     DEFAULTS,
     KNOWN_KEYS,
     PROTOCOL_CLASSIC,
@@ -84,7 +84,7 @@ def _variant(text: str) -> Variant:
         if not sep or not (key in KNOWN_KEYS or key.startswith(PASSED_ON)):
             raise argparse.ArgumentTypeError(
                 f"--set {text!r}: {pair!r} is not KEY=VALUE with KEY a processor key (see "
-                f"policies/contract/processor_keys.py) or a {'/'.join(PASSED_ON)}* key, e.g. "
+                f"contract/processor_keys.py) or a {'/'.join(PASSED_ON)}* key, e.g. "
                 "spark.driver.memory=512m"
             )
         settings[key] = value.strip()

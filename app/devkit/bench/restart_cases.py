@@ -9,7 +9,7 @@ from app.devkit.bench import coordinators
 from app.devkit.bench.variant import Variant
 from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS
 from app.devkit.local.pipeline import ENGINE_PROCESSOR
-from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
+from contract.processor_keys import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
 
 NEEDS_BROKERS = (
     "needs brokers the bench can restart: run without --bootstrap-servers (the bench then "

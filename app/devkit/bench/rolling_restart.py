@@ -49,8 +49,8 @@ from app.devkit.local.pipeline import (
     engine_label,
 )
 from app.devkit.truth import Latency, OutputCheck, OutputRecord, check_output
-from policies.contract.processor_keys import DEFAULTS, PROTOCOL_CONSUMER
-from policies.contract.topic_specs import PipelineNames
+from contract.processor_keys import DEFAULTS, PROTOCOL_CONSUMER
+from contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.bench")
 

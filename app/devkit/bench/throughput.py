@@ -53,7 +53,7 @@ from app.devkit.local.pipeline import (
     engine_label,
 )
 from app.devkit.truth import check_output
-from policies.contract.topic_specs import PipelineNames
+from contract.topic_specs import PipelineNames
 
 log = logging.getLogger("app.devkit.bench")
 

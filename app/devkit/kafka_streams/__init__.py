@@ -29,8 +29,8 @@ from pathlib import Path
 
 from app.devkit import kafka_release
 from app.devkit.local.instances import InstanceOptions, InstanceStatus, ProcessorProcess
-from policies.contract.java_properties import format_properties
-from policies.contract.processor_keys import DEFAULTS, MEMBERSHIP_STATIC, PROTOCOL_CONSUMER
+from contract.java_properties import format_properties
+from contract.processor_keys import DEFAULTS, MEMBERSHIP_STATIC, PROTOCOL_CONSUMER
 
 SOURCE = Path(__file__).with_name("PageViewCountStreams.java")
 MAIN_CLASS = "PageViewCountStreams"

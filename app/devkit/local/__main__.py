@@ -52,14 +52,14 @@ from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
 from app.devkit.local.progress import Sample, format_progress, now
 from app.devkit.local.roll import CatchUpWait, LocalController
 from app.devkit.truth import check_output
-from policies.contract.processor_keys import (
+from contract.processor_keys import (
     DEFAULTS,
     MEMBERSHIP_HANDOFF,
     MEMBERSHIP_STATIC,
     PROTOCOL_CLASSIC,
     PROTOCOL_CONSUMER,
 )
-from policies.contract.stack_pipeline import StackFileError, read_stack_pipeline, stack_file
+from contract.stack_pipeline import StackFileError, read_stack_pipeline, stack_file
 
 log = logging.getLogger("app.devkit.local")
 

@@ -28,9 +28,9 @@ from app.devkit.kraft_cluster import free_port
 from app.processor import assignment_file
 from app.processor.settings import checkpoint_dir, load_settings
 from app.processor.state_restore import copies_path, read_copies
-from policies.contract.java_properties import format_properties
-from policies.contract.membership import kip848_group_configs
-from policies.contract.processor_keys import (
+from contract.java_properties import format_properties
+from contract.membership import kip848_group_configs
+from contract.processor_keys import (
     CLASSIC_PROTOCOL_ONLY,
     CRASH_SAFE_TRANSACTION_TIMEOUT_MS,
     DEFAULTS,
@@ -39,8 +39,8 @@ from policies.contract.processor_keys import (
     PROTOCOL_CONSUMER,
     TRANSACTIONAL_ID_KEY,
 )
-from policies.contract.restart_budget import RestartBudget, session_timeout_ms
-from policies.contract.topic_specs import PipelineNames
+from contract.restart_budget import RestartBudget, session_timeout_ms
+from contract.topic_specs import PipelineNames
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 HTTP_TIMEOUT_S = 2.0

@@ -30,8 +30,8 @@ from app.devkit.local.instances import InstanceOptions, ProcessorProcess, group_
 from app.devkit.local.observe import GroupLag, OutputTail, SlowestLag
 from app.devkit.truth import Truth
 from app.processor.aggregation import Aggregation, load_aggregation
-from policies.contract.processor_keys import DEFAULTS
-from policies.contract.topic_specs import GroupConfigSpec, PipelineNames, dumps, pipeline_topics
+from contract.processor_keys import DEFAULTS
+from contract.topic_specs import GroupConfigSpec, PipelineNames, dumps, pipeline_topics
 
 
 def broker_count(bootstrap_servers: str, client_config: Mapping[str, str]) -> int:

@@ -9,7 +9,7 @@ judges each inner key with the same `is_credential_key`, so the policy pack and 
 check agree on what a credential is.
 
 Standard library and `java_properties` only: the Pulumi program's stack config check imports it
-as `policies.rules.credential_values`, the Pulumi CLI as `rules.credential_values`.
+as `contract.credential_values`, the Pulumi CLI as `rules.credential_values`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-from ..contract.java_properties import is_credential_key, is_reference
+from .java_properties import is_credential_key, is_reference
 
 # A key with its separator: `-Dkey=`, `--flag=`, `--flag value`, `key=`, `key: `, `"key": `.
 # Keys start at the beginning of the text or after a blank, a quote, an opening bracket, a list

@@ -5,7 +5,7 @@ with it, the topic reconciler its `--command-config`, the Pulumi program and the
 write the processor's file with it, and the policy pack reads the file back from the ConfigMap.
 So what the pack checks is exactly what the processor runs.
 
-Part of the contract (`policies/contract/__init__.py`): standard library only.
+Part of the contract (`contract/__init__.py`): standard library only.
 """
 
 from __future__ import annotations

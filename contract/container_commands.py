@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from policies.contract.acl_grants import GRANTS_FILE
-from policies.contract.kafka_security import scram_key
+from contract.acl_grants import GRANTS_FILE
+from contract.kafka_security import scram_key
 
 
 @dataclass(frozen=True)

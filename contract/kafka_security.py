@@ -8,7 +8,7 @@ settings and librdkafka's client settings.
 A secured cluster has three listeners:
 
 - CLIENT (SASL_SSL, SCRAM-SHA-256 and SCRAM-SHA-512): every workload, one SCRAM user each
-  (`policies.contract.acl_specs`), on the mechanism of the stack's credentials revision;
+  (`contract.acl_specs`), on the mechanism of the stack's credentials revision;
 - INTERNAL (SSL, client certificate required): replication between brokers, and the brokers'
   `grant-acls` containers (the bootstrap ACLs; the readiness sidecars use CLIENT, as a user);
 - CONTROLLER (SSL, client certificate required): the KRaft quorum.

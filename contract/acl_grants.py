@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from policies.contract.acl_specs import AclSpec, KafkaUser, ResourceType
+from contract.acl_specs import AclSpec, KafkaUser, ResourceType
 
 # `kafka-acls.sh` arguments, one grant a line (a principal, one resource type and pattern, the
 # operations): the file the script reads, beside the ACLs' JSON in the bootstrap ConfigMap.

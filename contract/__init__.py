@@ -8,9 +8,9 @@ mechanisms (`kafka_security`), the pipeline's topics and users with their codecs
 validation at `pulumi up`, the processor's check at start and the pack's rules in review all call
 these, each with its own message framing, so a rule is stated once.
 
-It lives inside the policy pack because `pulumi policy publish` and
-`pulumi preview --policy-pack policies` take the pack's directory alone: the pack must carry
-everything it imports. `app/` and `infra/` import it as `policies.contract`, and the processor
-image copies this directory beside the application. Standard library only: the pack, the
-processor image and the Pulumi program each have a different environment.
+`app/`, `infra/` and `policies/` import it as `contract`. The processor image copies this
+directory beside the application; the pack finds it beside its own directory in the repository,
+and a published pack carries a copy inside (`python -m policies.bundle`, `make policy-pack`).
+Standard library only: the pack, the processor image and the Pulumi program each have a
+different environment.
 """
