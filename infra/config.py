@@ -142,19 +142,36 @@ def _literal_values(loc: Sequence[str]) -> tuple[Any, ...]:
     return typing.get_args(field.annotation) if field else ()
 
 
-def load_stack_config() -> StackConfig:
-    """The running stack's configuration, as the language host passes it, validated.
+def known_keys() -> list[str]:
+    """Every key a stack file may set: each section, and each section's settings as
+    `section.setting` (what `pulumi config set` without `--path` writes)."""
+    return [*_TOP_LEVEL, *(f"{s}.{k}" for s in _TOP_LEVEL for k in _section_keys([s]))]
 
-    The whole bag, not `pulumi.Config` key by key: a key no setting has (a typo) is an error
-    naming the known ones, not a setting silently left at its default.
+
+def load_stack_config() -> StackConfig:
+    """The running stack's configuration, read through `pulumi.Config` and validated.
+
+    The known keys are read one by one, which works wherever the program runs (the language
+    host, an Automation API inline program, the mocks). A key no setting has (a typo) is an
+    error naming the known ones, not a setting silently left at its default: the language host
+    passes the whole configuration in PULUMI_CONFIG (`pulumi.runtime.get_config_env`), where
+    the unknown ones are found.
     """
     prefix = f"{PROJECT}:"
-    raw: dict[str, Any] = {}
-    for key, value in pulumi.runtime.get_config_env().items():
-        if not key.startswith(prefix):
-            continue
-        try:
-            raw[key[len(prefix) :]] = json.loads(value) if isinstance(value, str) else value
-        except json.JSONDecodeError:
-            raw[key[len(prefix) :]] = value
+    settings = pulumi.Config(PROJECT)
+    given = {key: settings.get(key) for key in known_keys()}
+    given |= {
+        key.removeprefix(prefix): value
+        for key, value in pulumi.runtime.get_config_env().items()
+        if key.startswith(prefix)
+    }
+    raw = {key: _parsed(value) for key, value in given.items() if value is not None}
     return build_stack_config(pulumi.get_stack(), raw)
+
+
+def _parsed(value: Any) -> Any:
+    """A structured value from its JSON text, as the CLI passes it; other text as it is."""
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError:
+        return value

@@ -11,6 +11,7 @@ from infra.config import build_stack_config
 from infra.render import main as render_main
 from infra.render import record_stack
 from infra.stack_settings import StackConfigError
+from tests.infra.conftest import k8s_object, names_of
 
 
 @pytest.mark.parametrize(
@@ -256,6 +257,15 @@ def test_a_named_stack_can_use_a_preset_by_profile() -> None:
 def test_the_program_refuses_an_invalid_stack_before_registering_anything() -> None:
     with pytest.raises(StackConfigError, match=r"processor\.replicas = 9"):
         record_stack("dev", {"processor": {"replicas": 9}})
+
+
+def test_the_program_reads_a_dotted_key_and_refuses_an_unknown_one_as_the_cli_passes_them() -> None:
+    # What `pulumi config set processor.replicas 3` (no --path) writes, in PULUMI_CONFIG.
+    recorded = record_stack("dev", {"processor.replicas": "3"})
+    processor = k8s_object(recorded, "StatefulSet", names_of(recorded).application_id)
+    assert processor["spec"]["replicas"] == 3  # the dev preset's is 2
+    with pytest.raises(StackConfigError, match=r"processor\.replica\b.*unknown key"):
+        record_stack("dev", {"processor.replica": "3"})
 
 
 def test_render_cli_exits_non_zero_with_the_message(capsys: pytest.CaptureFixture[str]) -> None:
