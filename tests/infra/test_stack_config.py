@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pulumi
 import pytest
 
+from contract.stack_pipeline import PROJECT
 from contract.topic_specs import PipelineNames
-from infra.config import build_stack_config
+from infra.config import build_stack_config, load_stack_config
 from infra.render import main as render_main
 from infra.render import record_stack
 from infra.stack_settings import StackConfigError
@@ -266,6 +268,19 @@ def test_the_program_reads_a_dotted_key_and_refuses_an_unknown_one_as_the_cli_pa
     assert processor["spec"]["replicas"] == 3  # the dev preset's is 2
     with pytest.raises(StackConfigError, match=r"processor\.replica\b.*unknown key"):
         record_stack("dev", {"processor.replica": "3"})
+
+
+def test_the_program_reads_its_config_as_an_automation_api_inline_program_gets_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An inline program's config arrives through set_all_config, not PULUMI_CONFIG.
+    monkeypatch.delenv("PULUMI_CONFIG", raising=False)
+    pulumi.runtime.reset_options(project=PROJECT, stack="dev")
+    pulumi.runtime.set_all_config({f"{PROJECT}:processor": '{"replicas": 3}'}, [])
+    try:
+        assert load_stack_config().processor.replicas == 3
+    finally:
+        pulumi.runtime.set_all_config({}, [])
 
 
 def test_render_cli_exits_non_zero_with_the_message(capsys: pytest.CaptureFixture[str]) -> None:
