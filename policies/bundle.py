@@ -18,15 +18,15 @@ from pathlib import Path
 PACK_DIR = Path(__file__).resolve().parent
 CONTRACT_DIR = PACK_DIR.parent / "contract"
 # What a local run leaves in the pack's directory: the CLI's pack environment and bytecode.
-_LEFT_OUT = shutil.ignore_patterns("__pycache__", "venv")
+LEFT_OUT = shutil.ignore_patterns("__pycache__", "venv")
 
 
 def bundle(out: Path) -> Path:
     """Write the publishable pack to `out` (a new directory) and return it."""
     if out.exists():
         raise FileExistsError(f"{out} exists; the bundle goes into a new directory")
-    shutil.copytree(PACK_DIR, out, ignore=_LEFT_OUT)
-    shutil.copytree(CONTRACT_DIR, out / "contract", ignore=_LEFT_OUT)
+    shutil.copytree(PACK_DIR, out, ignore=LEFT_OUT)
+    shutil.copytree(CONTRACT_DIR, out / "contract", ignore=LEFT_OUT)
     return out
 
 

@@ -34,6 +34,15 @@ def stack_config(stack: str) -> dict[str, Any]:
     return json.loads((REPO / "policies" / f"config.{stack}.json").read_text())
 
 
+def thresholds_of(policy: PolicyInfo, config: Mapping[str, Any]) -> dict[str, Any]:
+    """A policy's thresholds under a config file: its values over the schema's defaults."""
+    entry = config.get(policy.name, {})
+    given = entry if isinstance(entry, dict) else {}
+    return {
+        name: given.get(name, field["default"]) for name, field in policy.config_properties.items()
+    }
+
+
 def findings_of(
     run: Evaluate, stack: Iterable[Any], rules: Collection[str], config: str = "prod"
 ) -> list[Violation]:

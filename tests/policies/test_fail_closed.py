@@ -10,16 +10,9 @@ import copy
 from typing import Any
 
 from policies.evaluate import PolicyInfo, resolved_levels
-from tests.policies.conftest import Evaluate, stack_config
+from tests.policies.conftest import Evaluate, stack_config, thresholds_of
 
 LISTENERS = "kafka-listener-encryption"
-
-
-def _thresholds(policy: PolicyInfo, config: dict[str, Any]) -> dict[str, Any]:
-    schema = policy.config_properties
-    entry = config.get(policy.name, {})
-    given = entry if isinstance(entry, dict) else {}
-    return {name: given.get(name, field["default"]) for name, field in schema.items()}
 
 
 def test_without_a_config_every_policy_has_its_prod_level(policies: tuple[PolicyInfo, ...]) -> None:
@@ -31,9 +24,9 @@ def test_without_a_config_every_threshold_has_its_prod_value(
 ) -> None:
     prod = stack_config("prod")
     differing = {
-        p.name: (_thresholds(p, {}), _thresholds(p, prod))
+        p.name: (thresholds_of(p, {}), thresholds_of(p, prod))
         for p in policies
-        if _thresholds(p, {}) != _thresholds(p, prod)
+        if thresholds_of(p, {}) != thresholds_of(p, prod)
     }
     assert differing == {}
 

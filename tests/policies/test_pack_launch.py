@@ -17,7 +17,7 @@ from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime import proto
 from pulumi.runtime.proto import analyzer_pb2_grpc
 
-from policies.bundle import bundle
+from policies.bundle import LEFT_OUT, bundle
 from tests.policies.handmade_stack import handmade_stack
 
 PACK_DIR = Path(__file__).resolve().parents[2] / "policies"
@@ -91,7 +91,7 @@ def test_a_pack_directory_without_the_contract_exits_at_once_saying_how_to_bundl
     tmp_path: Path,
 ) -> None:
     alone = tmp_path / "pack-alone"
-    shutil.copytree(PACK_DIR, alone, ignore=shutil.ignore_patterns("__pycache__", "venv"))
+    shutil.copytree(PACK_DIR, alone, ignore=LEFT_OUT)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     ran = subprocess.run(
         [sys.executable, str(alone)],

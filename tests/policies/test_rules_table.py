@@ -4,26 +4,28 @@ level as config.dev.json and config.prod.json set it, and every threshold it nam
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
-from typing import Any
 
 import pytest
 
+from policies.evaluate import PolicyInfo, resolved_levels
 from policies.rules import all_policies
+from tests.policies.conftest import REPO, stack_config, thresholds_of
 
-ROOT = Path(__file__).resolve().parents[2]
 TABLE_HEADER = "| policy | level | dev | prod |"
 # A threshold as the table names it: `minNodes` 3, `maxSegmentBytes` 64 MiB.
 NAMED_VALUE = re.compile(r"`(\w+)` (\d+(?:\.\d+)?)(?: (MiB))?")
 BARE_VALUE = re.compile(r"(\d+(?:\.\d+)?)(?: (MiB))?")
 UNITS = {"": 1, "MiB": 1024 * 1024}
 CELL_SEPARATOR = re.compile(r"(?<!\\)\|")
+STACKS = ("dev", "prod")
+# The pack's policies by name, for parametrizing; the tests judge what the pack serves.
+NAMES = [p.name for p in all_policies()]
+WITH_THRESHOLDS = [p.name for p in all_policies() if p.config_schema]
 
 
 def _rows() -> dict[str, dict[str, str]]:
-    text = (ROOT / "docs" / "policies.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "policies.md").read_text(encoding="utf-8")
     lines = text.split(f"\n{TABLE_HEADER}\n", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     rows = {}
     for line in lines:
@@ -33,61 +35,53 @@ def _rows() -> dict[str, dict[str, str]]:
 
 
 ROWS = _rows()
-POLICIES = {p.name: p for p in all_policies()}
-CONFIGS = {
-    stack: json.loads((ROOT / "policies" / f"config.{stack}.json").read_text(encoding="utf-8"))
-    for stack in ("dev", "prod")
-}
-
-
-def _value(stack: str, policy: str, key: str) -> Any:
-    """What `stack`'s policy config gives `key`: its own value, else the schema's default."""
-    config = CONFIGS[stack].get(policy, {})
-    if key in config:
-        return config[key]
-    schema = POLICIES[policy].config_schema
-    return schema.properties[key]["default"] if schema else None
-
-
-def _thresholds(policy: str) -> set[str]:
-    schema = POLICIES[policy].config_schema
-    return set(schema.properties) if schema else set()
 
 
 def _number(digits: str, unit: str | None) -> float:
     return float(digits) * UNITS[unit or ""]
 
 
-def test_the_table_has_one_row_per_policy_of_the_pack_and_no_other() -> None:
-    assert set(ROWS) == set(POLICIES)
+def _served(policies: tuple[PolicyInfo, ...], name: str) -> PolicyInfo:
+    return next(p for p in policies if p.name == name)
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
-def test_each_rows_level_is_what_the_stack_configs_set(policy: str) -> None:
-    dev, prod = (CONFIGS[stack][policy]["enforcementLevel"] for stack in ("dev", "prod"))
+def test_the_table_has_one_row_per_policy_of_the_pack_and_no_other(
+    policies: tuple[PolicyInfo, ...],
+) -> None:
+    assert set(ROWS) == {p.name for p in policies}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_rows_level_is_what_the_stack_configs_set(
+    policies: tuple[PolicyInfo, ...], name: str
+) -> None:
+    dev, prod = (resolved_levels(policies, stack_config(stack))[name] for stack in STACKS)
     expected = dev if dev == prod else f"{dev} in dev, {prod} in prod"
-    assert ROWS[policy]["level"] == expected
+    assert ROWS[name]["level"] == expected
 
 
-@pytest.mark.parametrize("policy", [p for p in POLICIES if _thresholds(p)])
-def test_each_threshold_a_row_names_has_the_value_of_that_stacks_config(policy: str) -> None:
-    row, thresholds = ROWS[policy], _thresholds(policy)
+@pytest.mark.parametrize("name", WITH_THRESHOLDS)
+def test_each_threshold_a_row_names_has_the_value_of_that_stacks_config(
+    policies: tuple[PolicyInfo, ...], name: str
+) -> None:
+    row, policy = ROWS[name], _served(policies, name)
+    values = {stack: thresholds_of(policy, stack_config(stack)) for stack in STACKS}
     named = {
         stack: [
             (key, _number(digits, unit))
             for key, digits, unit in NAMED_VALUE.findall(row[stack])
-            if key in thresholds
+            if key in values[stack]
         ]
-        for stack in ("dev", "prod")
+        for stack in STACKS
     }
-    for stack in ("dev", "prod"):
+    for stack in STACKS:
         for key, value in named[stack]:
-            assert value == _value(stack, policy, key), f"{policy}: {stack} says {key} {value}"
+            assert value == values[stack][key], f"{name}: {stack} says {key} {value}"
     prod = row["prod"]
     bare = BARE_VALUE.fullmatch(prod)
     if prod == "same":
         for key, _ in named["dev"]:
-            assert _value("prod", policy, key) == _value("dev", policy, key), f"{policy}: {key}"
+            assert values["prod"][key] == values["dev"][key], f"{name}: {key}"
     elif bare and len(named["dev"]) == 1:
         ((key, _),) = named["dev"]
-        assert _number(*bare.groups()) == _value("prod", policy, key), f"{policy}: prod {key}"
+        assert _number(*bare.groups()) == values["prod"][key], f"{name}: prod {key}"
