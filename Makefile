@@ -70,10 +70,10 @@ test: setup tools
 	$(APP_PY) -m pytest --durations=30 tests/app
 
 render: $(VENV)/infra/.synced
-	$(INFRA_PY) -m infra.render --stack $(STACK) --out build/manifests/$(STACK)
+	$(INFRA_PY) -m offline.render --stack $(STACK) --out build/manifests/$(STACK)
 
 check: $(VENV)/infra/.synced
-	$(INFRA_PY) -m infra.policy_check --stack $(STACK)
+	$(INFRA_PY) -m offline.policy_check --stack $(STACK)
 
 ## The pack as `pulumi policy publish` takes it (the contract inside): build/policy-pack.
 policy-pack:
@@ -91,7 +91,7 @@ bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra policies contract tests/infra tests/policies tests/cluster tests/engine cluster tests/*.py
+	$(VENV)/infra/bin/mypy infra offline policies contract tests/infra tests/policies tests/cluster tests/engine cluster tests/*.py
 	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)

@@ -5,7 +5,7 @@ whatever its name (a published pack is unpacked under another one), so the rules
 one name everywhere. The contract they share with the program and the processor (`contract`)
 is beside the pack in the repository, and inside it in a published pack (`policies.bundle`).
 `PolicyPack(...)` serves gRPC and never returns: nothing else belongs in this file (tests and
-`python -m infra.policy_check` import `policies.rules`).
+`python -m offline.policy_check` import `policies.rules`).
 """
 
 import importlib.util

@@ -53,7 +53,7 @@ class PackLaunchError(RuntimeError):
 
 
 class Resource(Protocol):
-    """What the evaluation needs of a resource (`infra.render.RecordedResource` has it).
+    """What the evaluation needs of a resource (`offline.render.RecordedResource` has it).
 
     Read-only members, so frozen dataclasses and properties satisfy it too.
     """

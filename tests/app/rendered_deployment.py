@@ -1,4 +1,4 @@
-"""The manifests `python -m infra.render` writes, run on a `pod_runtime.Node` as a cluster would.
+"""The manifests `python -m offline.render` writes, run on a `pod_runtime.Node` as a cluster would.
 
 The two images are made of what this machine has, the way their Dockerfiles make them:
 
@@ -62,11 +62,11 @@ def distribution_with_scripts(release: KafkaRelease, folder: Path) -> Path:
 
 
 def render(stack: str, out: Path, overrides: Mapping[str, Any] | None = None) -> None:
-    """`python -m infra.render --stack <stack> --out <out> [--override KEY=JSON ...]`, in the
+    """`python -m offline.render --stack <stack> --out <out> [--override KEY=JSON ...]`, in the
     infra environment."""
     options = [f"--override={key}={json.dumps(value)}" for key, value in (overrides or {}).items()]
     result = subprocess.run(
-        [str(INFRA_PYTHON), "-m", "infra.render", "--stack", stack, "--out", str(out), *options],
+        [str(INFRA_PYTHON), "-m", "offline.render", "--stack", stack, "--out", str(out), *options],
         cwd=REPO,
         capture_output=True,
         text=True,

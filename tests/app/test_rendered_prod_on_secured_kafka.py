@@ -1,6 +1,6 @@
 """The prod stack as rendered starts and counts on a secured 3-node Apache Kafka (docs/security.md).
 
-Everything comes from `python -m infra.render --stack prod`: the brokers' settings (the
+Everything comes from `python -m offline.render --stack prod`: the brokers' settings (the
 `kafka-bootstrap` ConfigMap's server.properties), each broker pod's `grant-acls` script (run
 with `kafka-acls.sh` of the release's jars) and readiness sidecar with the files they mount, the
 topic Job's own command with its ConfigMap (topics, users, ACLs, client settings) and the

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from app.clients.waiting import wait_until
-from infra.render import record_stack, write_manifests
+from offline.render import record_stack, write_manifests
 
 # Created before what lives in them, then by what refers to what (Pulumi orders by dependency;
 # `kubectl apply -f dir/` would go alphabetically).

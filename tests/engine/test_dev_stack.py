@@ -20,9 +20,9 @@ from pulumi import automation as auto
 
 from app.clients.waiting import wait_until
 from cluster.go_tools import PULUMI_KUBERNETES_RELEASE
-from infra.policy_check import preview_skips
 from infra.presets import KAFKA_IMAGE
-from infra.render import record_stack
+from offline.policy_check import preview_skips
+from offline.render import record_stack
 from policies.evaluate import AnalyzerProcess, load_policy_config
 from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
 from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, names_of
@@ -99,7 +99,7 @@ def test_a_preview_with_the_pack_runs_every_rule_as_the_offline_check_does(
     # The CLI read the pack's name and version from PulumiPolicy.yaml beside policies/analyzer.
     packs = {key.split("|")[0]: version for key, version in run.policy_packs.items()}
     assert packs == {"stateful-streaming": "0.1.0"}, run.policy_packs
-    # The offline check (infra.policy_check) finds what the engine found, resource by resource.
+    # The offline check (offline.policy_check) finds what the engine found, resource by resource.
     recorded = record_stack("dev", SETTINGS, preview=True)
     with AnalyzerProcess() as pack:
         config = load_policy_config(config_path, pack.policies)

@@ -14,8 +14,8 @@ from contract.java_properties import parse_properties
 from contract.stack_pipeline import PROJECT
 from contract.topic_specs import PipelineNames
 from infra.config import build_stack_config
-from infra.render import RecordedStack, load_stack_file, record_stack, write_manifests
 from infra.stack_settings import StackConfig
+from offline.render import RecordedStack, load_stack_file, record_stack, write_manifests
 
 # The broker image of the release this project ran before (app/devkit/kafka_release.py's
 # PREVIOUS_VERSION), which stacks upgrade from.
@@ -28,7 +28,7 @@ def stack_config_of(stack: RecordedStack | str) -> StackConfig:
     """The configuration the program runs with for `stack`, read as
     `infra.config.load_stack_config` reads what the CLI passes (JSON where it parses): a
     recording's (its stack file and any overrides), or a stack file's, by the stack's name, as
-    `infra.render` and `infra.policy_check` render it without overrides.
+    `offline.render` and `offline.policy_check` render it without overrides.
 
     The stack's own, not the presets: a stack may name its pipeline (`pulumi new`'s prompts
     write `processor.applicationId` and the topics into `Pulumi.<stack>.yaml`), and a test of a

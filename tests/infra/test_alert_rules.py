@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from infra.alert_rules import alert_rules
-from infra.render import RecordedStack, record_stack
+from offline.render import RecordedStack, record_stack
 
 
 def _rules(stack: RecordedStack) -> list[dict]:

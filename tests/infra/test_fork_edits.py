@@ -63,7 +63,7 @@ import dataclasses, json, sys
 import app, infra, policies
 from contract.java_properties import parse_properties
 from contract.stack_pipeline import PROJECT
-from infra.render import record_stack
+from offline.render import record_stack
 from contract.topic_specs import PipelineNames
 
 stacks = {}

@@ -16,8 +16,8 @@ from contract.processor_keys import CLASSIC_PROTOCOL_ONLY, DEFAULTS
 from contract.topic_specs import loads_groups
 from infra.config import build_stack_config
 from infra.kafka_cluster import broker_env_name
-from infra.render import RecordedStack, record_stack
 from infra.stack_settings import StackConfigError
+from offline.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object, names_of
 from tests.infra.conftest import processor_properties as properties
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from contract.processor_keys import DEFAULTS
 from infra.processor import PROCESSOR_UID
-from infra.render import RecordedStack
+from offline.render import RecordedStack
 from tests.infra.conftest import k8s_object, names_of
 
 REPO = Path(__file__).resolve().parents[2]

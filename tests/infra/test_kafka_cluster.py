@@ -7,8 +7,8 @@ import pytest
 from app.devkit.kafka_release import KAFKA_VERSION
 from infra.kafka_cluster import broker_env_name, heap_megabytes
 from infra.presets import KAFKA_IMAGE
-from infra.render import RecordedStack, record_stack
 from infra.stack_settings import StackConfigError
+from offline.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object, names_of
 
 

@@ -14,8 +14,8 @@ from contract.java_properties import load_properties
 from contract.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
 from infra.config import build_stack_config
 from infra.kafka_cluster import broker_env_name
-from infra.render import RecordedStack, record_stack
 from infra.stack_settings import StackConfigError
+from offline.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object, names_of, stack_config_of
 
 

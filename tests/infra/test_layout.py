@@ -1,7 +1,8 @@
 """The repository's layers: the contract and the pack import neither the program nor the
 application, the application does not import the program, the image's packages leave the
-developer kit alone, and no module imports itself through others (imports inside functions
-count: they run too; those under `if TYPE_CHECKING:` do not)."""
+developer kit alone, `infra/` holds the program and nothing else, and no module imports itself
+through others (imports inside functions count: they run too; those under `if TYPE_CHECKING:`
+do not)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("app", "infra", "policies")
+PACKAGES = ("app", "contract", "infra", "offline", "policies")
 
 
 def _module_name(path: Path) -> str:
@@ -64,8 +65,10 @@ GRAPH = {name: set(_imports(name, path)) - {name} for name, path in MODULES.item
 @pytest.mark.parametrize(
     ("importer", "forbidden"),
     [
-        ("policies", ("app", "infra")),
-        ("app", ("infra",)),
+        ("contract", ("app", "infra", "offline", "policies")),
+        ("policies", ("app", "infra", "offline")),
+        ("infra", ("app", "offline")),
+        ("app", ("infra", "offline")),
         ("app.processor", ("app.devkit", "app.admin")),
         ("app.admin", ("app.devkit", "app.processor")),
         ("app.clients", ("app.devkit", "app.processor", "app.admin")),
@@ -80,6 +83,19 @@ def test_no_import_runs_against_the_layers(importer: str, forbidden: tuple[str, 
         if any(target == f or target.startswith(f"{f}.") for f in forbidden)
     )
     assert not wrong, wrong
+
+
+def test_every_module_in_infra_is_part_of_the_program() -> None:
+    reached, todo = set(), ["infra.__main__"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(GRAPH[name])
+    left_over = sorted(
+        name for name in MODULES if name.startswith("infra.") and name not in reached
+    )
+    assert not left_over, f"not imported by infra/__main__.py: {left_over}"
 
 
 def test_no_module_imports_itself_through_others() -> None:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from infra.render import main as render_main
+from offline.render import main as render_main
 from tests.infra.conftest import names_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_render_cli_writes_one_manifest_per_object(
 
 def test_render_runs_as_a_module(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "infra.render", "--stack", "dev", "--out", str(tmp_path)],
+        [sys.executable, "-m", "offline.render", "--stack", "dev", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -11,8 +11,8 @@ from contract import container_commands
 from contract.java_properties import load_properties
 from infra.config import build_stack_config
 from infra.presets import KAFKA_IMAGE
-from infra.render import RecordedStack, record_stack
 from infra.stack_settings import StackConfigError
+from offline.render import RecordedStack, record_stack
 from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, k8s_object
 
 RELEASE = KAFKA_IMAGE.split(":")[1].rsplit(".", 1)[0]  # "4.3"

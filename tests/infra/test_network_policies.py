@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from infra.config import build_stack_config
-from infra.render import RecordedStack, record_stack
 from infra.stack_settings import StackConfigError
+from offline.render import RecordedStack, record_stack
 from tests.infra.conftest import k8s_object, names_of
 
 BROKERS = {"app.kubernetes.io/instance": "kafka", "app.kubernetes.io/name": "kafka"}

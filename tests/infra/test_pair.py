@@ -16,8 +16,8 @@ from contract.acl_specs import PAIR_SWITCH_USER, ResourceType
 from contract.processor_keys import PAIR_SIDES
 from contract.topic_specs import TopicRole, loads, loads_groups
 from infra.config import build_stack_config
-from infra.render import RecordedStack, record_stack
 from infra.stack_settings import PairImagesConfig, StackConfigError
+from offline.render import RecordedStack, record_stack
 from tests.infra.conftest import PAIR, k8s_object, names_of, pair_stack, stack_config_of
 from tests.infra.conftest import processor_properties as properties
 

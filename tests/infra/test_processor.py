@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from infra.render import RecordedStack, record_stack
+from offline.render import RecordedStack, record_stack
 from tests.infra.conftest import container_env, k8s_object, names_of
 from tests.infra.conftest import processor_properties as properties
 

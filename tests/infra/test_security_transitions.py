@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from infra.render import RecordedStack, record_stack
 from infra.security_transitions import rollover_step
+from offline.render import RecordedStack, record_stack
 
 # The rollover chain of docs/security.md: trust [1], trust [1, 2], sign with 2, trust [2], ...
 CHAIN = [(1, [1]), (1, [1, 2]), (2, [1, 2]), (2, [2]), (2, [2, 3]), (3, [2, 3]), (3, [3])]

@@ -10,9 +10,9 @@ import pytest
 from contract.stack_pipeline import PROJECT
 from contract.topic_specs import PipelineNames
 from infra.config import build_stack_config, load_stack_config
-from infra.render import main as render_main
-from infra.render import record_stack
 from infra.stack_settings import StackConfigError
+from offline.render import main as render_main
+from offline.render import record_stack
 from tests.infra.conftest import k8s_object, names_of
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.render import RecordedStack
+from offline.render import RecordedStack
 from tests.infra.conftest import names_of
 
 

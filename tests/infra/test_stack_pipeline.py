@@ -20,7 +20,7 @@ from contract.stack_pipeline import (
 )
 from contract.topic_specs import PipelineNames
 from infra.config import build_stack_config
-from infra.render import ROOT
+from offline.render import ROOT
 from tests.infra.conftest import stack_config_of
 
 STACKS = sorted(

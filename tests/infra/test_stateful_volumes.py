@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from infra.render import RecordedStack, record_stack
 from infra.workload import WAIT_FOR_ANNOTATION
+from offline.render import RecordedStack, record_stack
 from tests.infra.conftest import k8s_object, names_of
 
 PATCH = "kubernetes:core/v1:PersistentVolumeClaimPatch"

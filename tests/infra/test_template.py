@@ -146,7 +146,7 @@ def test_pulumi_new_from_a_clone_renders_under_the_names_given(
     assert yaml.safe_load((project / "Pulumi.yaml").read_text())["name"] == PROJECT_NAME
     out = tmp_path / "manifests"
     render = subprocess.run(
-        [sys.executable, "-m", "infra.render", "--stack", "dev", "--out", str(out)],
+        [sys.executable, "-m", "offline.render", "--stack", "dev", "--out", str(out)],
         cwd=project,
         env={**generated.env, "PYTHONPATH": str(project)},
         capture_output=True,

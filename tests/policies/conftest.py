@@ -74,6 +74,6 @@ def run(pack: AnalyzerProcess) -> Evaluate:
 @pytest.fixture(scope="session")
 def recorded_stacks() -> dict[str, Any]:
     """dev and prod, each recorded once per session (tests mutate deep copies)."""
-    from infra.render import record_stack
+    from offline.render import record_stack
 
     return {stack: record_stack(stack) for stack in ("dev", "prod")}

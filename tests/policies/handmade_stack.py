@@ -69,7 +69,7 @@ PEM_PRIVATE_KEY_BLOCK = (
 
 @dataclass
 class Resource:
-    """The fields of `infra.render.RecordedResource` the evaluation reads."""
+    """The fields of `offline.render.RecordedResource` the evaluation reads."""
 
     type: str
     name: str

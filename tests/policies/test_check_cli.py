@@ -1,4 +1,4 @@
-"""`python -m infra.policy_check` end to end: recording, table, exit codes, SARIF read back."""
+"""`python -m offline.policy_check` end to end: recording, table, exit codes, SARIF read back."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.policy_check import main
+from offline.policy_check import main
 from tests.infra.conftest import names_of
 from tests.policies.conftest import REPO, stack_config
 
@@ -36,7 +36,7 @@ def test_dev_check_reports_only_its_plaintext_listeners_as_advisories_and_exits_
 ) -> None:
     sarif = tmp_path / "dev.sarif"
     result = subprocess.run(
-        [sys.executable, "-m", "infra.policy_check", "--stack", "dev", "--sarif", str(sarif)],
+        [sys.executable, "-m", "offline.policy_check", "--stack", "dev", "--sarif", str(sarif)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -116,8 +116,8 @@ def test_a_config_the_cli_would_reject_exits_2_naming_the_problem(tmp_path, caps
 def test_a_refused_stack_still_writes_sarif_naming_the_setting(
     tmp_path, capsys, monkeypatch
 ) -> None:
-    import infra.policy_check as policy_check
-    import infra.render as render
+    import offline.policy_check as policy_check
+    import offline.render as render
 
     stack_file = tmp_path / "Pulumi.broken.yaml"
     stack_file.write_text(

@@ -16,7 +16,7 @@ import pytest
 from contract import container_commands as contract
 from contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512
 from infra.kafka_cluster import INTERNAL_PORT
-from infra.render import record_stack
+from offline.render import record_stack
 from policies.evaluate import Violation
 from policies.rules.commands import difference
 from tests.infra.conftest import pair_stack

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from infra.render import record_stack
+from offline.render import record_stack
 from tests.infra.conftest import PAIR, names_of, pair_stack
 from tests.policies.conftest import Evaluate, stack_config
 from tests.policies.handmade_stack import changed, with_properties

@@ -45,7 +45,7 @@ def test_a_preview_of_a_new_stack_runs_every_rule_with_the_same_findings(
     """Before the first `up`, what the random and TLS providers make is unknown (prod's
     certificate hash in the pods' annotations, a generated cluster id): a rule that reads such a
     value is skipped by the engine, so the pull request's preview would never have run it."""
-    from infra.render import record_stack
+    from offline.render import record_stack
 
     recorded = record_stack(stack, preview=True)
     if stack == "prod":  # else this test would prove nothing
@@ -66,7 +66,7 @@ def isinstance_deep(value: Any, kind: type) -> bool:
 
 @pytest.mark.parametrize("scrape", ["podMonitor", "annotations"])
 def test_the_pack_passes_prod_with_each_metrics_scrape_choice(run, scrape: str) -> None:
-    from infra.render import record_stack
+    from offline.render import record_stack
 
     recorded = record_stack("prod", {"processor": {"metricsScrape": scrape}})
     assert run(recorded.resources, stack_config("prod")) == []
@@ -76,7 +76,7 @@ def test_the_pack_judges_prod_after_a_rotation_as_before_it(run, recorded_stacks
     """Revision 2 renders SCRAM-SHA-256 clients, a new pair of reconciler and retire Jobs and
     the previous password in the reconciler's mount: the pack finds what it finds in revision
     1's (SCRAM-SHA-512), no more."""
-    from infra.render import record_stack
+    from offline.render import record_stack
 
     rotated = record_stack("prod", {"security": {"credentialsRevision": 2}})
     before = run(recorded_stacks["prod"].resources, stack_config("prod"))
@@ -85,7 +85,7 @@ def test_the_pack_judges_prod_after_a_rotation_as_before_it(run, recorded_stacks
 
 
 def test_prod_without_standby_state_is_blocked(run) -> None:
-    from infra.render import record_stack
+    from offline.render import record_stack
 
     recorded = record_stack(
         "prod", {"processor": {"membershipMode": "static", "numStandbyReplicas": 0}}
@@ -343,7 +343,7 @@ def test_mutation_of_the_real_stack_is_caught_by_its_rule(
 def test_the_pack_passes_each_stack_under_the_consumer_group_protocol(run, stack: str) -> None:
     """KIP-848: no client-side session, the group's own configs for the reconciler, the
     reconciler's right to set them, brokers whose bounds admit them: nothing more found."""
-    from infra.render import record_stack
+    from offline.render import record_stack
 
     recorded = record_stack(stack, {"processor.groupProtocol": "consumer"})
     violations = run(recorded.resources, stack_config(stack))
@@ -351,7 +351,7 @@ def test_the_pack_passes_each_stack_under_the_consumer_group_protocol(run, stack
 
 
 def test_a_kip848_groups_own_session_too_long_for_a_hand_off_is_blocked(run) -> None:
-    from infra.render import record_stack
+    from offline.render import record_stack
 
     recorded = record_stack("prod", {"processor.groupProtocol": "consumer"})
     resources = recorded.resources

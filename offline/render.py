@@ -1,6 +1,6 @@
 """Run the Pulumi program offline under Pulumi's own mocks and write what it would apply.
 
-    python -m infra.render --stack dev --out build/manifests/dev
+    python -m offline.render --stack dev --out build/manifests/dev
 
 No cluster, credentials or Pulumi CLI: the program runs exactly as `pulumi up` runs it
 (`runpy` on `infra/`, inside a root stack), with `Pulumi.<stack>.yaml` as its configuration and
@@ -443,7 +443,7 @@ def write_manifests(recorded: RecordedStack, out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
     parser = argparse.ArgumentParser(
-        prog="python -m infra.render", description=__doc__.split("\n")[0]
+        prog="python -m offline.render", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--out", type=Path, required=True, help="directory for the manifests")

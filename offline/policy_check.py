@@ -1,8 +1,8 @@
 """Offline policy check for pull requests: no cluster, no credentials, no Pulumi CLI.
 
-    python -m infra.policy_check --stack dev [--config policies/config.dev.json] [--sarif FILE]
+    python -m offline.policy_check --stack dev [--config policies/config.dev.json] [--sarif FILE]
 
-Records the stack with the Pulumi program under Pulumi's mocks (`infra.render.record_stack`,
+Records the stack with the Pulumi program under Pulumi's mocks (`offline.render.record_stack`,
 configuration from `Pulumi.<stack>.yaml`), launches the pack as `pulumi preview --policy-pack
 policies/analyzer --policy-pack-config policies/config.<stack>.json` does and sends it the same
 Analyzer requests over gRPC (`policies.evaluate.AnalyzerProcess`), prints
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from contract.stack_pipeline import PROJECT
-from infra.render import record_stack
 from infra.stack_settings import StackConfigError
+from offline.render import record_stack
 from policies.evaluate import (
     AnalyzerProcess,
     PackLaunchError,
@@ -128,7 +128,7 @@ def refused_source(stack: str, config_path: Path, error: Exception) -> tuple[str
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: 0 clean or advisory only, 1 mandatory violations, 2 bad input."""
     parser = argparse.ArgumentParser(
-        prog="python -m infra.policy_check", description=__doc__.split("\n")[0]
+        prog="python -m offline.policy_check", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--stack", required=True, help="stack name: Pulumi.<stack>.yaml")
     parser.add_argument("--config", type=Path, help="policy config (policies/config.<stack>.json)")
