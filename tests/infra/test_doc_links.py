@@ -1,5 +1,7 @@
 """Every relative link in the Markdown docs leads somewhere: the file exists and, with an
-anchor, the file has that heading (GitHub's anchors)."""
+anchor, the file has that heading (GitHub's anchors). No doc points at a tracker's issue or a
+lesson a reader of the repository cannot open, and the README stays one screenful of
+pointers (150 lines)."""
 
 from __future__ import annotations
 
@@ -48,3 +50,19 @@ def test_every_relative_link_in_the_docs_leads_to_a_file_and_heading() -> None:
             ):
                 broken.append(f"{where}: no heading with the anchor #{anchor}")
     assert broken == [], "\n".join(broken)
+
+
+def test_no_doc_points_at_an_issue_or_lesson_outside_the_repository() -> None:
+    pointer = re.compile(r"\b(?:issue|lesson)s? #?\d+", flags=re.IGNORECASE)
+    found = [
+        f"{doc.relative_to(REPO)}:{number}: {match.group(0)}"
+        for doc in DOCS
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1)
+        for match in pointer.finditer(line)
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_readme_is_at_most_150_lines() -> None:
+    lines = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
+    assert lines <= 150, f"README.md has {lines} lines; details belong in docs/"
