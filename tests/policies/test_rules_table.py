@@ -68,14 +68,13 @@ def test_each_threshold_a_row_names_has_the_value_of_that_stacks_config(
     values = {stack: thresholds_of(policy, stack_config(stack)) for stack in STACKS}
     named = {
         stack: [
-            (key, _number(digits, unit))
-            for key, digits, unit in NAMED_VALUE.findall(row[stack])
-            if key in values[stack]
+            (key, _number(digits, unit)) for key, digits, unit in NAMED_VALUE.findall(row[stack])
         ]
         for stack in STACKS
     }
     for stack in STACKS:
         for key, value in named[stack]:
+            assert key in values[stack], f"{name}: {stack} names {key}, not one of its thresholds"
             assert value == values[stack][key], f"{name}: {stack} says {key} {value}"
     prod = row["prod"]
     bare = BARE_VALUE.fullmatch(prod)
