@@ -236,13 +236,22 @@ def load_stack_file(stack: str) -> dict[str, str]:
         known = sorted(p.name for p in ROOT.glob("Pulumi.*.yaml"))
         raise StackConfigError(f"stack {stack!r}: {path.name} not found; stack files: {known}")
     document = yaml.safe_load(path.read_text()) or {}
-    config = {}
-    for key, value in (document.get("config") or {}).items():
+    settings = document.get("config") or {}
+    for key, value in settings.items():
         if isinstance(value, Mapping) and "secure" in value:
             raise StackConfigError(f"{key}: secrets cannot be rendered offline; pass an override")
-        full = key if ":" in key else f"{PROJECT}:{key}"
-        config[full] = value if isinstance(value, str) else json.dumps(value)
-    return config
+    return _as_passed(settings)
+
+
+def _as_passed(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Settings as the CLI passes them to a program: each key under the project, objects as
+    JSON."""
+    return {
+        (key if ":" in key else f"{PROJECT}:{key}"): (
+            value if isinstance(value, str) else json.dumps(value)
+        )
+        for key, value in settings.items()
+    }
 
 
 def record_stack(
@@ -262,10 +271,7 @@ def record_stack(
     `deployed` is the stack's outputs from its last `pulumi up` (none: a new stack), and
     `storage_classes` the cluster's StorageClass objects by name, for the reads the program makes.
     """
-    config = load_stack_file(stack)
-    for key, value in (overrides or {}).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
-        config[full] = value if isinstance(value, str) else json.dumps(value)
+    config = load_stack_file(stack) | _as_passed(overrides or {})
 
     mocks = _Mocks(stack, preview, deployed, storage_classes)
     options = _OptionsRecorder()
