@@ -157,16 +157,23 @@ def load_stack_config() -> StackConfig:
     passes the whole configuration in PULUMI_CONFIG (`pulumi.runtime.get_config_env`), where
     the unknown ones are found.
     """
-    prefix = f"{PROJECT}:"
     settings = pulumi.Config(PROJECT)
-    given = {key: settings.get(key) for key in known_keys()}
-    given |= {
-        key.removeprefix(prefix): value
-        for key, value in pulumi.runtime.get_config_env().items()
-        if key.startswith(prefix)
+    passed = {f"{PROJECT}:{key}": settings.get(key) for key in known_keys()}
+    passed |= pulumi.runtime.get_config_env()
+    return stack_config_from_cli(pulumi.get_stack(), passed)
+
+
+def stack_config_from_cli(stack: str, passed: Mapping[str, Any]) -> StackConfig:
+    """The stack configuration from settings as the CLI passes them to a program
+    (`stateful-streaming:<key>` to JSON or plain text), validated; other projects' keys and
+    unset ones (None) are not this program's."""
+    prefix = f"{PROJECT}:"
+    raw = {
+        key.removeprefix(prefix): _parsed(value)
+        for key, value in passed.items()
+        if key.startswith(prefix) and value is not None
     }
-    raw = {key: _parsed(value) for key, value in given.items() if value is not None}
-    return build_stack_config(pulumi.get_stack(), raw)
+    return build_stack_config(stack, raw)
 
 
 def _parsed(value: Any) -> Any:

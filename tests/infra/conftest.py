@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -11,9 +10,8 @@ from typing import Any
 import pytest
 
 from contract.java_properties import parse_properties
-from contract.stack_pipeline import PROJECT
 from contract.topic_specs import PipelineNames
-from infra.config import build_stack_config
+from infra.config import stack_config_from_cli
 from infra.stack_settings import StackConfig
 from offline.render import RecordedStack, load_stack_file, record_stack, write_manifests
 
@@ -38,16 +36,7 @@ def stack_config_of(stack: RecordedStack | str) -> StackConfig:
         name, config = stack, load_stack_file(stack)
     else:
         name, config = stack.stack, stack.config
-    prefix = f"{PROJECT}:"
-    raw: dict[str, Any] = {}
-    for key, value in config.items():
-        if not key.startswith(prefix):
-            continue
-        try:
-            raw[key.removeprefix(prefix)] = json.loads(value)
-        except json.JSONDecodeError:
-            raw[key.removeprefix(prefix)] = value
-    return build_stack_config(name, raw)
+    return stack_config_from_cli(name, config)
 
 
 def names_of(stack: RecordedStack | str) -> PipelineNames:
