@@ -109,9 +109,7 @@ def restart(
         event.recovered_at = recovered.at
         log.info("case %s: processed again %.0f s after the stop", case.name,
                  recovered.at - stopped_at)  # fmt: skip
-    time.sleep(params.tail_s)
-    event.after = {s.name: s for s in timeline.take().instances}
-    return event
+    return _after_tail(timeline, event, params)
 
 
 def rollout(
@@ -179,6 +177,11 @@ def _all_processing_again(
         event.recovered_at = recovered.at
         log.info("case %s: %s %.0f s after it began", event.case.name, done,
                  recovered.at - event.stopped_at)  # fmt: skip
+    return _after_tail(timeline, event, params)
+
+
+def _after_tail(timeline: Timeline, event: Restart, params: BenchParams) -> Restart:
+    """`event` with the instances' status `tail_s` later, once the case has settled."""
     time.sleep(params.tail_s)
     event.after = {s.name: s for s in timeline.take().instances}
     return event
@@ -301,7 +304,6 @@ def broker_roll(
         )
         if recovered is not None:
             event.recovered_at = recovered.at
-        time.sleep(params.tail_s)
-        event.after = {s.name: s for s in timeline.take().instances}
+        _after_tail(timeline, event, params)
     event.exited = tuple(i.name for i in pipeline.instances if not i.running)
     return event
