@@ -86,6 +86,7 @@ READINESS_PORT = 8090
 # The pod's ordinal, which the program sets from the downward API (the sidecar's `--node-id`).
 NODE_ID_VARIABLE = "KAFKA_NODE_ID"
 KAFKA_ACLS = "/opt/kafka/bin/kafka-acls.sh"
+KAFKA_CONFIGS = "/opt/kafka/bin/kafka-configs.sh"
 KAFKA_STORAGE = "/opt/kafka/bin/kafka-storage.sh"
 # The grant script's own files, in the pod's /tmp: a heartbeat touched every round (the
 # container's probes read it), and the last tool output, shown when a line fails.
@@ -129,20 +130,48 @@ exec {KAFKA_STORAGE} format --cluster-id "$CLUSTER_ID" --config "$config" \
 ALIVE_PROBE = ("sh", "-c", f'test -n "$(find {HEARTBEAT} -mmin -{STUCK_MINUTES})"')
 
 
-def grant_script(bootstrap_dir: str, bootstrap_server: str) -> str:
-    """The `grant-acls` container's `sh -c` script (busybox sh, `sha256sum`, `kafka-acls.sh`):
-    `kafka-acls.sh --add` once per line of `GRANTS_FILE`, again whenever the file changes."""
+def grant_script(bootstrap_dir: str, bootstrap_server: str, users_dir: str = USERS_DIR) -> str:
+    """The `grant-acls` container's `sh -c` script (busybox sh, `sha256sum`, `kafka-acls.sh`,
+    `kafka-configs.sh`): once per start, the current revision's SCRAM credential of each user in
+    `users_dir` (the bootstrap users: the topic reconciler and the readiness user); then
+    `kafka-acls.sh --add` once per line of `GRANTS_FILE`, again whenever the file changes.
+
+    The credentials are set because the format step writes users only into an empty storage: a
+    kept volume adopted by a new stack (a destroy that kept the claims, `kafka.clusterId`) holds
+    the old stack's passwords, and without its own the reconciler could never log in to set
+    everyone else's. The password goes to the tool on its standard input (`printf` is a shell
+    builtin): no command line holds it, and a failure's output is shown with it masked."""
     output = f"{STATE_DIR}/kafka-acls.out"
     return f"""set -eu
 set -f  # each rendered line is split into words, never globbed
 lines={bootstrap_dir}/{GRANTS_FILE}
 config={bootstrap_dir}/{GRANT_CLIENT_FILE}
+users={users_dir}
 server={bootstrap_server}
 granted=""
+credentials=""
 touch {HEARTBEAT}
-echo "granting the ACLs of $lines as the broker on $server, again on each change"
+echo "setting the SCRAM credentials of $users and granting the ACLs of $lines as the broker on \\
+$server, the ACLs again on each change"
 while :; do
   touch {HEARTBEAT}
+  if [ -z "$credentials" ]; then
+    mechanism=$(cat {bootstrap_dir}/{SCRAM_MECHANISM_FILE})
+    credentials=$(ls "$users" | tr '\\n' ' ')
+    for user in $credentials; do
+      if ! printf '%s\\n' "$mechanism=password=$(cat "$users/$user")" \\
+          | {KAFKA_CONFIGS} --bootstrap-server "$server" --command-config "$config" --alter \\
+            --entity-type users --entity-name "$user" --add-config-file /dev/stdin \\
+            > {output} 2>&1; then
+        echo "kafka-configs.sh: setting the $mechanism credential of $user failed" \\
+          "(the broker may be starting), retrying:"
+        tail -n 5 {output} | sed 's/password=[^],]*/password=(masked)/g'
+        credentials=""
+        break
+      fi
+    done
+    [ -z "$credentials" ] || echo "set the $mechanism credentials of $credentials"
+  fi
   digest=$(sha256sum "$lines" | cut -d ' ' -f 1)
   if [ "$digest" != "$granted" ]; then
     failed=""

@@ -1,4 +1,5 @@
-"""The bootstrap ACLs, granted inside each broker's pod by a container on the broker's own image.
+"""The bootstrap users' credentials and ACLs, set inside each broker's pod by a container on the
+broker's own image.
 
 KRaft cannot create ACLs when the storage is formatted, and deny-by-default holds for the topic
 reconciler (which grants everyone else's) and for the brokers' readiness user, so someone with
@@ -6,7 +7,9 @@ the brokers' rights grants theirs on a new cluster. That is the `grant-acls` con
 `apache/kafka` image (the same trust boundary as the broker, the only holder of the broker's
 key), its busybox `sh` and Kafka's own `kafka-acls.sh`, connected as the broker on its INTERNAL
 listener. Its script (`contract.container_commands.grant_script`, which the pack renders
-again and compares) runs `kafka-acls.sh --add` once per line of `bootstrap-acls.args` (rendered by
+again and compares) first sets the bootstrap users' SCRAM credentials of the current revision
+from their Secrets (`kafka-configs.sh`: a volume formatted by an earlier stack holds that stack's
+passwords), then runs `kafka-acls.sh --add` once per line of `bootstrap-acls.args` (rendered by
 `contract.acl_grants`, which the pack renders again from the JSON and compares: no JSON
 parsing in shell), retries until its broker answers, and again whenever the mounted ConfigMap file
 changes (a ConfigMap update reaches a mounted file without a restart). Kafka keeps a binding it
@@ -21,6 +24,7 @@ from __future__ import annotations
 from contract.container_commands import (
     GRANT_CLIENT_FILE,
     KAFKA_ACLS,
+    KAFKA_CONFIGS,
     STATE_DIR,
     grant_script,
 )
@@ -29,6 +33,7 @@ from contract.kafka_security import TLS_CA_FILE, TLS_COMBINED_FILE
 __all__ = [
     "GRANT_CLIENT_FILE",
     "KAFKA_ACLS",
+    "KAFKA_CONFIGS",
     "REQUEST_TIMEOUT_MS",
     "STATE_DIR",
     "grant_client_properties",

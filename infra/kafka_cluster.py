@@ -393,7 +393,19 @@ class KafkaCluster(pulumi.ComponentResource):
             )
             # A renewed certificate rolls the brokers: each reads its key store at start.
             annotations = {"stateful-streaming.io/certificate": credentials.certificate_revision}
-            grant = [KafkaCluster._grant_container(cfg.image, [*tls_mounts, *mounts])]
+            # The bootstrap users' passwords: the grant container sets their credentials, which
+            # a kept volume adopted by a new stack holds from the old one.
+            volumes.append(
+                credentials.users_volume(
+                    "bootstrap-users", only=[u.name for u in args.bootstrap_users]
+                )
+            )
+            bootstrap_users = k8s.core.v1.VolumeMountArgs(
+                name="bootstrap-users", mount_path=USERS_DIR, read_only=True
+            )
+            grant = [
+                KafkaCluster._grant_container(cfg.image, [*tls_mounts, *mounts, bootstrap_users])
+            ]
             # The readiness user's password and the CA, never the broker's key. No revision
             # annotation: the sidecar reads a new password itself, and a roll of the brokers
             # waiting on a credential only the reconciler (after the roll) sets would never end.
@@ -514,12 +526,14 @@ class KafkaCluster(pulumi.ComponentResource):
     def _grant_container(
         image: str, mounts: list[k8s.core.v1.VolumeMountArgs]
     ) -> k8s.core.v1.ContainerArgs:
-        """`grant-acls`: the bootstrap ACLs, granted as the broker from the broker's own image.
+        """`grant-acls`: the bootstrap users' credentials and ACLs, set as the broker from the
+        broker's own image.
 
         The broker's key stays with the image that runs the broker; the script
         (`contract.container_commands.grant_script`) needs only busybox sh and Kafka's
-        `kafka-acls.sh`.
-        `mounts`: the broker's TLS Secret and its writable folders (the tool's logs, config, /tmp).
+        `kafka-configs.sh` and `kafka-acls.sh`.
+        `mounts`: the broker's TLS Secret, its writable folders (the tool's logs, config, /tmp)
+        and the bootstrap users' passwords.
         """
         runs = container_commands.grant_acls(INTERNAL_PORT)
         # Each round touches the heartbeat; one stuck longer than the contract allows is restarted.
@@ -529,7 +543,7 @@ class KafkaCluster(pulumi.ComponentResource):
             image=image,
             image_pull_policy="Always",
             command=list(runs.command),
-            # kafka-acls.sh starts a JVM a line; the tool needs little heap.
+            # kafka-configs.sh and kafka-acls.sh start a JVM a call; the tools need little heap.
             env=[k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value="-Xmx128m")],
             volume_mounts=[*mounts, BOOTSTRAP_MOUNT],
             resources=workload.guaranteed_resources("250m", "384Mi"),

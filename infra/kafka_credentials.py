@@ -264,11 +264,15 @@ class KafkaCredentials(pulumi.ComponentResource):
             previous_properties=previous_properties,
         )
 
-    def users_volume(self, name: str) -> k8s.core.v1.VolumeArgs:
-        """Every SCRAM user's password of the current revision as a file named after the user
-        (mount it at `contract.container_commands.USERS_DIR`, where the format step and
-        the reconciler read them). The key does not change with the revision, so a rotation does
-        not change the pod template of a pod that mounts this (the brokers')."""
+    def users_volume(self, name: str, only: Sequence[str] | None = None) -> k8s.core.v1.VolumeArgs:
+        """Every SCRAM user's password (or `only` these users') of the current revision as a file
+        named after the user (mount it at `contract.container_commands.USERS_DIR`, where the
+        format step, the grant container and the reconciler read them). The key does not change
+        with the revision, so a rotation does not change the pod template of a pod that mounts
+        this (the brokers')."""
+        unknown = sorted(set(only or ()) - set(self.user_secrets))
+        if unknown:
+            raise KeyError(f"no SCRAM users {unknown}; users: {sorted(self.user_secrets)}")
         return k8s.core.v1.VolumeArgs(
             name=name,
             projected=k8s.core.v1.ProjectedVolumeSourceArgs(
@@ -281,6 +285,7 @@ class KafkaCredentials(pulumi.ComponentResource):
                         )
                     )
                     for user, secret in self.user_secrets.items()
+                    if only is None or user in only
                 ],
             ),
         )

@@ -27,6 +27,7 @@ from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import KraftCluster, free_port
 from contract import acl_grants, acl_specs
 from contract.acl_specs import KafkaUser
+from contract.container_commands import SCRAM_MECHANISM_FILE, USERS_DIR
 from infra import bootstrap_grants
 from tests.app.processor_harness import REPO
 
@@ -35,6 +36,7 @@ from tests.app.processor_harness import REPO
 SIDECAR_DEADLINE_S = 240.0
 # The classes the distribution's bin/kafka-acls.sh and bin/kafka-features.sh run.
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 # Where the grant script of `readiness_sidecars` finds the bootstrap files: a mount path of this
 # test's own, pointed at a local folder as the rendered ones are.
@@ -70,12 +72,18 @@ def grant_command(
     script: str, cluster: KraftCluster, node_id: int, mounts: Mapping[str, Path], state: Path
 ) -> list[str]:
     """A `grant-acls` container's `sh -c` script, run here for node `node_id`: its mount paths
-    point at local folders (`mounts`), its `/tmp` at `state`, `kafka-acls.sh` at the shim, and
+    point at local folders (`mounts`), its `/tmp` at `state`, `kafka-acls.sh` and
+    `kafka-configs.sh` at shims, and
     the broker it connects to (`localhost:<port>`) is this node's INTERNAL listener."""
-    shim = kafka_tool_shim(cluster, state / "bin", "kafka-acls.sh", ACL_COMMAND)
-    local = localize(
-        script, {**mounts, bootstrap_grants.STATE_DIR: state, bootstrap_grants.KAFKA_ACLS: shim}
-    )
+    tools = {
+        bootstrap_grants.KAFKA_ACLS: kafka_tool_shim(
+            cluster, state / "bin", "kafka-acls.sh", ACL_COMMAND
+        ),
+        bootstrap_grants.KAFKA_CONFIGS: kafka_tool_shim(
+            cluster, state / "bin", "kafka-configs.sh", CONFIG_COMMAND
+        ),
+    }
+    local = localize(script, {**mounts, bootstrap_grants.STATE_DIR: state, **tools})
     local, found = re.subn(r"\blocalhost:\d+", cluster.node(node_id).admin_endpoint, local)
     assert found == 1, f"the grant script names its broker once, as localhost:<port>:\n{script}"
     return ["sh", "-c", local]
@@ -196,12 +204,15 @@ def readiness_files(
     folder: Path,
 ) -> Path:
     """The bootstrap ConfigMap's files for the pods' helpers, written from the program's own
-    functions (`infra.bootstrap_grants`, `contract.acl_specs`) into `folder`; the readiness
-    user's password beside them."""
-    bootstrap, user = folder / "bootstrap", folder / "kafka-user"
-    for directory in (bootstrap, user, folder / "tmp"):
+    functions (`infra.bootstrap_grants`, `contract.acl_specs`) into `folder`; beside them the
+    readiness user's password and the bootstrap users' (`users/`, as bootstrapped)."""
+    bootstrap, user, users = folder / "bootstrap", folder / "kafka-user", folder / "users"
+    for directory in (bootstrap, user, users, folder / "tmp"):
         directory.mkdir(parents=True, exist_ok=True)
     (user / "password").write_text(readiness_password, encoding="utf-8")
+    assert cluster.security is not None, "the grant containers run on a secured cluster"
+    for name in (u.name for u in bootstrap_users):
+        (users / name).write_text(cluster.security.scram_users[name], encoding="utf-8")
     readiness = cluster.client_configs(acl_specs.BROKER_READINESS_USER, f"${{dir:{user}:password}}")
     files = {
         "bootstrap-acls.json": acl_specs.dumps(list(bootstrap_users)),
@@ -209,6 +220,7 @@ def readiness_files(
         bootstrap_grants.GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(
             str(cluster.tls_dir)
         ),
+        SCRAM_MECHANISM_FILE: cluster.security.scram_mechanism,
         "readiness-client.properties": "".join(
             f"{key}={value}\n" for key, value in readiness.items() if key != "bootstrap.servers"
         ),
@@ -239,8 +251,7 @@ def readiness_sidecars(
             "--command-config", str(bootstrap / "readiness-client.properties"),
             "--bootstrap-acls", str(bootstrap / "bootstrap-acls.json"),
         ]  # fmt: skip
-        grants[node.node_id] = grant_command(
-            script, cluster, node.node_id, {BOOTSTRAP_MOUNT: bootstrap}, folder / "tmp"
-        )
+        mounts = {BOOTSTRAP_MOUNT: bootstrap, USERS_DIR: folder / "users"}
+        grants[node.node_id] = grant_command(script, cluster, node.node_id, mounts, folder / "tmp")
     with broker_pods(cluster, sidecars, grants, log_dir, deadline_s) as pods:
         yield pods

@@ -46,7 +46,7 @@ from confluent_kafka.admin import (
 from cryptography import x509
 
 from app.admin.acl_reconciler import Binding, read_bindings
-from app.admin.scram_credentials import existing_credentials
+from app.admin.scram_credentials import authenticates, existing_credentials
 from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
 from contract import acl_specs, container_commands, topic_specs
@@ -350,7 +350,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     job = _topic_job(manifests)
     user_secrets = _job_user_secrets(job)
     passwords = {user: f"{user}-{uuid.uuid4().hex}" for user in user_secrets.values()}
-    reconciler = load_properties(_job_config(manifests)["client.properties"])["sasl.username"]
+    reconciler = _reconciler(manifests)
     readiness = load_properties(bootstrap["readiness-client.properties"])["sasl.username"]
     # The reconciler's and the readiness sidecars' users exist from the start (bootstrapped at
     # format, as prod's init container does with every user); the reconciler creates the others.
@@ -386,11 +386,18 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
 @pytest.fixture(scope="module")
 def topic_job(deployed: Deployed) -> subprocess.CompletedProcess[str]:
     """The rendered topic Job's container, run once on the fresh cluster."""
+    return _run_topic_job(deployed, deployed.kubelet, deployed.workdir / "job")
+
+
+def _run_topic_job(
+    deployed: Deployed, kubelet: Kubelet, root: Path
+) -> subprocess.CompletedProcess[str]:
+    """The rendered topic Job's container, its volumes as `kubelet` fills them under `root`."""
     job = _topic_job(deployed.manifests)
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert "command" not in container, "the image's entrypoint runs the container's args"
-    mounts = deployed.kubelet.mount(pod, container, deployed.workdir / "job")
+    mounts = kubelet.mount(pod, container, root)
     args = [localize(arg, mounts) for arg in container["args"]]
     assert args[0] == "python", args
     args[0] = sys.executable
@@ -691,3 +698,58 @@ def test_a_sidecar_started_mid_rotation_logs_in_with_the_previous_revisions_cred
         sidecar.terminate()
         sidecar.wait(30)
     assert "connected with the previous revision's credentials" in log_file.read_text()
+
+
+def test_kept_volumes_adopted_by_a_new_stack_take_the_new_stacks_passwords(
+    deployed: Deployed, topic_job: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    """A destroy that keeps the claims, then a new stack on them (docs/operations.md, "What
+    destroy leaves"): every user gets a new password, the brokers start on storage an earlier
+    stack formatted (so the format step writes nobody), and the rendered grant containers set
+    the bootstrap users' credentials as the broker; so the readiness sidecars become ready and
+    the reconciler logs in with the new stack's passwords, and sets everyone else's. Last in the
+    module: the cluster's users keep the new passwords."""
+    assert topic_job.returncode == 0, "the first stack's topic Job did not set its users up"
+    cluster, old = deployed.cluster, dict(deployed.kubelet.passwords)
+    new = {user: f"{user}-{uuid.uuid4().hex}" for user in old}
+    # The first stack goes: its pods' helpers and its brokers stop; the storage stays.
+    deployed.pods.stack.close()
+    for node in cluster.nodes:
+        cluster.stop_node(node.node_id)
+    for node in cluster.nodes:
+        cluster.start_node(node.node_id)
+    cluster.wait_until_ready()
+    admin = deployed.superuser
+    logins = {user: cluster.client_configs(user, new[user]) for user in new}
+    assert not any(authenticates(logins[user], 30) for user in new), (
+        "a new stack's password logs in before anything set it: the storage was not kept"
+    )
+    # The new stack: its Secrets hold the new passwords; its pods start on the kept storage.
+    kubelet = Kubelet(deployed.manifests, cluster.tls_dir, new, deployed.kubelet.user_secrets)
+    sidecars, grants = _pod_helpers(deployed.manifests, cluster, kubelet, tmp_path)
+    with broker_pods(cluster, sidecars, grants, tmp_path, DEADLINE_S) as pods:
+        bootstrap = {deployed.readiness_user, _reconciler(deployed.manifests)}
+        for user in bootstrap:
+            assert authenticates(logins[user], 30), f"{user}: the new password does not log in"
+            assert not authenticates(cluster.client_configs(user, old[user]), 30), (
+                f"{user}: the old stack's password still logs in"
+            )
+        job = _run_topic_job(deployed, kubelet, tmp_path / "job")
+        output = job.stdout + job.stderr
+        assert job.returncode == 0, f"the new stack's topic Job exited {job.returncode}:\n{output}"
+        for user in set(new) - bootstrap:
+            assert authenticates(logins[user], 30), f"{user}: the reconciler did not set it"
+        logs = {**deployed.logs(), **{p: p.read_text() for p in pods.logs() if p.is_file()}}
+        for user, password in new.items():
+            leaked = [str(path) for path, log in logs.items() if password in log]
+            assert not leaked and password not in output, f"the password of {user} is in {leaked}"
+    print(
+        f"adopted: {sorted(bootstrap)} set by the grant containers, "
+        f"{sorted(set(new) - bootstrap)} by the reconciler; existing credentials "
+        f"{sorted(existing_credentials(admin, sorted(new)))}"
+    )
+
+
+def _reconciler(manifests: Manifests) -> str:
+    """The topic Job's SCRAM user, from its rendered client settings."""
+    return load_properties(_job_config(manifests)["client.properties"])["sasl.username"]
