@@ -22,6 +22,7 @@ from infra.kafka_credentials import KafkaCredentials, KafkaCredentialsArgs  # no
 from infra.metadata_version import MetadataVersion, MetadataVersionArgs  # noqa: E402
 from infra.namespace import restricted_namespace  # noqa: E402
 from infra.processor import processors_of  # noqa: E402
+from infra.provider_settings import check_provider_settings  # noqa: E402
 from infra.stack_outputs import stack_outputs  # noqa: E402
 from infra.topics import (  # noqa: E402
     RECONCILER_USER,
@@ -32,6 +33,7 @@ from infra.topics import (  # noqa: E402
 )
 
 config = load_stack_config()
+check_provider_settings()
 # What the last `pulumi up` left (its outputs): some changes are safe only as a step from it.
 deployed = deployed_stack.deployed_outputs()
 deployed_volumes = deployed_stack.deployed_output(deployed, stateful_volumes.DEPLOYED_OUTPUT)

@@ -100,6 +100,13 @@ def broker_dns_names(name: str, namespace: str, replicas: int) -> list[str]:
     ]
 
 
+def bootstrap_config_map(cluster: str) -> str:
+    """What a new cluster starts from: its format settings, the bootstrap users' ACLs and the
+    pod helpers' client settings. Its name is fixed, and it is updated in place
+    (`infra.provider_settings`)."""
+    return f"{cluster}-bootstrap"
+
+
 def heap_megabytes(memory: str) -> int:
     """About half the memory limit for the heap; the page cache Kafka reads from gets the rest."""
     return int(quantity(memory) / 2**20 // 2)
@@ -230,9 +237,9 @@ class KafkaCluster(pulumi.ComponentResource):
         if args.credentials is not None:
             readiness = args.credentials.client_access(args.readiness_user)
             bootstrap = k8s.core.v1.ConfigMap(
-                f"{name}-bootstrap",
+                bootstrap_config_map(name),
                 metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=f"{name}-bootstrap", namespace=ns, labels=component_labels
+                    name=bootstrap_config_map(name), namespace=ns, labels=component_labels
                 ),
                 data={
                     # The broker's own settings (node.id is added by the script; advertised
@@ -297,6 +304,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 pulumi.ResourceOptions(
                     parent=self,
                     custom_timeouts=workload.roll_timeouts(cfg.replicas, restart_budget),
+                    depends_on=[bootstrap] if bootstrap else None,
                 ),
                 volumes.options(),
             ),
@@ -366,7 +374,11 @@ class KafkaCluster(pulumi.ComponentResource):
                 credentials.users_volume("users"),
                 k8s.core.v1.VolumeArgs(
                     name=BOOTSTRAP_MOUNT.name,
-                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=bootstrap.metadata.name),
+                    # By its name, not its output: no replacement of the ConfigMap can reach
+                    # the StatefulSet's spec (`opts.depends_on` keeps the order).
+                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                        name=bootstrap_config_map(name)
+                    ),
                 ),
             ]
             format_storage = container_commands.format_storage()

@@ -30,6 +30,7 @@ from contract.stack_pipeline import PROJECT
 from infra.stack_settings import StackConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
+PROJECT_FILE = ROOT / "Pulumi.yaml"
 PROGRAM = ROOT / "infra"
 STACK_TYPE = "pulumi:pulumi:Stack"
 _CONFIG_ENV = "PULUMI_CONFIG"
@@ -230,17 +231,24 @@ def _resolved(value: Any) -> Any:
 
 
 def load_stack_file(stack: str) -> dict[str, str]:
-    """The config of `Pulumi.<stack>.yaml` as the CLI hands it to a program (JSON for objects)."""
+    """The config of `Pulumi.<stack>.yaml` over Pulumi.yaml's, as the CLI hands it to a program
+    (JSON for objects)."""
     path = ROOT / f"Pulumi.{stack}.yaml"
     if not path.exists():
         known = sorted(p.name for p in ROOT.glob("Pulumi.*.yaml"))
         raise StackConfigError(f"stack {stack!r}: {path.name} not found; stack files: {known}")
     document = yaml.safe_load(path.read_text()) or {}
-    settings = document.get("config") or {}
+    settings = {**load_project_config(), **(document.get("config") or {})}
     for key, value in settings.items():
         if isinstance(value, Mapping) and "secure" in value:
             raise StackConfigError(f"{key}: secrets cannot be rendered offline; pass an override")
     return _as_passed(settings)
+
+
+def load_project_config() -> dict[str, Any]:
+    """Pulumi.yaml's `config`: every stack's values unless its own file sets the key."""
+    document = yaml.safe_load(PROJECT_FILE.read_text()) or {}
+    return dict(document.get("config") or {})
 
 
 def _as_passed(settings: Mapping[str, Any]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from pulumi import automation as auto
 
 from cluster.go_tools import BIN, GO, pulumi_env
 from contract.stack_pipeline import PROJECT
+from offline.render import load_project_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = ROOT / "policies" / "analyzer"
@@ -126,11 +127,12 @@ class EngineRun:
 
 
 def stack_settings(stack: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """`Pulumi.<stack>.yaml` with `overrides` (keys without the project prefix) merged in."""
+    """`Pulumi.<stack>.yaml` over Pulumi.yaml's config (the inline program's project settings
+    carry none), with `overrides` merged in (keys without a namespace are the project's)."""
     document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text()) or {}
-    config = dict(document.get("config") or {})
+    config = {**load_project_config(), **(document.get("config") or {})}
     for key, value in overrides.items():
-        config[f"{PROJECT}:{key}"] = value
+        config[key if ":" in key else f"{PROJECT}:{key}"] = value
     return {"config": config}
 
 
@@ -142,7 +144,12 @@ class EngineStack:
     """One stack of the project in a workspace of its own (state, settings, plugins)."""
 
     def __init__(
-        self, workdir: Path, stack: str, kubeconfig: str, overrides: Mapping[str, Any]
+        self,
+        workdir: Path,
+        stack: str,
+        kubeconfig: str,
+        overrides: Mapping[str, Any],
+        program: Callable[[], None] = _program,
     ) -> None:
         self.workdir, self.stack_file = workdir, stack
         self.name = stack
@@ -164,7 +171,7 @@ class EngineStack:
         self.stack = auto.create_or_select_stack(
             stack_name=stack,
             project_name=PROJECT,
-            program=_program,
+            program=program,
             opts=auto.LocalWorkspaceOptions(
                 work_dir=str(workdir),
                 pulumi_home=self.env["PULUMI_HOME"],

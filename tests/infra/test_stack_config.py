@@ -10,7 +10,9 @@ import pytest
 from contract.stack_pipeline import PROJECT
 from contract.topic_specs import PipelineNames
 from infra.config import build_stack_config, load_stack_config
+from infra.provider_settings import MUTABLE_KINDS
 from infra.stack_settings import StackConfigError
+from offline import render
 from offline.render import main as render_main
 from offline.render import record_stack
 from tests.infra.conftest import k8s_object, names_of
@@ -336,3 +338,31 @@ def test_dev_runs_a_local_image_by_tag_and_prod_only_by_digest() -> None:
         build_stack_config("prod", local)
     pinned = {"processor": {"image": f"registry.example/processor@sha256:{'ab' * 32}"}}
     assert build_stack_config("prod", pinned).processor.image.endswith("ab" * 32)
+
+
+@pytest.mark.parametrize("key", sorted(MUTABLE_KINDS))
+@pytest.mark.parametrize("value", ["false", None])
+def test_a_stack_whose_provider_would_replace_a_changed_config_map_or_secret_is_refused(
+    key: str, value: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pulumi.yaml's provider settings are what keep a rotation from replacing the brokers:
+    a stack without one (false, or unset as in another project file) is refused, naming it."""
+    for variable, _ in MUTABLE_KINDS.values():
+        monkeypatch.delenv(variable, raising=False)
+    project = {k: v for k, v in render.load_project_config().items() if k != f"kubernetes:{key}"}
+    if value is not None:
+        project[f"kubernetes:{key}"] = value
+    monkeypatch.setattr(render, "load_project_config", lambda: project)
+    with pytest.raises(StackConfigError) as refused:
+        record_stack("prod")
+    message = str(refused.value)
+    assert message.startswith(f"kubernetes:{key} = {value!r}: must be true (Pulumi.yaml sets it")
+    assert f"`pulumi config set kubernetes:{key} true`, or {MUTABLE_KINDS[key][0]}=true" in message
+    assert "a credentials rotation would restart every broker at once" in message
+    # The provider reads its environment variable only where the setting is unset.
+    monkeypatch.setenv(MUTABLE_KINDS[key][0], "true")
+    if value is None:
+        assert record_stack("prod").resources
+    else:
+        with pytest.raises(StackConfigError, match=f"kubernetes:{key} = 'false'"):
+            record_stack("prod")
