@@ -246,9 +246,17 @@ def load_stack_file(stack: str) -> dict[str, str]:
 
 
 def load_project_config() -> dict[str, Any]:
-    """Pulumi.yaml's `config`: every stack's values unless its own file sets the key."""
+    """Pulumi.yaml's `config`: every stack's values unless its own file sets the key. A key
+    is a value, or (as `pulumi new` rewrites it) a map with its `value` or `default`."""
     document = yaml.safe_load(PROJECT_FILE.read_text()) or {}
-    return dict(document.get("config") or {})
+    found = {}
+    for key, entry in (document.get("config") or {}).items():
+        if isinstance(entry, Mapping):
+            if "value" not in entry and "default" not in entry:
+                continue  # a declaration without a value: the stack must set it
+            entry = entry["value"] if "value" in entry else entry["default"]
+        found[key] = entry
+    return found
 
 
 def _as_passed(settings: Mapping[str, Any]) -> dict[str, str]:
