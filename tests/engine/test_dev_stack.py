@@ -24,6 +24,7 @@ from infra.presets import KAFKA_IMAGE
 from offline.policy_check import preview_skips
 from offline.render import record_stack
 from policies.evaluate import AnalyzerProcess, load_policy_config
+from tests.engine import day2_plans
 from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
 from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, names_of
 
@@ -108,6 +109,14 @@ def test_a_preview_with_the_pack_runs_every_rule_as_the_offline_check_does(
     engine = sorted((p.policy, p.level, (p.urn or "").rsplit("::", 1)[-1]) for p in run.policies)
     assert engine == sorted((v.policy, v.level, (v.urn or "").rsplit("::", 1)[-1]) for v in offline)
     print(f"preview with the pack: {run.seconds:.1f} s; findings: {engine}")
+
+
+def test_each_documented_day2_change_plans_what_the_docs_say_and_no_more(
+    deployed: EngineStack,
+) -> None:
+    """docs/operations.md's table of dev: each documented change previewed on the running stack;
+    no StatefulSet is replaced by any of them."""
+    day2_plans.check_stack(deployed, 2, 6, secured=False)
 
 
 def test_up_of_a_processor_change_returns_once_the_roll_is_over(
