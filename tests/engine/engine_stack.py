@@ -168,6 +168,7 @@ class EngineStack:
             "PATH": env["PATH"],
         }
         self.write_settings()
+        self.last_run: EngineRun | None = None
         self.stack = auto.create_or_select_stack(
             stack_name=stack,
             project_name=PROJECT,
@@ -200,7 +201,8 @@ class EngineStack:
         self.write_settings()
 
     def _run(self, command: str, call: Callable[..., Any], **kwargs: Any) -> EngineRun:
-        run = EngineRun(command=command, seconds=0.0)
+        # Kept where a failed command (an `auto.CommandError`) leaves its events: `last_run`.
+        run = self.last_run = EngineRun(command=command, seconds=0.0)
         start = time.monotonic()
         # The inline program (and its resource hooks) runs in this process, not in the CLI's:
         # give it the cluster the CLI and the provider see, as a shell running `pulumi up` would.

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pulumi import automation as auto
 
 from app.clients.waiting import wait_until
 from cluster.go_tools import GO
@@ -115,6 +116,17 @@ def test_the_documented_destroy_completes_and_the_next_up_finds_the_same_cluster
     stack's next `up` formats nothing and its brokers find their data."""
     claims = sorted(objects(kubeconfig, "persistentvolumeclaims"))
     cluster_id = prod.stack.outputs()["kafkaClusterId"].value
+    pods = sorted(objects(kubeconfig, "pods"))
+    # A plain destroy fails at its preview on the protected id, before anything is deleted
+    # (without a preview, as `--skip-preview` or the Automation API run it, it deletes first).
+    with pytest.raises(auto.CommandError):
+        prod.destroy(run_program=True, preview_only=True)
+    assert prod.last_run is not None
+    refusals = [
+        e for e in prod.last_run.errors() if "RandomId::kafka-cluster-id" in e and "unprotect" in e
+    ]
+    assert refusals, prod.last_run.errors()
+    assert sorted(objects(kubeconfig, "pods")) == pods
     run = prod.destroy(run_program=True, exclude_protected=True)
     assert run.errors() == [], run.errors()
     wait_until(
@@ -133,6 +145,7 @@ def test_the_documented_destroy_completes_and_the_next_up_finds_the_same_cluster
     sts = objects(kubeconfig, "statefulsets")["kafka"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in sts["containers"][0]["env"]}
     assert env["CLUSTER_ID"] == cluster_id
+    print(f"a plain destroy, at its preview: {refusals[0]}")
     print(
         f"destroy --exclude-protected: {run.changes}; kept {claims} and {left}; the next up: "
         f"{again.changes}, cluster id {cluster_id} again"
