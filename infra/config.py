@@ -32,12 +32,12 @@ _TOP_LEVEL = (
 )
 
 
-def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+def merge_settings(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Deep merge for nested sections; maps that hold free-form configs merge key by key too."""
     merged = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = merge_settings(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -58,7 +58,7 @@ def build_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
         raise setting_error(
             "profile", profile, f"must be one of {', '.join(_PROFILES)} (the preset of defaults)"
         )
-    merged = _merge(PRESETS[profile], {k: v for k, v in raw.items() if k != "profile"})
+    merged = merge_settings(PRESETS[profile], {k: v for k, v in raw.items() if k != "profile"})
     try:
         config = StackConfig.model_validate({**merged, "stack": stack, "profile": profile})
     except ValidationError as err:
@@ -83,7 +83,7 @@ def _nested(raw: Mapping[str, Any]) -> dict[str, Any]:
                 and not isinstance(nested[section], Mapping)
             ):
                 raise setting_error(section, nested[section], "must be a map of settings")
-            nested[section] = _merge(nested.get(section) or {}, {setting: value})
+            nested[section] = merge_settings(nested.get(section) or {}, {setting: value})
     return nested
 
 

@@ -17,13 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infra.config import merge_settings
 from infra.presets import KAFKA_IMAGE
 from tests.engine.engine_stack import ROOT, EngineRun, EngineStack
 
 DOC = ROOT / "docs" / "operations.md"
 WRITE = os.environ.get("DAY2_TABLES_WRITE") == "1"
-# What a plan names but does not change: the reads, and the components that only group.
-UNCHANGED_OPS = {"same", "read", "refresh", "discard"}
 REPLACE_OPS = {"replace", "create-replacement", "delete-replaced"}
 
 
@@ -36,43 +35,31 @@ class Day2Change:
     settings: Mapping[str, Any]
 
 
-# Each stack starts on the release before the current one (tests/infra/conftest.py), so an
-# upgrade is a change it can preview.
-COMMON_CHANGES = (
-    Day2Change("a processor setting (`processor.cpu`)", {"processor": {"cpu": "1500m"}}),
-    Day2Change("a processor property (`processor.properties`)",
-               {"processor": {"properties": {"trigger.interval.ms": "500"}}}),
-    Day2Change("more processor replicas (`processor.replicas` + 1)", {}),  # per stack below
-    Day2Change("a broker setting (`kafka.configs`)",
-               {"kafka": {"configs": {"group.initial.rebalance.delay.ms": "1000"}}}),
-    Day2Change("a Kafka upgrade (`kafka.image`)", {"kafka": {"image": KAFKA_IMAGE}}),
-    Day2Change("twice the partitions (`topics.partitions` with `topics.allowPartitionIncrease`)",
-               {}),  # per stack below
-)  # fmt: skip
-SECURED_CHANGES = (
-    Day2Change("a password rotation (`security.credentialsRevision` 1 to 2)",
-               {"security": {"credentialsRevision": 2}}),
-    Day2Change("a CA rollover, step 1 (`security.trustedCaGenerations: [1, 2]`)",
-               {"security": {"trustedCaGenerations": [1, 2]}}),
-)  # fmt: skip
-
-
 def changes_of(replicas: int, partitions: int, secured: bool) -> list[Day2Change]:
     """The documented changes a stack of `replicas` processors and `partitions` partitions can
-    take: the common ones, and a secured stack's."""
-    sized = {
-        "more processor replicas": {"processor": {"replicas": replicas + 1}},
-        "twice the partitions": {
-            "topics": {"partitions": 2 * partitions, "allowPartitionIncrease": True}
-        },
-    }
-    found = []
-    for change in (*COMMON_CHANGES, *(SECURED_CHANGES if secured else ())):
-        for prefix, settings in sized.items():
-            if change.change.startswith(prefix):
-                change = Day2Change(change.change, settings)
-        found.append(change)
-    return found
+    take, and a secured stack's too. Each stack starts on the release before the current one
+    (tests/infra/conftest.py), so an upgrade is a change it can preview."""
+    changes = [
+        Day2Change("a processor setting (`processor.cpu`)", {"processor": {"cpu": "1500m"}}),
+        Day2Change("a processor property (`processor.properties`)",
+                   {"processor": {"properties": {"trigger.interval.ms": "500"}}}),
+        Day2Change("more processor replicas (`processor.replicas` + 1)",
+                   {"processor": {"replicas": replicas + 1}}),
+        Day2Change("a broker setting (`kafka.configs`)",
+                   {"kafka": {"configs": {"group.initial.rebalance.delay.ms": "1000"}}}),
+        Day2Change("a Kafka upgrade (`kafka.image`)", {"kafka": {"image": KAFKA_IMAGE}}),
+        Day2Change("twice the partitions (`topics.partitions` with "
+                   "`topics.allowPartitionIncrease`)",
+                   {"topics": {"partitions": 2 * partitions, "allowPartitionIncrease": True}}),
+    ]  # fmt: skip
+    if secured:
+        changes += [
+            Day2Change("a password rotation (`security.credentialsRevision` 1 to 2)",
+                       {"security": {"credentialsRevision": 2}}),
+            Day2Change("a CA rollover, step 1 (`security.trustedCaGenerations: [1, 2]`)",
+                       {"security": {"trustedCaGenerations": [1, 2]}}),
+        ]  # fmt: skip
+    return changes
 
 
 @dataclass(frozen=True)
@@ -106,23 +93,13 @@ def plan_of(change: str, run: EngineRun) -> Plan:
     )
 
 
-def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merged(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
 def preview_plans(stack: EngineStack, changes: Sequence[Day2Change]) -> list[Plan]:
     """Each change previewed alone on the running stack, its settings put back after."""
     running = copy.deepcopy(stack.overrides)
     plans = []
     try:
         for change in changes:
-            stack.overrides = _merged(running, change.settings)
+            stack.overrides = copy.deepcopy(merge_settings(running, change.settings))
             stack.write_settings()
             run = stack.preview()
             assert run.errors() == [], f"{change.change}: {run.errors()}"

@@ -40,9 +40,10 @@ def plugins_missing() -> list[str]:
     ]
 
 
+MISSING = plugins_missing()
 pytestmark = pytest.mark.skipif(
-    bool(plugins_missing()),
-    reason=f"the prod stack needs {', '.join(plugins_missing())} (the random and tls "
+    bool(MISSING),
+    reason=f"the prod stack needs {', '.join(MISSING)} (the random and tls "
     "providers' plugins; no registry here serves their Go modules); "
     "tests/engine/test_in_place_updates.py proves the mechanism instead",
 )
