@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from contract.acl_grants import GRANTS_FILE
+from contract.acl_specs import BROKER_READINESS_USER
 from contract.kafka_security import scram_key
 
 
@@ -133,7 +134,8 @@ ALIVE_PROBE = ("sh", "-c", f'test -n "$(find {HEARTBEAT} -mmin -{STUCK_MINUTES})
 def grant_script(bootstrap_dir: str, bootstrap_server: str, users_dir: str = USERS_DIR) -> str:
     """The `grant-acls` container's `sh -c` script (busybox sh, `sha256sum`, `kafka-acls.sh`,
     `kafka-configs.sh`): once per start, the current revision's SCRAM credential of each user in
-    `users_dir` (the bootstrap users: the topic reconciler and the readiness user); then
+    `users_dir` (the bootstrap users: the topic reconciler, then the readiness user, so that the
+    readiness sidecar reports Ready only once every bootstrap user can log in); then
     `kafka-acls.sh --add` once per line of `GRANTS_FILE`, again whenever the file changes.
 
     The credentials are set because the format step writes users only into an empty storage: a
@@ -157,7 +159,9 @@ while :; do
   touch {HEARTBEAT}
   if [ -z "$credentials" ]; then
     mechanism=$(cat {bootstrap_dir}/{SCRAM_MECHANISM_FILE})
-    credentials=$(ls "$users" | tr '\\n' ' ')
+    # The readiness user last: a broker its sidecar reports Ready has every bootstrap user's.
+    credentials=$( (ls "$users" | grep -vx {BROKER_READINESS_USER} || :
+      ls "$users" | grep -x {BROKER_READINESS_USER} || :) | tr '\\n' ' ')
     for user in $credentials; do
       if ! printf '%s\\n' "$mechanism=password=$(cat "$users/$user")" \\
           | {KAFKA_CONFIGS} --bootstrap-server "$server" --command-config "$config" --alter \\
