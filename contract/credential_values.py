@@ -50,6 +50,13 @@ class CredentialAssignment:
     line: int
 
 
+# What a masked credential reads as, in every message, log line and report.
+MASKED = "(masked)"
+# A known credential shorter than this is masked only where its key shows it: masking every
+# `1` or `on` in a message would hide the finding itself.
+_SHORTEST_MASKED = 4
+
+
 def find_credentials(
     text: str, *, secret_vars: Collection[str] = (), literal_vars: Collection[str] = ()
 ) -> list[CredentialAssignment]:
@@ -62,9 +69,44 @@ def find_credentials(
     from a Secret (`secret_vars`), a shell `$NAME` unless NAME holds a literal value in the pod
     spec (`literal_vars`), and a shell reading a file (`"$(cat /path)"`).
     """
+    return [
+        CredentialAssignment(written, text.count("\n", 0, start) + 1)
+        for written, start, _value in _assignments(text, secret_vars, literal_vars)
+    ]
+
+
+def credentials_in_clear(text: str) -> set[str]:
+    """The credential values `find_credentials` finds in `text`: what a message must not show."""
+    return {value.text for _written, _start, value in _assignments(text, (), ())}
+
+
+def mask_credentials(text: str, known: Collection[str] = ()) -> str:
+    """`text` with every credential in clear (as `find_credentials` finds them) and every `known`
+    credential replaced by `MASKED`: the one step every message, report and log line of a
+    credential's finding goes through before anyone reads it."""
+    # A message's own words are no value: `--password (value not shown)`, `--password $(NAME)`.
+    spans = sorted(
+        (v.start, v.end)
+        for _w, _s, v in _assignments(text, (), ())
+        if v.text and not v.text.startswith("$") and (v.quoted or not v.text.startswith("("))
+    )
+    masked, last = [], 0
+    for start, end in spans:
+        if start >= last:
+            masked += [text[last:start], MASKED]
+            last = end
+    text = "".join([*masked, text[last:]])
+    for value in sorted((k for k in known if len(k) >= _SHORTEST_MASKED), key=len, reverse=True):
+        text = text.replace(value, MASKED)
+    return text
+
+
+def _assignments(
+    text: str, secret_vars: Collection[str], literal_vars: Collection[str]
+) -> Iterator[tuple[str, int, _Value]]:
+    """(the key as written, where it starts, its value) of each credential in clear."""
     skipped = list(_expansion_spans(text))
     jaas = "LoginModule" in text
-    found = []
     for match in _KEY.finditer(text):
         if any(start <= match.start() < end for start, end in skipped):
             continue  # the name of a variable or a file inside `${...}`/`$(...)`, not a key
@@ -77,9 +119,7 @@ def find_credentials(
         value = _value_after(text, match.end(), match.group("prefix"), bool(match.group("quote")))
         if value is None or _not_in_clear(value, secret_vars, literal_vars):
             continue
-        written = f"{match.group('prefix') or ''}{key}"
-        found.append(CredentialAssignment(written, text.count("\n", 0, match.start()) + 1))
-    return found
+        yield f"{match.group('prefix') or ''}{key}", match.start(), value
 
 
 def _names_a_pointer(key: str) -> bool:
@@ -113,6 +153,9 @@ def _value_after(text: str, index: int, prefix: str | None, quoted_key: bool) ->
 class _Value:
     text: str
     quoted: bool
+    # Where the value's text (inside its quotes) starts and ends in the scanned text.
+    start: int
+    end: int
 
 
 def _skip_blanks(text: str, index: int, continuation: bool = False) -> int:
@@ -133,14 +176,15 @@ def _read_value(text: str, start: int) -> _Value | None:
         return None
     if char in ('"', "'"):
         end = _quoted_end(text, start)
-        return _Value(text[start + 1 : end - 1], quoted=True)
+        inner_end = max(start + 1, end - 1 if text[end - 1 : end] == char else end)
+        return _Value(text[start + 1 : inner_end], True, start + 1, inner_end)
     index = start
     while index < len(text) and not text[index].isspace() and text[index] not in _VALUE_END:
         if text.startswith("$(", index) or text.startswith("${", index):
             index = _expansion_end(text, index)
         else:
             index += 1
-    return _Value(text[start:index], quoted=False)
+    return _Value(text[start:index], False, start, index)
 
 
 def _quoted_end(text: str, start: int) -> int:

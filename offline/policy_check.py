@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from contract.credential_values import mask_credentials
 from contract.stack_pipeline import PROJECT
 from infra.stack_settings import StackConfigError
 from offline.render import record_stack
@@ -143,12 +144,14 @@ def main(argv: list[str] | None = None) -> int:
             violations = pack.evaluate(recorded.resources, config)
             violations += preview_skips(args.stack, pack, config)
     except (PolicyConfigError, StackConfigError, PackLaunchError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        # A refused setting may be the credential itself: shown as the pack shows its findings.
+        message = mask_credentials(str(error))
+        print(f"error: {message}", file=sys.stderr)
         if args.sarif:
             uri, line = refused_source(args.stack, config_path, error)
             write_sarif(
                 args.sarif,
-                refusal_sarif(stack=args.stack, uri=uri, line=line, message=str(error)),
+                refusal_sarif(stack=args.stack, uri=uri, line=line, message=message),
             )
             print(f"SARIF written to {args.sarif}")
         return 2

@@ -31,6 +31,8 @@ from pulumi.runtime import proto
 from pulumi.runtime.proto import analyzer_pb2_grpc
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
+from policies.rules.masking import credentials_of, masked
+
 PACK_DIR = Path(__file__).resolve().parent
 # The pack as the CLI launches it (`--policy-pack policies/analyzer`).
 PACK_EXECUTABLE = PACK_DIR / "analyzer"
@@ -324,9 +326,11 @@ class AnalyzerProcess:
         )
         response = self._stub.AnalyzeStack(stack_request)
         diagnostics.extend((d, d.urn or None) for d in response.diagnostics)
-        return [self._violation(diagnostic, urn) for diagnostic, urn in diagnostics]
+        # Masked again here, for what reaches the table and SARIF whatever a policy reported.
+        credentials = credentials_of((r.type, r.props) for r in resources) if diagnostics else set()
+        return [self._violation(diagnostic, urn, credentials) for diagnostic, urn in diagnostics]
 
-    def _violation(self, diagnostic: Any, urn: str | None) -> Violation:
+    def _violation(self, diagnostic: Any, urn: str | None, credentials: set[str]) -> Violation:
         description = self._descriptions.get(diagnostic.policyName, diagnostic.description)
         message = diagnostic.message
         if message.startswith(description):
@@ -334,7 +338,7 @@ class AnalyzerProcess:
         return Violation(
             policy=diagnostic.policyName,
             level=_LEVEL_NAMES[diagnostic.enforcementLevel],
-            message=message,
+            message=masked(message, credentials),
             description=description,
             urn=urn,
         )

@@ -19,6 +19,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from .masking import credentials_of, masked
+
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
 
@@ -77,12 +79,16 @@ def resource_rule(
     check: ResourceCheck,
     thresholds: Sequence[Threshold] = (),
 ) -> ResourceValidationPolicy:
-    """A `ResourceValidationPolicy` whose check reads its thresholds from the pack config."""
+    """A `ResourceValidationPolicy` whose check reads its thresholds from the pack config; its
+    messages show no credential of the resource (`masking`)."""
 
     def validate(args: ResourceValidationArgs, report_violation: Callable[..., None]) -> None:
         settings = read_thresholds(args.get_config(), thresholds)
-        for message in check(args, settings):
-            report_violation(message)
+        messages = list(check(args, settings))
+        if messages:
+            credentials = credentials_of([(args.resource_type, args.props)])
+            for message in messages:
+                report_violation(masked(message, credentials))
 
     return ResourceValidationPolicy(
         name=name,
@@ -101,12 +107,16 @@ def stack_rule(
     check: StackCheck,
     thresholds: Sequence[Threshold] = (),
 ) -> StackValidationPolicy:
-    """A `StackValidationPolicy` whose check reads its thresholds from the pack config."""
+    """A `StackValidationPolicy` whose check reads its thresholds from the pack config; its
+    messages show no credential of any resource of the stack (`masking`)."""
 
     def validate(args: StackValidationArgs, report_violation: Callable[..., None]) -> None:
         settings = read_thresholds(args.get_config(), thresholds)
-        for message, urn in check(args, settings):
-            report_violation(message, urn)
+        findings = list(check(args, settings))
+        if findings:
+            credentials = credentials_of((r.resource_type, r.props) for r in args.resources)
+            for message, urn in findings:
+                report_violation(masked(message, credentials), urn)
 
     return StackValidationPolicy(
         name=name,

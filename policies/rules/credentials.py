@@ -24,7 +24,16 @@ from contract.credential_values import CredentialAssignment, find_credentials
 from contract.java_properties import is_credential_key, is_reference, parse_properties
 
 from .config import MANDATORY, resource_rule
-from .manifests import CONFIG_MAP, all_containers, get, items, label, pod_spec
+from .manifests import (
+    CONFIG_MAP,
+    all_containers,
+    get,
+    items,
+    label,
+    pod_annotations,
+    pod_spec,
+    pod_spec_path,
+)
 from .messages import violation
 
 PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
@@ -265,8 +274,41 @@ def _env_findings(args: ResourceValidationArgs) -> Iterator[str]:
             )
 
 
+def _annotation_findings(args: ResourceValidationArgs) -> Iterator[str]:
+    """Annotations of the object and of its pods: whoever may read the object reads them."""
+    subject = label(args.resource_type, args.props)
+    places = [("metadata.annotations", get(args.props, "metadata", "annotations"))]
+    if pod_spec(args.resource_type, args.props) is not None:
+        path = pod_spec_path(args.resource_type).removesuffix(".spec") + ".metadata.annotations"
+        places.append((path, pod_annotations(args.resource_type, args.props)))
+    for path, given in places:
+        if not isinstance(given, Mapping):
+            continue
+        for key in given:
+            try:
+                value = given[key]
+            except UnknownValueError:
+                continue  # computed (a certificate's revision): judged once known, at `up`
+            if not isinstance(value, str):
+                continue
+            if literal_credential(key, value):
+                found = [_found(key)]
+            else:
+                found = [_found_inside(f) for f in find_credentials(value)]
+            for text in found:
+                yield violation(
+                    subject,
+                    f"{path}[{key}]",
+                    text,
+                    "no credential in an annotation",
+                    "keep the credential in a Secret and mount it where it is used: an "
+                    f"annotation is {_POD_SPEC_WHY.removeprefix('stored in the pod spec, ')}",
+                )
+
+
 def check_credentials(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
-    """No credential in a ConfigMap, nor in a container's env values, command or args."""
+    """No credential in a ConfigMap, an annotation, a container's env values, command or args."""
+    yield from _annotation_findings(args)
     if args.resource_type == CONFIG_MAP:
         yield from _config_map_findings(args)
     else:
@@ -280,8 +322,9 @@ POLICIES = [
             "Credentials (passwords, key store passwords, SASL JAAS passwords, OAuth client "
             "secrets, private keys) live in Secrets: a ConfigMap holds only ${dir:DIRECTORY:FILE} "
             "or ${env:NAME} references to them, also inside values (JVM -D options, command "
-            "lines, JSON, YAML, .env and JAAS text); a secret-looking container env var comes "
-            "from valueFrom.secretKeyRef, never a literal value; no env value, command or args "
+            "lines, JSON, YAML, .env and JAAS text); no annotation holds one; a secret-looking "
+            "container env var comes from valueFrom.secretKeyRef, never a literal value; no env "
+            "value, command or args "
             "holds a credential in clear (only $(NAME) of a Secret's env var, or a file read)."
         ),
         level=MANDATORY,
