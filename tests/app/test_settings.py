@@ -41,7 +41,7 @@ consumer.heartbeat.interval.ms=10000
 """
 ENV = {"POD_NAME": "page-view-counter-1"}
 
-# The contract's keys and fixed defaults (/tmp/common.md, "The processor properties contract").
+# The contract's keys and fixed defaults (contract/processor_keys.py).
 CONTRACT_DEFAULTS = {
     "processing.guarantee": "exactly_once_v2",
     "stateful": "true",

@@ -1,7 +1,8 @@
 """Every relative link in the Markdown docs leads somewhere: the file exists and, with an
-anchor, the file has that heading (GitHub's anchors). No doc points at a tracker's issue or a
-lesson a reader of the repository cannot open, and the README stays one screenful of
-pointers (150 lines)."""
+anchor, the file has that heading (GitHub's anchors); so does every reference in prose, in the
+docs and in the code's comments (`README, "Fork it"`, `docs/security.md, "Certificates"`). No
+doc points at a tracker's issue or a lesson a reader of the repository cannot open, and the
+README stays one screenful of pointers (150 lines)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", flags=re.MULTILINE | re.DOTALL)
+# `README, "Fork it"`, `README's "Fork it"`, `docs/security.md, "Certificates"`.
+PROSE_REFERENCE = re.compile(r"\b(README|[\w/-]+\.md)(?:'s|,) \"([^\"]+)\"")
+SOURCES = ["app", "infra", "policies", "contract", "offline", "cluster", "tests"]
 
 
 def anchors(markdown: str) -> set[str]:
@@ -66,3 +70,45 @@ def test_no_doc_points_at_an_issue_or_lesson_outside_the_repository() -> None:
 def test_the_readme_is_at_most_150_lines() -> None:
     lines = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
     assert lines <= 150, f"README.md has {lines} lines; details belong in docs/"
+
+
+def _titles(markdown: str) -> set[str]:
+    """A document's headings and bold paragraph leads (`**Rotated.**`, `3. **Restore**`)."""
+    text = FENCE.sub("", markdown)
+    found = re.findall(r"^#{1,6} (.+)$", text, flags=re.MULTILINE)
+    found += re.findall(r"^(?:- |\d+\. )?\*\*([^*]+)\*\*", text, flags=re.MULTILINE)
+    return {_normal(title) for title in found}
+
+
+def _normal(title: str) -> str:
+    return title.replace("`", "").strip().rstrip(".:").lower()
+
+
+def _has_title(document: Path, title: str) -> bool:
+    """Whether `title` is one of the document's titles, or the start of one."""
+    wanted = _normal(title)
+    return any(t == wanted or t.startswith(wanted + " ") for t in _titles(document.read_text()))
+
+
+def _referenced(name: str) -> Path | None:
+    if name == "README":
+        return REPO / "README.md"
+    for candidate in (REPO / name, REPO / "docs" / name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def test_every_reference_in_prose_names_a_heading_its_document_has() -> None:
+    files = DOCS + [p for folder in SOURCES for p in sorted((REPO / folder).rglob("*.py"))]
+    broken = []
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            for name, title in PROSE_REFERENCE.findall(line):
+                where = f'{path.relative_to(REPO)}:{number}: {name}, "{title}"'
+                document = _referenced(name)
+                if document is None:
+                    broken.append(f"{where}: no document {name}")
+                elif not _has_title(document, title):
+                    broken.append(f"{where}: {document.relative_to(REPO)} has no such heading")
+    assert broken == [], "\n".join(broken)
