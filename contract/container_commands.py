@@ -56,6 +56,10 @@ PROCESSOR = "processor"
 RECONCILE = "reconcile"
 RETIRE = "retire"
 FINALIZE = "finalize-metadata-version"
+# The brokers' pod's containers that hold the broker's key or every user's password: the broker,
+# its format step and the grant container, all on the broker's image. The pack trusts these
+# names alone (never an image or an env var a change can give any container).
+BROKER_KEY_HOLDERS = (FORMAT_STORAGE, KAFKA, GRANT_ACLS)
 
 
 # --- the brokers' pod (infra/kafka_cluster.py) ------------------------------------------------

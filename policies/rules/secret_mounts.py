@@ -1,8 +1,9 @@
 """Each workload reads only its own Kafka credentials: its user's Secret and the CA of the brokers'
 TLS Secret. The brokers alone read their private key and, to format their storage with the SCRAM
-users, every user's password: in a broker's pod, only the containers on the broker's own image
-(the broker, its format step, the container that grants the bootstrap ACLs); a sidecar on any
-other image (the readiness sidecar, on the processor's) is held to the workloads' rule.
+users, every user's password: in a broker's pod, only the broker's own containers, by the names
+the contract gives them (the broker, its format step, the container that grants the bootstrap
+ACLs) and on the broker's image; any other container (the readiness sidecar, whatever its
+image or env) is held to the workloads' rule.
 
 The Secrets are known the way the Pulumi program names them after the Kafka cluster (its
 StatefulSet `<cluster>`): `<cluster>-tls` (cert-manager's layout: `tls.key`, `tls.crt`,
@@ -17,13 +18,14 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
+from contract.container_commands import BROKER_KEY_HOLDERS, KAFKA
+
 from .acls import acls_of
 from .config import MANDATORY, stack_rule
 from .manifests import (
     SECRET,
     all_containers,
     get,
-    is_kafka_container,
     items,
     label,
     name_of,
@@ -39,6 +41,7 @@ CA_KEY = "ca.crt"
 CREDENTIAL_ADMIN_OPERATIONS = frozenset({"ALTER", "ALL"})
 
 Finding = tuple[str, str | None]
+_HOLDERS = "the broker's own containers (" + ", ".join(BROKER_KEY_HOLDERS) + ")"
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,13 @@ class KafkaSecrets:
             for cluster in clusters
         } | {key for key in broker_mounted if self.user_of(*key) is None}
 
+    def cluster_of(self, namespace: str, secret: str) -> str | None:
+        """The Kafka cluster a Secret is named after (`<cluster>-tls`, `<cluster>-user-<user>`)."""
+        for cluster in sorted(self._clusters.get(namespace, ()), key=len, reverse=True):
+            if secret == f"{cluster}-tls" or secret.startswith(f"{cluster}-user-"):
+                return cluster
+        return None
+
     def user_of(self, namespace: str, secret: str) -> str | None:
         """The SCRAM user whose password a Secret holds (`<cluster>-user-<user>`), else None."""
         for cluster in self._clusters.get(namespace, ()):
@@ -184,22 +194,29 @@ def credential_admins(view: StackView) -> set[str]:
 def _readers(workload: PolicyResource, broker: bool) -> Iterator[tuple[str, list[SecretUse]]]:
     """Who in a workload's pods is held to the rule, with the Secret keys each reads.
 
-    A workload's whole pod is one reader. In a broker's pod, each container not on the broker's
-    image is one (the broker's own containers hold its key and, for the format, every password).
+    A workload's whole pod is one reader. In a broker's pod, each container is one but the
+    broker's own (`contract.container_commands.BROKER_KEY_HOLDERS`, on the image of its `kafka`
+    container), which hold its key and, for the format, every password: a name and an image
+    the contract fixes, not an image path or an env var any sidecar can be given.
     """
     spec = pod_spec(workload.resource_type, workload.props)
     uses = secret_uses(spec)
     if not broker:
         yield "", uses
         return
-    kafka_images = {str(c.get("image", "")) for c in all_containers(spec) if is_kafka_container(c)}
-    for container in all_containers(spec):
-        if str(container.get("image", "")) not in kafka_images:
-            name = container.get("name", "?")
-            yield (
-                f"container {name} (image {container.get('image', '?')}, not the broker's): ",
-                [use for use in uses if use.reaches(container)],
-            )
+    containers = all_containers(spec)
+    broker_image = next(
+        (str(c.get("image", "")) for c in containers if c.get("name") == KAFKA), None
+    )
+    for container in containers:
+        name, image = container.get("name", "?"), str(container.get("image", "?"))
+        if name in BROKER_KEY_HOLDERS and image == broker_image:
+            continue
+        why = "not the broker's" if image != broker_image else f"not one of {_HOLDERS}"
+        yield (
+            f"container {name} (image {image}, {why}): ",
+            [use for use in uses if use.reaches(container)],
+        )
 
 
 def check_secret_mounts(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
@@ -216,6 +233,27 @@ def check_secret_mounts(args: StackValidationArgs, _: Mapping[str, Any]) -> Iter
         for reader, uses in _readers(workload, id(workload) in brokers):
             for message in _findings(subject, reader, uses, own, namespace, secrets, admins):
                 yield message, workload.urn
+        if id(workload) in brokers:
+            for message in _other_clusters(workload, namespace, secrets):
+                yield message, workload.urn
+
+
+def _other_clusters(broker: PolicyResource, namespace: str, secrets: KafkaSecrets) -> Iterator[str]:
+    """A broker's own containers hold its own cluster's key and passwords, never another's:
+    a workload is a broker by what it runs, which any new StatefulSet can run."""
+    own = name_of(broker.props)
+    subject = label(broker.resource_type, broker.props)
+    for use in secret_uses(pod_spec(broker.resource_type, broker.props)):
+        cluster = secrets.cluster_of(namespace, use.secret)
+        if cluster is not None and cluster != own:
+            yield violation(
+                subject,
+                use.where,
+                f"Secret {use.secret}, of Kafka cluster {cluster}",
+                f"only the Secrets of its own cluster ({own}-tls, {own}-user-<user>)",
+                f"remove it: with {cluster}'s key a pod poses as one of {cluster}'s brokers, a "
+                "super user of that cluster",
+            )
 
 
 def _findings(
@@ -257,8 +295,8 @@ def _findings(
                 f"take only the CA: secret.items: [{{key: {CA_KEY}, path: {CA_KEY}}}]; "
                 "the other keys are the brokers' private key, with which anyone can "
                 "pose as a broker (a super user) or read the cluster's TLS traffic; only "
-                "containers on the broker's own image may hold it (a sidecar on another "
-                "image connects as a SCRAM user of its own)",
+                f"{_HOLDERS}, on the broker's image, may hold it (a sidecar connects as a "
+                "SCRAM user of its own)",
             )
 
 
@@ -268,8 +306,9 @@ POLICIES = [
         description=(
             "Each workload mounts only its own Kafka user's Secret and only ca.crt of the "
             "brokers' TLS Secret: the brokers alone hold their private key and (to format their "
-            "storage) every user's password, and in a broker's pod only the containers on the "
-            "broker's image (a sidecar on any other image is held to the same rule); a user "
+            "storage) every user's password, and in a broker's pod only the broker's own "
+            "containers (format-storage, kafka, grant-acls, on the broker's image; any other "
+            "container is held to the same rule); a user "
             "that may set passwords (ALTER on the cluster) may read them."
         ),
         level=MANDATORY,

@@ -7,6 +7,7 @@ over the handmade and rendered prod stacks.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -247,7 +248,7 @@ def test_the_rendered_stacks_mount_only_what_each_workload_needs(
     assert [v for v in violations if v.policy == RULE] == []
 
 
-# --- the brokers' pods: only containers on the broker's image hold its key --------------------
+# --- the brokers' pods: only the broker's own containers, on its image, hold its key ----------
 
 KAFKA = "StatefulSet streaming/kafka"
 
@@ -314,7 +315,10 @@ def test_a_fork_giving_the_brokers_key_back_to_the_readiness_sidecar_is_caught(
         f"{KAFKA}: container broker-readiness (image ghcr.io/example/stateful-streaming-processor"
     )
     assert f"not the broker's): {expected}" in violation.message
-    assert "only containers on the broker's own image may hold it" in violation.message
+    assert (
+        "the broker's own containers (format-storage, kafka, grant-acls), on the broker's image, "
+        "may hold it"
+    ) in violation.message
 
 
 def test_a_fork_running_the_grant_container_on_another_image_is_caught(
@@ -354,3 +358,54 @@ def test_a_readiness_sidecar_with_every_users_password_is_caught_per_other_user(
             "projected volume users is Secret kafka-user-topic-reconciler",
         ]
     )
+
+
+def test_a_sidecar_dressed_as_a_broker_is_still_held_to_the_rule(run, recorded_stacks) -> None:
+    """The broker's image and the env var the image reads its role from are what a change can
+    give any container: the readiness sidecar given both, and the brokers' key, is caught."""
+
+    def dress_as_broker(container: dict[str, Any]) -> None:
+        kafka = _find(recorded_stacks["prod"].resources, ":StatefulSet", "kafka")
+        (broker,) = [
+            c for c in kafka.props["spec"]["template"]["spec"]["containers"] if c["name"] == "kafka"
+        ]
+        container["image"] = broker["image"]
+        container["env"] = [
+            *container.get("env", []),
+            {"name": "KAFKA_PROCESS_ROLES", "value": "broker"},
+        ]
+        _mount("tls", "/etc/kafka/tls")(container)
+
+    (violation,) = _prod(
+        run,
+        recorded_stacks,
+        (":StatefulSet", "kafka"),
+        _kafka_container("broker-readiness", dress_as_broker),
+    )
+    assert violation.message.startswith(f"{KAFKA}: container broker-readiness (image ")
+    assert (
+        "not one of the broker's own containers (format-storage, kafka, grant-acls)): volume tls "
+        "is Secret kafka-tls, the whole Secret"
+    ) in violation.message
+
+
+def test_a_second_kafka_statefulset_holding_the_clusters_key_is_caught(
+    run, recorded_stacks
+) -> None:
+    """A workload is taken for a broker by what it runs, which a new StatefulSet can run: it
+    holds its own cluster's Secrets, never those of `kafka`."""
+    resources = copy.deepcopy(list(recorded_stacks["prod"].resources))
+    kafka = _find(resources, ":StatefulSet", "kafka")
+    twin = dataclasses.replace(
+        kafka, name="kafka-debug", urn=kafka.urn + "-debug", props=copy.deepcopy(kafka.props)
+    )
+    twin.props["metadata"]["name"] = "kafka-debug"
+    resources.append(twin)
+    found = [v for v in run(resources, stack_config("prod")) if v.policy == RULE]
+    assert found, "a second Kafka StatefulSet mounting kafka-tls passed"
+    assert all(v.message.startswith("StatefulSet streaming/kafka-debug: ") for v in found)
+    assert any(
+        "volume tls is Secret kafka-tls, of Kafka cluster kafka; required: only the Secrets of "
+        "its own cluster (kafka-debug-tls, kafka-debug-user-<user>)" in v.message
+        for v in found
+    ), found
