@@ -139,18 +139,56 @@ def _network(peer: Any) -> Network | None:
         return None
 
 
-def _open_peer(peer: Any) -> str | None:
+# The label the API server gives every namespace: `Exists` on it selects them all.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def _selects_every_namespace(selector: Any) -> bool:
+    """Whether a namespace selector narrows nothing: no label to match, no `In`, no `Exists`
+    but on the label every namespace has (`NotIn`, `DoesNotExist`: every namespace but some)."""
+    if not isinstance(selector, Mapping) or get(selector, "matchLabels", default={}):
+        return False
+    for requirement in items(selector, "matchExpressions"):
+        operator, key = get(requirement, "operator"), get(requirement, "key")
+        if operator == "In" or (operator == "Exists" and key != NAMESPACE_NAME_LABEL):
+            return False
+    return True
+
+
+def _spell(selector: Any) -> str:
+    """A selector as a message shows it: `{}`, `{app: x}`, `{key Exists}`."""
+    parts = [f"{k}: {v}" for k, v in get(selector, "matchLabels", default={}).items()]
+    for requirement in items(selector, "matchExpressions"):
+        values = ",".join(str(v) for v in items(requirement, "values"))
+        parts.append(
+            " ".join(
+                str(x) for x in (get(requirement, "key"), get(requirement, "operator"), values) if x
+            )
+        )
+    return "{" + ", ".join(parts) + "}"
+
+
+def _open_peer(peer: Any, every_port: bool) -> str | None:
     """Why a peer admits every address or every pod of the cluster (None: it names its peers)."""
     if not isinstance(peer, Mapping) or not any(get(peer, k) is not None for k in peer):
         return "{} (every address)"
     block = _network(peer)
     if block is not None and block.prefixlen == 0:
         return f"ipBlock {get(peer, 'ipBlock', 'cidr')} (every address)"
-    namespaces = get(peer, "namespaceSelector")
-    if _is_empty_selector(namespaces) and (
-        get(peer, "podSelector") is None or _is_empty_selector(get(peer, "podSelector"))
-    ):
-        return "namespaceSelector {} without a podSelector (every pod of every namespace)"
+    namespaces, pods = get(peer, "namespaceSelector"), get(peer, "podSelector")
+    if _selects_every_namespace(namespaces):
+        spelled = _spell(namespaces)
+        if pods is None or _is_empty_selector(pods):
+            return (
+                f"namespaceSelector {spelled} without a podSelector (every pod of every namespace)"
+            )
+        # Whoever may create a pod anywhere gives it these labels.
+        return (
+            f"namespaceSelector {spelled} (every namespace) with podSelector {_spell(pods)}, "
+            "labels any pod of any namespace may carry"
+        )
+    if namespaces is None and _is_empty_selector(pods) and every_port:
+        return "podSelector {} (every pod of the namespace), on every port"
     return None
 
 
@@ -243,7 +281,7 @@ def check_open_rules(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iter
                     subject, field, f"absent (every {noun}, on {_ports(rule)})", required, fix
                 )
             for j, peer in enumerate(peers):
-                reason = _open_peer(peer)
+                reason = _open_peer(peer, _port_keys(rule) == [ALL_PORTS])
                 if reason is not None:
                     yield violation(
                         subject, f"{field}[{j}]", f"{reason}, on {_ports(rule)}", required, fix
@@ -310,7 +348,10 @@ POLICIES = [
         name="network-policy-no-open-rules",
         description=(
             "No NetworkPolicy rule is open to every source or destination: no rule without "
-            "from/to, no namespaceSelector {} without a podSelector, no 0.0.0.0/0 ipBlock "
+            "from/to, no namespaceSelector that selects every namespace ({}, or only NotIn, "
+            "DoesNotExist or Exists on kubernetes.io/metadata.name), with or without a "
+            "podSelector (a pod anywhere may carry its labels), no podSelector {} on every "
+            "port, no 0.0.0.0/0 ipBlock "
             "(DNS egress goes to kube-system on port 53)."
         ),
         level=MANDATORY,

@@ -99,6 +99,74 @@ def _egress(rules: list[dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
             "spec.ingress[0].from[0] is namespaceSelector {} without a podSelector (every pod of "
             "every namespace), on port 8080/TCP",
         ),
+        (
+            "processor",
+            _ingress(
+                [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {
+                                    "matchExpressions": [
+                                        {"key": "kubernetes.io/metadata.name", "operator": "Exists"}
+                                    ]
+                                }
+                            }
+                        ],
+                        "ports": tcp(8080),
+                    }
+                ]
+            ),
+            "spec.ingress[0].from[0] is namespaceSelector {kubernetes.io/metadata.name Exists} "
+            "without a podSelector (every pod of every namespace), on port 8080/TCP",
+        ),
+        (
+            "kafka",
+            _ingress(
+                [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {
+                                    "matchExpressions": [
+                                        {"key": "team", "operator": "NotIn", "values": ["none"]}
+                                    ]
+                                },
+                                "podSelector": {"matchLabels": {"app": "x"}},
+                            }
+                        ],
+                        "ports": tcp(9092),
+                    }
+                ]
+            ),
+            "spec.ingress[0].from[0] is namespaceSelector {team NotIn none} (every namespace) "
+            "with podSelector {app: x}, labels any pod of any namespace may carry",
+        ),
+        (
+            "kafka",
+            _ingress(
+                [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {},
+                                "podSelector": {
+                                    "matchLabels": {"stateful-streaming.io/kafka-client": "true"}
+                                },
+                            }
+                        ],
+                        "ports": tcp(9092),
+                    }
+                ]
+            ),
+            "spec.ingress[0].from[0] is namespaceSelector {} (every namespace) with podSelector "
+            "{stateful-streaming.io/kafka-client: true}, labels any pod of any namespace may carry",
+        ),
+        (
+            "kafka",
+            _ingress([{"from": [{"podSelector": {}}]}]),
+            "spec.ingress[0].from[0] is podSelector {} (every pod of the namespace), on every port",
+        ),
     ],
     ids=[
         "ingress-[{}]",
@@ -110,6 +178,10 @@ def _egress(rules: list[dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
         "egress-[{}]",
         "dns-to-anywhere",
         "metrics-open-to-every-namespace",
+        "namespaces-by-an-expression-every-one-matches",
+        "namespaces-by-NotIn-with-a-pod-label",
+        "every-namespace-with-a-pod-label",
+        "podSelector-{}-on-every-port",
     ],
 )
 def test_a_rule_open_to_all_is_caught(run, name: str, edit, expected: str) -> None:
@@ -303,3 +375,27 @@ def test_the_brokers_without_their_egress_policy_are_caught_in_prod(run, recorde
     assert violation.message.startswith(
         "StatefulSet streaming/kafka: Egress NetworkPolicy is absent"
     )
+
+
+@pytest.mark.parametrize(
+    "peer",
+    [
+        {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "In",
+                        "values": ["monitoring"],
+                    }
+                ]
+            }
+        },
+        {"namespaceSelector": {"matchExpressions": [{"key": "monitoring", "operator": "Exists"}]}},
+        {"podSelector": {}},
+    ],
+    ids=["namespace-by-name-In", "namespaces-with-a-label", "every-pod-of-the-namespace-on-8080"],
+)
+def test_a_peer_that_names_its_namespaces_or_ports_passes(run, peer: dict[str, Any]) -> None:
+    stack = _policy("processor", _ingress([{"from": [peer], "ports": tcp(8080)}]))
+    assert [v for v in run(stack) if v.policy == OPEN_RULES] == []
