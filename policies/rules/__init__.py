@@ -29,6 +29,7 @@ def all_policies() -> list[Policy]:
         pair,
         pod_security,
         processor,
+        rbac,
         secret_mounts,
         stack,
         tls_verification,
@@ -50,6 +51,7 @@ def all_policies() -> list[Policy]:
         *pod_security.POLICIES,
         *credentials.POLICIES,
         *secret_mounts.POLICIES,
+        *rbac.POLICIES,
         *network.POLICIES,
         *stack.POLICIES,
     ]
