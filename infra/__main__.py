@@ -14,7 +14,7 @@ if _ROOT not in sys.path:
 import pulumi  # noqa: E402
 
 from contract.acl_specs import BROKER_READINESS_USER  # noqa: E402
-from infra import deployed_stack, stateful_volumes  # noqa: E402
+from infra import cluster_identity, deployed_stack, stateful_volumes  # noqa: E402
 from infra.alert_rules import AlertRules, AlertRulesArgs  # noqa: E402
 from infra.config import load_stack_config  # noqa: E402
 from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names  # noqa: E402
@@ -78,6 +78,9 @@ kafka = KafkaCluster(
         metrics_scrape=config.processor.metrics_scrape,
         metrics_namespace=config.processor.metrics_namespace,
         deployed_volumes=deployed_volumes,
+        deployed_cluster_id=deployed_stack.deployed_output(
+            deployed, cluster_identity.DEPLOYED_OUTPUT
+        ),
     ),
     opts=in_namespace,
 )

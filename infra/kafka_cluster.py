@@ -42,7 +42,7 @@ from contract.kafka_security import (
     broker_security_configs,
     listeners,
 )
-from infra import bootstrap_grants, stateful_volumes, workload
+from infra import bootstrap_grants, cluster_identity, stateful_volumes, workload
 from infra.kafka_credentials import KafkaCredentials
 from infra.stack_settings import KafkaConfig, SecurityConfig, quantity
 
@@ -140,6 +140,9 @@ class KafkaClusterArgs:
     # The claims the last `pulumi up` left (its `volumes` output, `infra.deployed_stack`): a
     # disk change is checked against them at preview.
     deployed_volumes: pulumi.Input[Mapping[str, Any]] = field(default_factory=dict)
+    # The cluster id the last `pulumi up` exported (`infra.cluster_identity`); "" or {} on a
+    # new stack.
+    deployed_cluster_id: pulumi.Input[Any] = ""
 
 
 class KafkaCluster(pulumi.ComponentResource):
@@ -165,17 +168,20 @@ class KafkaCluster(pulumi.ComponentResource):
             ports=workload.tcp_ports(CLIENT_PORT),
         )
 
+        chosen: pulumi.Input[str]
         if cfg.cluster_id:
             # Given by the stack (kafka.clusterId): the id of the volumes it adopts.
-            self.cluster_id = pulumi.Output.from_input(cfg.cluster_id)
+            chosen = cfg.cluster_id
         else:
             # Generated at the first `pulumi up` and kept in the stack's state: no keepers, so no
             # setting can replace it. A new id would make every broker refuse its existing data.
-            self.cluster_id = random.RandomId(
+            chosen = random.RandomId(
                 f"{name}-cluster-id",
                 byte_length=16,
                 opts=pulumi.ResourceOptions(parent=self, protect=args.protect_cluster_id),
             ).b64_url
+        # A running cluster keeps its id whatever becomes of the setting or the generated one.
+        self.cluster_id = cluster_identity.cluster_id(args.deployed_cluster_id, chosen)
 
         workload.headless_service(
             headless,

@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra import deployed_stack, metadata_version, security_transitions
+from infra import cluster_identity, deployed_stack, metadata_version, security_transitions
 from infra.stack_settings import StackConfig
 
 
@@ -29,8 +29,9 @@ def restricted_namespace(
         opts=pulumi.ResourceOptions(
             # Deleting a namespace deletes its claims, whatever the StatefulSets' retention says.
             retain_on_delete=config.keep_data_on_destroy,
-            # A rotation or rollover that skips a step, or an image below the finalized
-            # metadata.version, is refused here, before anything changes.
+            # A rotation or rollover that skips a step, an image below the finalized
+            # metadata.version, or another cluster id than the running one, is refused here,
+            # before anything changes.
             depends_on=deployed_stack.refused_steps(
                 deployed,
                 {
@@ -39,6 +40,9 @@ def restricted_namespace(
                     ),
                     metadata_version.DEPLOYED_OUTPUT: partial(
                         metadata_version.refuse_downgrade, config.kafka
+                    ),
+                    cluster_identity.DEPLOYED_OUTPUT: partial(
+                        cluster_identity.refuse_new_cluster_id, config.kafka
                     ),
                 },
             ),

@@ -11,7 +11,7 @@ import pulumi
 from contract.acl_specs import PAIR_SWITCH_USER
 from contract.java_properties import format_properties
 from contract.topic_specs import TopicRole
-from infra import metadata_version, security_transitions, stateful_volumes
+from infra import cluster_identity, metadata_version, security_transitions, stateful_volumes
 from infra.kafka_cluster import KafkaCluster
 from infra.kafka_credentials import KafkaCredentials
 from infra.metadata_version import MetadataVersion
@@ -41,7 +41,7 @@ def stack_outputs(
         "bootstrapServers": kafka.bootstrap_servers,
         # What kafka.clusterId must say for a new stack to adopt the brokers' volumes after a
         # destroy.
-        "kafkaClusterId": kafka.cluster_id,
+        cluster_identity.DEPLOYED_OUTPUT: kafka.cluster_id,
         "topics": {
             role.value: one_or_all([s.name for s in specs if s.role is role])
             for role in dict.fromkeys(s.role for s in specs)
