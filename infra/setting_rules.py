@@ -51,6 +51,16 @@ def validate(config: StackConfig) -> None:
             "must be a KRaft cluster id: 22 characters of URL-safe base64 (16 bytes), as "
             "`kafka-storage.sh random-uuid` prints it, or empty to generate one at the first up",
         )
+    if config.profile == "prod" and not config.keep_data_on_destroy:
+        # The pack cannot see retainOnDelete: only the stack holds prod to it.
+        raise setting_error(
+            "keepDataOnDestroy",
+            config.keep_data_on_destroy,
+            "a prod stack keeps its data on destroy: deleting the brokers' and processors' claims "
+            "is a separate, deliberate step after `pulumi destroy --run-program "
+            "--exclude-protected`: `kubectl delete namespace <namespace>` (docs/operations.md, "
+            '"What destroy leaves"). Allowed in prod: true',
+        )
     if config.profile == "prod" and kafka.replicas < 3:
         raise setting_error(
             "kafka.replicas",

@@ -366,3 +366,14 @@ def test_a_stack_whose_provider_would_replace_a_changed_config_map_or_secret_is_
     else:
         with pytest.raises(StackConfigError, match=f"kubernetes:{key} = 'false'"):
             record_stack("prod")
+
+
+def test_prod_that_would_delete_its_data_on_destroy_is_refused_naming_the_setting() -> None:
+    """The pack cannot see `retainOnDelete`: the stack holds prod to keeping its claims."""
+    with pytest.raises(StackConfigError) as error:
+        build_stack_config("prod", {"keepDataOnDestroy": False})
+    message = str(error.value)
+    assert message.startswith("stateful-streaming:keepDataOnDestroy = False")
+    assert "`kubectl delete namespace <namespace>`" in message
+    assert "Allowed in prod: true" in message
+    assert build_stack_config("dev", {"keepDataOnDestroy": False}).keep_data_on_destroy is False
