@@ -421,6 +421,19 @@ def _validate_security(config: StackConfig) -> None:
                 f"({scram_mechanism(1)} on odd revisions, {scram_mechanism(2)} on even ones: "
                 "the gapless rotation in docs/security.md); remove it",
             )
+    for key, value in config.processor.properties.items():
+        # The listener decides how a client talks to it: any other protocol fails at the first
+        # connection, after the roll has started.
+        protocol_key = key == "security.protocol" or key.endswith(".security.protocol")
+        if protocol_key and value != security.client_listener:
+            raise setting_error(
+                f"processor.properties.{key}",
+                value,
+                f"the brokers' client listener speaks {security.client_listener} "
+                "(security.clientListener), and the program sets the processor's "
+                "security.protocol from it; remove it. Allowed: "
+                f"{security.client_listener}",
+            )
     # A credential in Pulumi.<stack>.yaml is in git and in every preview: the processor reads
     # its secrets from its environment (`${env:NAME}`, from a Secret), never from the file.
     for key, value in config.processor.properties.items():

@@ -377,3 +377,22 @@ def test_prod_that_would_delete_its_data_on_destroy_is_refused_naming_the_settin
     assert "`kubectl delete namespace <namespace>`" in message
     assert "Allowed in prod: true" in message
     assert build_stack_config("dev", {"keepDataOnDestroy": False}).keep_data_on_destroy is False
+
+
+@pytest.mark.parametrize(
+    ("stack", "key", "value"),
+    [
+        ("prod", "security.protocol", "PLAINTEXT"),
+        ("prod", "consumer.security.protocol", "SSL"),
+        ("dev", "security.protocol", "SASL_SSL"),
+    ],
+)
+def test_a_processor_protocol_the_client_listener_does_not_speak_is_refused(
+    stack: str, key: str, value: str
+) -> None:
+    """It would fail only once running, at its first connection in the middle of a roll."""
+    with pytest.raises(StackConfigError) as error:
+        build_stack_config(stack, {"processor": {"properties": {key: value}}})
+    listener = "SASL_SSL" if stack == "prod" else "PLAINTEXT"
+    assert str(error.value).startswith(f"stateful-streaming:processor.properties.{key} = '{value}'")
+    assert f"Allowed: {listener}" in str(error.value)
