@@ -60,6 +60,24 @@ FINALIZE = "finalize-metadata-version"
 # its format step and the grant container, all on the broker's image. The pack trusts these
 # names alone (never an image or an env var a change can give any container).
 BROKER_KEY_HOLDERS = (FORMAT_STORAGE, KAFKA, GRANT_ACLS)
+# The stack setting each container's image comes from: a Job that holds a password with ALTER
+# on the cluster, or an init container that writes the brokers' configuration, runs the binary
+# of the image review approved for it, not any image pinned by digest. The program renders
+# them so (`infra/kafka_cluster.py`, `infra/topics.py`, `infra/metadata_version.py`), and the
+# pack's `image-sources` holds every container to the image its setting's anchor runs.
+KAFKA_IMAGE_SETTING = "kafka.image"
+PROCESSOR_IMAGE_SETTING = "processor.image"
+IMAGE_SOURCES = {
+    SEED_CONFIG: KAFKA_IMAGE_SETTING,
+    FORMAT_STORAGE: KAFKA_IMAGE_SETTING,
+    KAFKA: KAFKA_IMAGE_SETTING,
+    GRANT_ACLS: KAFKA_IMAGE_SETTING,
+    FINALIZE: KAFKA_IMAGE_SETTING,
+    BROKER_READINESS: PROCESSOR_IMAGE_SETTING,
+    PROCESSOR: PROCESSOR_IMAGE_SETTING,
+    RECONCILE: PROCESSOR_IMAGE_SETTING,
+    RETIRE: PROCESSOR_IMAGE_SETTING,
+}
 
 
 # --- the brokers' pod (infra/kafka_cluster.py) ------------------------------------------------
