@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pulumi_policy.proxy import UnknownValueError
@@ -66,7 +66,7 @@ def _secret_values(props: Any) -> set[str]:
         entries = _field(props, field)
         if not isinstance(entries, Mapping):
             continue
-        for key, value in entries.items():
+        for key, value in _known_items(entries):
             if not isinstance(value, str) or key in _PUBLIC_SECRET_KEYS:
                 continue
             values.add(value)
@@ -93,27 +93,35 @@ def _unwrapped(value: Any) -> Any:
 
 
 def _collect(value: Any, found: set[str], key: str = "") -> None:
-    try:
-        value = _unwrapped(value)
-        if isinstance(value, str):
-            if _PRIVATE_KEY in value or _literal(key, value):
-                found.add(value)
-            else:
-                found |= credentials_in_clear(value)
-        elif isinstance(value, Mapping):
-            # An env var names its credential in `name`: {name: SASL_PASSWORD, value: x}.
-            named = value.get("name") if isinstance(value.get("name"), str) else ""
-            for field, inner in value.items():
-                inner_key = named if field == "value" and named else str(field)
-                _collect(inner, found, inner_key)
-        elif isinstance(value, list | tuple):
-            words = [w for w in value if isinstance(w, str)]
-            # `["--password", "x"]`: the pair shows only across the words.
-            found |= credentials_in_clear(" ".join(words))
-            for inner in value:
-                _collect(inner, found, key)
-    except UnknownValueError:
-        return  # computed during preview: nothing to show yet
+    value = _unwrapped(value)
+    if isinstance(value, str):
+        if _PRIVATE_KEY in value or _literal(key, value):
+            found.add(value)
+        else:
+            found |= credentials_in_clear(value)
+    elif isinstance(value, Mapping):
+        entries = dict(_known_items(value))
+        # An env var names its credential in `name`: {name: SASL_PASSWORD, value: x}.
+        named = entries.get("name") if isinstance(entries.get("name"), str) else ""
+        for field, inner in entries.items():
+            _collect(inner, found, named if field == "value" and named else str(field))
+    elif isinstance(value, Sequence):
+        # The engine's proxy is a Sequence, not a list. `["--password", "x"]`: the pair shows
+        # only across the words.
+        inner_values = [inner for _, inner in _known_items(value)]
+        found |= credentials_in_clear(" ".join(w for w in inner_values if isinstance(w, str)))
+        for inner in inner_values:
+            _collect(inner, found, key)
+
+
+def _known_items(value: Mapping[Any, Any] | Sequence[Any]) -> Iterator[tuple[Any, Any]]:
+    """A mapping's or a sequence's entries, leaving out what a preview cannot know yet."""
+    keys = list(value) if isinstance(value, Mapping) else range(len(value))
+    for key in keys:
+        try:
+            yield key, value[key]
+        except UnknownValueError:
+            continue  # computed during preview: nothing to show yet
 
 
 def _literal(key: str, value: str) -> bool:

@@ -201,3 +201,22 @@ def test_a_refused_setting_that_quotes_a_credential_is_masked_in_the_cli_and_sar
 def test_a_message_that_names_a_credential_without_its_value_is_left_as_it_is() -> None:
     message = "a literal credential for --password (value not shown); give --password $(NAME)"
     assert mask_credentials(message) == message
+
+
+def test_credentials_are_found_through_the_engines_read_only_views_at_preview() -> None:
+    """Under `pulumi preview` a rule reads props through pulumi_policy's proxy (a Sequence and
+    a Mapping, not list and dict) that raises on a value not known yet: the known ones count."""
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+    from policies.rules.masking import credentials_of
+
+    container = {
+        "args": ["--password", PASSWORD, UNKNOWN_STRING_VALUE],
+        "env": [
+            {"name": "SASL_PASSWORD", "value": PASSWORD + "-env"},
+            {"name": "X", "value": UNKNOWN_STRING_VALUE},
+        ],
+    }
+    props = unknown_checking_proxy({"spec": {"template": {"spec": {"containers": [container]}}}})
+    found = credentials_of([("kubernetes:apps/v1:StatefulSet", props)])
+    assert found == {PASSWORD, PASSWORD + "-env"}
