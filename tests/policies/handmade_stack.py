@@ -66,6 +66,11 @@ PEM_PRIVATE_KEY_BLOCK = (
     "-----BEGIN " + "PRIVATE KEY-----\nMIIBfake\n-----END " + "PRIVATE KEY-----\n"
 )
 
+# The brokers' image (`kafka.image`): what every container the contract puts on it runs.
+KAFKA_IMAGE = (
+    "apache/kafka:4.3.1@sha256:77e3df9054047a88b520d0cc46e16696d3b22022e1d580aeccd2632df6532837"
+)
+
 
 @dataclass
 class Resource:
@@ -354,7 +359,7 @@ def handmade_stack() -> list[Resource]:
     # judgement (which these handmade brokers leave out: the rendered stacks have it).
     kafka_container = _container(
         container_commands.kafka_broker(),
-        "apache/kafka:4.3.1@sha256:77e3df9054047a88b520d0cc46e16696d3b22022e1d580aeccd2632df6532837",
+        KAFKA_IMAGE,
         [{"name": k, "value": v} for k, v in KAFKA_ENV.items()],
         {"httpGet": {"path": "/ready", "port": container_commands.READINESS_PORT}},
     )

@@ -14,6 +14,7 @@ import pytest
 
 from contract import container_commands as contract
 from contract.credential_values import mask_credentials
+from contract.java_properties import load_properties
 from infra.stack_settings import StackConfigError
 from offline.policy_check import print_report
 from policies.evaluate import resolved_levels
@@ -62,11 +63,22 @@ def _flag_of_processor(resources: list[Any]) -> None:
 
 def _word_a_secret_holds(resources: list[Any]) -> None:
     """The password of a user's Secret, as a bare word: no key beside it gives it away."""
-    secret = _resource(resources, "Secret", "kafka-credentials-page-view-counter")
+    (secret,) = [
+        r.props
+        for r in resources
+        if r.type.endswith(":Secret")
+        and r.props["metadata"]["name"] == f"kafka-user-{_processor_user(resources)}"
+    ]
     data = secret["stringData"]["value"]  # a secret output, in the engine's wire form
     for key in data:
         data[key] = PASSWORD
     _processor(resources)["args"].append(PASSWORD)
+
+
+def _processor_user(resources: list[Any]) -> str:
+    """The processor's Kafka user: its `sasl.username` (a fork renames the pipeline)."""
+    text = _resource(resources, "ConfigMap", "processor-config")["data"]["processor.properties"]
+    return load_properties(text)["sasl.username"]
 
 
 def _grant_script_line(resources: list[Any]) -> None:

@@ -18,6 +18,7 @@ from contract import container_commands
 from policies.evaluate import Violation
 from tests.policies.conftest import Evaluate, findings_of, stack_config
 from tests.policies.handmade_stack import (
+    KAFKA_IMAGE,
     Resource,
     changed,
     first_container,
@@ -200,6 +201,7 @@ def test_an_init_container_is_held_to_the_same_standard(run) -> None:
         init = {k: v for k, v in copy.deepcopy(first_container(r)).items() if k != "args"}
         init.update(
             name=seed.name,
+            image=KAFKA_IMAGE,  # its setting's image (image-sources)
             command=list(seed.command),
             securityContext={"capabilities": {"add": ["NET_ADMIN"]}},
         )

@@ -8,12 +8,16 @@ from typing import Any
 
 import pytest
 
+from tests.infra.conftest import names_of
 from tests.policies.conftest import Evaluate, stack_config
 from tests.policies.handmade_stack import Resource
 
 RULE = "workload-rbac"
 BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 CLUSTER_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+# The processor's service account, named after its application id (a fork renames it): the
+# cases name it so, and the test fills it in from the rendered stack.
+PROCESSOR_ACCOUNT = "{processor}"
 
 
 def _binding(kind: str, subject: dict[str, Any], role: str = "cluster-admin") -> Resource:
@@ -48,8 +52,8 @@ def _findings(run: Evaluate, recorded_stacks, stack: str, binding: Resource) -> 
     [
         (
             BINDING,
-            {"kind": "ServiceAccount", "name": "page-view-counter"},
-            "service account streaming/page-view-counter",
+            {"kind": "ServiceAccount", "name": PROCESSOR_ACCOUNT},
+            f"service account streaming/{PROCESSOR_ACCOUNT}",
         ),
         (
             CLUSTER_BINDING,
@@ -72,7 +76,10 @@ def _findings(run: Evaluate, recorded_stacks, stack: str, binding: Resource) -> 
 def test_a_role_bound_to_what_a_workload_runs_as_is_refused(
     run, recorded_stacks, stack: str, kind: str, subject: dict[str, Any], reached: str
 ) -> None:
+    processor = names_of(recorded_stacks[stack]).application_id
+    subject = {key: value.format(processor=processor) for key, value in subject.items()}
     (message,) = _findings(run, recorded_stacks, stack, _binding(kind, subject))
+    reached = reached.format(processor=processor)
     assert f"subjects[0] is {reached}, bound to ClusterRole cluster-admin" in message
     assert "Fix: remove the binding" in message
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from contract import container_commands
 from tests.policies.handmade_stack import (
     Resource,
     changed,
@@ -58,6 +59,33 @@ def _as_deployment(r: Resource) -> None:
     for key in ("serviceName", "volumeClaimTemplates", "persistentVolumeClaimRetentionPolicy"):
         r.props["spec"].pop(key)
     r.props["spec"].pop("updateStrategy")
+
+
+def _seed_config_on_the_processors_image(r: Resource) -> None:
+    """An init container of the brokers' (`kafka.image`) on the processor's image."""
+    pod = r.props["spec"]["template"]["spec"]
+    init = {k: v for k, v in pod["containers"][0].items() if k not in ("args", "ports")}
+    seed = container_commands.seed_config()
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        init.pop(probe, None)
+    pod["initContainers"] = [{**init, "name": seed.name, "command": list(seed.command)}]
+
+
+def _bound_to_cluster_admin(r: Resource) -> None:
+    """The processor's service account, bound to cluster-admin instead of declared."""
+    account = r.props["metadata"]
+    r.type = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+    r.props = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "debug", "namespace": account["namespace"]},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "cluster-admin",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": account["name"]}],
+    }
 
 
 # (rule, resource name, edit, text the message must contain)
@@ -344,6 +372,19 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "tls.crt, tls.key); required: only ca.crt of the brokers' TLS Secret",
     ),
     (
+        "image-sources",
+        "processor",
+        _seed_config_on_the_processors_image,
+        "container seed-config image is ghcr.io/example/processor:0.1.0@sha256:",
+    ),
+    (
+        "workload-rbac",
+        "processor-account",
+        _bound_to_cluster_admin,
+        "subjects[0] is service account streaming/page-view-counter, bound to ClusterRole "
+        "cluster-admin",
+    ),
+    (
         "network-policy-coverage",
         "processor-network",
         _set("spec.policyTypes", ["Ingress"]),
@@ -454,7 +495,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 49
+    assert len(policies) == 51
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:
