@@ -413,7 +413,7 @@ def _validate_security(config: StackConfig) -> None:
     for key, value in config.processor.properties.items():
         # The revision picks the mechanism, so a rotation never replaces a password in use; a
         # pinned one would leave the processor with a retired credential after every second one.
-        if security.secured and (key == "sasl.mechanism" or key.endswith(".sasl.mechanism")):
+        if security.secured and _names_client_setting(key, "sasl.mechanism"):
             raise setting_error(
                 f"processor.properties.{key}",
                 value,
@@ -421,11 +421,9 @@ def _validate_security(config: StackConfig) -> None:
                 f"({scram_mechanism(1)} on odd revisions, {scram_mechanism(2)} on even ones: "
                 "the gapless rotation in docs/security.md); remove it",
             )
-    for key, value in config.processor.properties.items():
         # The listener decides how a client talks to it: any other protocol fails at the first
         # connection, after the roll has started.
-        protocol_key = key == "security.protocol" or key.endswith(".security.protocol")
-        if protocol_key and value != security.client_listener:
+        if _names_client_setting(key, "security.protocol") and value != security.client_listener:
             raise setting_error(
                 f"processor.properties.{key}",
                 value,
@@ -457,3 +455,9 @@ def _validate_security(config: StackConfig) -> None:
                 f"mount it and write {inside[0].key}=${{dir:DIRECTORY:FILE}} in the value (the "
                 "processor resolves a reference anywhere in a value)",
             )
+
+
+def _names_client_setting(key: str, setting: str) -> bool:
+    """Whether a processor property is `setting`, for all the processor's clients or for one
+    (`consumer.sasl.mechanism`)."""
+    return key == setting or key.endswith(f".{setting}")

@@ -191,7 +191,9 @@ def credential_admins(view: StackView) -> set[str]:
     return admins
 
 
-def _readers(workload: PolicyResource, broker: bool) -> Iterator[tuple[str, list[SecretUse]]]:
+def _readers(
+    workload: PolicyResource, uses: list[SecretUse], broker: bool
+) -> Iterator[tuple[str, list[SecretUse]]]:
     """Who in a workload's pods is held to the rule, with the Secret keys each reads.
 
     A workload's whole pod is one reader. In a broker's pod, each container is one but the
@@ -199,12 +201,10 @@ def _readers(workload: PolicyResource, broker: bool) -> Iterator[tuple[str, list
     container), which hold its key and, for the format, every password: a name and an image
     the contract fixes, not an image path or an env var any sidecar can be given.
     """
-    spec = pod_spec(workload.resource_type, workload.props)
-    uses = secret_uses(spec)
     if not broker:
         yield "", uses
         return
-    containers = all_containers(spec)
+    containers = all_containers(pod_spec(workload.resource_type, workload.props))
     broker_image = next(
         (str(c.get("image", "")) for c in containers if c.get("name") == KAFKA), None
     )
@@ -230,20 +230,23 @@ def check_secret_mounts(args: StackValidationArgs, _: Mapping[str, Any]) -> Iter
         namespace = namespace_of(workload.props)
         subject = label(workload.resource_type, workload.props)
         own = view.kafka_user(workload)
-        for reader, uses in _readers(workload, id(workload) in brokers):
-            for message in _findings(subject, reader, uses, own, namespace, secrets, admins):
+        uses = secret_uses(pod_spec(workload.resource_type, workload.props))
+        for reader, read in _readers(workload, uses, id(workload) in brokers):
+            for message in _findings(subject, reader, read, own, namespace, secrets, admins):
                 yield message, workload.urn
         if id(workload) in brokers:
-            for message in _other_clusters(workload, namespace, secrets):
+            for message in _other_clusters(workload, uses, namespace, secrets):
                 yield message, workload.urn
 
 
-def _other_clusters(broker: PolicyResource, namespace: str, secrets: KafkaSecrets) -> Iterator[str]:
+def _other_clusters(
+    broker: PolicyResource, uses: list[SecretUse], namespace: str, secrets: KafkaSecrets
+) -> Iterator[str]:
     """A broker's own containers hold its own cluster's key and passwords, never another's:
     a workload is a broker by what it runs, which any new StatefulSet can run."""
     own = name_of(broker.props)
     subject = label(broker.resource_type, broker.props)
-    for use in secret_uses(pod_spec(broker.resource_type, broker.props)):
+    for use in uses:
         cluster = secrets.cluster_of(namespace, use.secret)
         if cluster is not None and cluster != own:
             yield violation(
