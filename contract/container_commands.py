@@ -11,7 +11,11 @@ exec probe or a lifecycle hook the contract does not declare, a `$(NAME)` the ku
 substitute, a file acted on that is not a ConfigMap of the stack, or a container it does not
 know. Change what a container runs here, never in a manifest.
 
-The images' own ENTRYPOINT and CMD are outside a manifest: `pinned-images` holds them by digest.
+No container depends on an image's own start scripts: the broker, its format step and Kafka's
+tools run as `java -cp '/opt/kafka/libs/*' <main class>`, the command Kafka's `bin/` scripts
+end in, so any image that holds the release's jars at `KAFKA_LIBS` and a Java runtime runs them
+alike (the official `apache/kafka` image, or one built from the release's Maven jars). The
+images' own ENTRYPOINT and CMD are outside a manifest: `pinned-images` holds them by digest.
 
 Standard library only: the Pulumi program, the pack and the processor image import it.
 """
@@ -47,7 +51,6 @@ class ContainerCommand:
 
 
 # The containers' names: the program's manifests use them, and the pack finds a render by them.
-SEED_CONFIG = "seed-config"
 FORMAT_STORAGE = "format-storage"
 KAFKA = "kafka"
 GRANT_ACLS = "grant-acls"
@@ -68,7 +71,6 @@ BROKER_KEY_HOLDERS = (FORMAT_STORAGE, KAFKA, GRANT_ACLS)
 KAFKA_IMAGE_SETTING = "kafka.image"
 PROCESSOR_IMAGE_SETTING = "processor.image"
 IMAGE_SOURCES = {
-    SEED_CONFIG: KAFKA_IMAGE_SETTING,
     FORMAT_STORAGE: KAFKA_IMAGE_SETTING,
     KAFKA: KAFKA_IMAGE_SETTING,
     GRANT_ACLS: KAFKA_IMAGE_SETTING,
@@ -80,12 +82,62 @@ IMAGE_SOURCES = {
 }
 
 
+# --- Apache Kafka's own commands, without its scripts ---------------------------------------
+
+# Where every broker image holds the release's jars (the official image's layout).
+KAFKA_LIBS = "/opt/kafka/libs"
+# The main classes Kafka's `bin/` scripts run (`kafka-run-class.sh <class>`).
+KAFKA_SERVER = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
+# What `kafka-run-class.sh` gives a broker's JVM besides its heap (KAFKA_JVM_PERFORMANCE_OPTS).
+JVM_PERFORMANCE_OPTS = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
+# A tool runs one request and exits: a small heap, and the quick compiler only (its start is
+# most of its run).
+TOOL_JVM_OPTS = ("-Xmx128m", "-XX:TieredStopAtLevel=1")
+# With no log4j2 configuration file, log4j2's default one logs to standard output at the
+# level of `log4j2.level` (ERROR when unset): the broker's INFO for `kubectl logs`, a tool's
+# errors only (its results are its standard output).
+BROKER_LOG_LEVEL = "-Dlog4j2.level=INFO"
+
+
+def kafka_tool(main_class: str) -> tuple[str, ...]:
+    """The JVM command line of one of Kafka's tools, its arguments to follow."""
+    return ("java", *TOOL_JVM_OPTS, "-cp", f"{KAFKA_LIBS}/*", main_class)
+
+
+def _shell(words: tuple[str, ...]) -> str:
+    """`words` as one line of a `sh` script (the classpath's `*` quoted: java expands it)."""
+    return " ".join(f"'{word}'" if "*" in word else word for word in words)
+
+
+KAFKA_ACLS = _shell(kafka_tool(ACL_COMMAND))
+KAFKA_CONFIGS = _shell(kafka_tool(CONFIG_COMMAND))
+KAFKA_STORAGE = _shell(kafka_tool(STORAGE_TOOL))
+
+
 # --- the brokers' pod (infra/kafka_cluster.py) ------------------------------------------------
 
-# The image's own config folder, an emptyDir under a read-only root, seeded with its files.
-KAFKA_CONFIG_DIR = "/opt/kafka/config"
-SEED_DIR = "/seed"
 DATA_DIR = "/var/lib/kafka/data"
+# The node's settings, rendered whole by the program into this variable of the broker
+# container: a setting changed in the stack changes the pod template and so rolls the brokers,
+# and the pack reads every setting where it takes effect. `$(POD_NAME)` in it is the kubelet's.
+SERVER_PROPERTIES_VARIABLE = "SERVER_PROPERTIES"
+# The JVM's heap (`-Xms -Xmx`), by the name Kafka's own scripts read it.
+HEAP_OPTS_VARIABLE = "KAFKA_HEAP_OPTS"
+CLUSTER_ID_VARIABLE = "CLUSTER_ID"
+# The pod's writable scratch folder (an emptyDir under a read-only root): the broker's
+# server.properties, the grant script's heartbeat and tool output.
+STATE_DIR = "/tmp"
 # Where the format step and the reconciler read every user's password: one file per user,
 # named after it (a projected volume of the user Secrets).
 USERS_DIR = "/etc/kafka/users"
@@ -106,14 +158,11 @@ READINESS_PREVIOUS_CLIENT_FILE = "readiness-previous-client.properties"
 SCRAM_MECHANISM_FILE = "scram-mechanism"
 # The broker-readiness sidecar's HTTP port (`app.admin.broker_readiness`): /ready, /live, /metrics.
 READINESS_PORT = 8090
-# The pod's ordinal, which the program sets from the downward API (the sidecar's `--node-id`).
+# The pod's ordinal, which the program sets from the downward API (the node's `node.id`, the
+# sidecar's `--node-id`).
 NODE_ID_VARIABLE = "KAFKA_NODE_ID"
-KAFKA_ACLS = "/opt/kafka/bin/kafka-acls.sh"
-KAFKA_CONFIGS = "/opt/kafka/bin/kafka-configs.sh"
-KAFKA_STORAGE = "/opt/kafka/bin/kafka-storage.sh"
 # The grant script's own files, in the pod's /tmp: a heartbeat touched every round (the
 # container's probes read it), and the last tool output, shown when a line fails.
-STATE_DIR = "/tmp"
 HEARTBEAT = f"{STATE_DIR}/bootstrap-acls.alive"
 # Seconds between two looks at the grant lines (and between two tries while the broker starts).
 PERIOD_S = 15
@@ -121,12 +170,27 @@ PERIOD_S = 15
 # each kafka-acls.sh call gives up after its request timeout (infra/bootstrap_grants.py).
 STUCK_MINUTES = 5
 
-# The image's start script writes server.properties into its config folder: with a read-only
-# root that is an emptyDir, which this copies the image's own files into first.
-SEED_CONFIG_SCRIPT = f"cp -R {KAFKA_CONFIG_DIR}/. {SEED_DIR}/"
+# The broker: its settings and node id into a file, its storage formatted at the first start
+# (with `controller.quorum.voters`, a static quorum: every node formats alike, no `--standalone`;
+# a secured cluster's `format-storage` has formatted it already, with its SCRAM users), then the
+# broker's JVM in place of the shell, so that it receives the kubelet's SIGTERM. The cluster id
+# goes as `--cluster-id=<id>`: a generated id is URL-safe base64 and starts with `-` one time in
+# 64, which the tool's parser would take for an option.
+BROKER_SCRIPT = f"""set -eu
+config={STATE_DIR}/server.properties
+printf '%s\\n' "${SERVER_PROPERTIES_VARIABLE}" "node.id=${NODE_ID_VARIABLE}" > "$config"
+if [ ! -f {DATA_DIR}/logs/meta.properties ]; then
+  echo "formatting {DATA_DIR}/logs as node ${NODE_ID_VARIABLE} of cluster ${CLUSTER_ID_VARIABLE}"
+  {KAFKA_STORAGE} format --cluster-id="${CLUSTER_ID_VARIABLE}" --config "$config" \\
+    --ignore-formatted
+fi
+# shellcheck disable=SC2086 # the heap options are words
+exec java ${HEAP_OPTS_VARIABLE} {" ".join(JVM_PERFORMANCE_OPTS)} {BROKER_LOG_LEVEL} \\
+  -cp '{KAFKA_LIBS}/*' {KAFKA_SERVER} "$config"
+"""
 
-# Formats the node's storage with every SCRAM user before the image's own start formats it
-# without them (which then finds it formatted, and the image goes on): KRaft writes users
+# Formats the node's storage with every SCRAM user before the broker's start would format it
+# without them (which then finds it formatted, and goes on): KRaft writes users
 # given at format into the cluster's first metadata, so they exist before any client connects,
 # each with its password of the current credentials revision for that revision's mechanism.
 # The passwords are files (a projected volume of the user Secrets), never environment, and reach
@@ -145,7 +209,7 @@ for file in {USERS_DIR}/*; do
   set -- "$@" --add-scram "$mechanism=[name=$(basename "$file"),password=$(cat "$file")]"
 done
 echo "formatting {DATA_DIR}/logs with $(( $# / 2 )) $mechanism user(s)"
-exec {KAFKA_STORAGE} format --cluster-id "$CLUSTER_ID" --config "$config" \
+exec {KAFKA_STORAGE} format --cluster-id="$CLUSTER_ID" --config "$config" \
   --ignore-formatted "$@"
 """
 
@@ -223,19 +287,15 @@ done
 """
 
 
-def seed_config() -> ContainerCommand:
-    """`seed-config`: the image's config files into the writable folder that replaces it."""
-    return ContainerCommand(SEED_CONFIG, command=("sh", "-c", SEED_CONFIG_SCRIPT))
-
-
 def format_storage() -> ContainerCommand:
     """`format-storage`: the node's storage formatted with every SCRAM user (secured only)."""
     return ContainerCommand(FORMAT_STORAGE, command=("sh", "-c", FORMAT_SCRIPT))
 
 
 def kafka_broker() -> ContainerCommand:
-    """`kafka`: the image's own start, configured by its environment alone."""
-    return ContainerCommand(KAFKA)
+    """`kafka`: the node's storage formatted once, then the broker, with the settings of its
+    `SERVER_PROPERTIES` variable."""
+    return ContainerCommand(KAFKA, command=("sh", "-c", BROKER_SCRIPT))
 
 
 def grant_acls(internal_port: int) -> ContainerCommand:
@@ -376,7 +436,6 @@ def scram_retire(bootstrap_servers: str, retired: str) -> ContainerCommand:
 
 # --- the metadata.version finalization (infra/metadata_version.py) -----------------------------
 
-KAFKA_FEATURES = "/opt/kafka/bin/kafka-features.sh"
 FEATURES_DIR = "/etc/kafka/features"
 # The Java client's settings of `kafka-features.sh` on a secured cluster (SCRAM over TLS).
 FEATURES_CLIENT_FILE = "features-client.properties"
@@ -401,7 +460,7 @@ def finalize_metadata_version(
         acts_on = (client_file,)
     return ContainerCommand(
         FINALIZE,
-        command=(KAFKA_FEATURES, *connect, "upgrade", RELEASE_VERSION, release),
+        command=(*kafka_tool(FEATURE_COMMAND), *connect, "upgrade", RELEASE_VERSION, release),
         acts_on=acts_on,
     )
 

@@ -1,4 +1,8 @@
-"""A KRaft Kafka cluster: combined broker+controller nodes on the official `apache/kafka` image.
+"""A KRaft Kafka cluster: combined broker+controller nodes on an image of Apache Kafka's jars.
+
+The broker's settings are rendered here whole, and its container runs Kafka's own main class
+(`contract.container_commands.kafka_broker`), never an image's start scripts: the official
+`apache/kafka` image and one built from the same release's Maven jars run it alike.
 
 On a secured cluster each broker pod runs three containers: the broker; `grant-acls`, on the
 broker's image with the broker's certificate, which grants the bootstrap ACLs
@@ -23,16 +27,18 @@ from contract.acl_specs import KafkaUser
 from contract.container_commands import (
     BOOTSTRAP_ACLS_FILE,
     BOOTSTRAP_DIR,
+    CLUSTER_ID_VARIABLE,
     DATA_DIR,
     FORMAT_FILE,
     GRANT_CLIENT_FILE,
-    KAFKA_CONFIG_DIR,
+    HEAP_OPTS_VARIABLE,
     NODE_ID_VARIABLE,
     READINESS_CLIENT_FILE,
     READINESS_PORT,
     READINESS_PREVIOUS_CLIENT_FILE,
     SCRAM_MECHANISM_FILE,
-    SEED_DIR,
+    SERVER_PROPERTIES_VARIABLE,
+    STATE_DIR,
     USERS_DIR,
 )
 from contract.java_properties import format_properties
@@ -62,15 +68,6 @@ BOOTSTRAP_MOUNT = k8s.core.v1.VolumeMountArgs(
 )
 # The image runs as uid 1000 (appuser); its files are world-readable, so any non-root uid works.
 KAFKA_UID = 10001
-
-
-def broker_env_name(config: str) -> str:
-    """The official image's environment variable for a broker setting.
-
-    `min.insync.replicas` -> `KAFKA_MIN_INSYNC_REPLICAS` (`.` -> `_`, `_` -> `__`, `-` -> `___`),
-    as the image's `configure` script reads them back into `server.properties`.
-    """
-    return "KAFKA_" + config.replace("_", "__").replace("-", "___").replace(".", "_").upper()
 
 
 # The pod's ordinal, set by the StatefulSet controller (beta 1.28, GA 1.32): node N is always
@@ -231,13 +228,13 @@ class KafkaCluster(pulumi.ComponentResource):
         settings = {**node, **args.broker_configs}
         heap = heap_megabytes(cfg.memory)
         env = workload.downward_env(
-            k8s.core.v1.EnvVarArgs(name="CLUSTER_ID", value=self.cluster_id),
+            k8s.core.v1.EnvVarArgs(name=CLUSTER_ID_VARIABLE, value=self.cluster_id),
             NODE_ID_ENV,
-            *(
-                k8s.core.v1.EnvVarArgs(name=broker_env_name(key), value=value)
-                for key, value in settings.items()
+            # After POD_NAME, which the kubelet substitutes into the advertised listeners.
+            k8s.core.v1.EnvVarArgs(
+                name=SERVER_PROPERTIES_VARIABLE, value=format_properties(settings)
             ),
-            k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value=f"-Xms{heap}m -Xmx{heap}m"),
+            k8s.core.v1.EnvVarArgs(name=HEAP_OPTS_VARIABLE, value=f"-Xms{heap}m -Xmx{heap}m"),
         )
         bootstrap = None
         if args.credentials is not None:
@@ -338,29 +335,13 @@ class KafkaCluster(pulumi.ComponentResource):
         )
         resources = workload.guaranteed_resources(cfg.cpu, cfg.memory)
         security = workload.container_security_context()
-        # The image's start script writes server.properties into /opt/kafka/config and logs into
-        # /opt/kafka/logs; with a read-only root those are emptyDirs, seeded with the image's files.
-        writable = {"config": KAFKA_CONFIG_DIR, "logs": "/opt/kafka/logs", "tmp": "/tmp"}
-        mounts = [
-            k8s.core.v1.VolumeMountArgs(name=volume, mount_path=path)
-            for volume, path in writable.items()
-        ]
+        broker = container_commands.kafka_broker()
+        # The root is read-only: the node's server.properties and the tools' files go to /tmp.
+        mounts = [k8s.core.v1.VolumeMountArgs(name="tmp", mount_path=STATE_DIR)]
         volumes = [
-            k8s.core.v1.VolumeArgs(name=volume, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())
-            for volume in writable
+            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())
         ]
-        seed = container_commands.seed_config()
-        init_containers = [
-            k8s.core.v1.ContainerArgs(
-                name=seed.name,
-                image=cfg.image,
-                image_pull_policy="Always",
-                command=list(seed.command),
-                resources=resources,
-                security_context=security,
-                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="config", mount_path=SEED_DIR)],
-            )
-        ]
+        init_containers: list[k8s.core.v1.ContainerArgs] = []
         tls_mounts: list[k8s.core.v1.VolumeMountArgs] = []
         annotations: dict[str, pulumi.Input[str]] = {}
         grant: list[k8s.core.v1.ContainerArgs] = []
@@ -395,7 +376,7 @@ class KafkaCluster(pulumi.ComponentResource):
                     image_pull_policy="Always",
                     command=list(format_storage.command),
                     env=[
-                        *(e for e in env if e.name in ("CLUSTER_ID", NODE_ID_ENV.name)),
+                        *(e for e in env if e.name in (CLUSTER_ID_VARIABLE, NODE_ID_VARIABLE)),
                     ],
                     resources=resources,
                     security_context=security,
@@ -439,21 +420,21 @@ class KafkaCluster(pulumi.ComponentResource):
             spec=k8s.core.v1.PodSpecArgs(
                 service_account_name=name,
                 automount_service_account_token=False,
-                # The image turns every KAFKA_* variable into a broker setting, and the kubelet's
-                # links for the Service named `kafka` are KAFKA_PORT, KAFKA_SERVICE_HOST, ...:
-                # they became `port=tcp://...` and `service.host=...` in server.properties.
+                # The kubelet's links for the Service named `kafka` (KAFKA_PORT,
+                # KAFKA_SERVICE_HOST, ...) would be read as settings by any image's start that
+                # turns KAFKA_* variables into them, and nothing here needs them.
                 enable_service_links=False,
                 termination_grace_period_seconds=cfg.termination_grace_period_seconds,
                 security_context=workload.pod_security_context(KAFKA_UID),
                 affinity=affinity,
                 topology_spread_constraints=spread,
-                init_containers=init_containers,
+                init_containers=init_containers or None,
                 containers=[
                     k8s.core.v1.ContainerArgs(
-                        # No command or args: the image's own start.
-                        name=container_commands.kafka_broker().name,
+                        name=broker.name,
                         image=cfg.image,
                         image_pull_policy="Always",
+                        command=list(broker.command),
                         env=env,
                         ports=[
                             k8s.core.v1.ContainerPortArgs(
@@ -548,10 +529,9 @@ class KafkaCluster(pulumi.ComponentResource):
         broker's own image.
 
         The broker's key stays with the image that runs the broker; the script
-        (`contract.container_commands.grant_script`) needs only busybox sh and Kafka's
-        `kafka-configs.sh` and `kafka-acls.sh`.
-        `mounts`: the broker's TLS Secret, its writable folders (the tool's logs, config, /tmp)
-        and the bootstrap users' passwords.
+        (`contract.container_commands.grant_script`) needs only busybox sh and Kafka's jars
+        (its `ConfigCommand` and `AclCommand`).
+        `mounts`: the broker's TLS Secret, its writable /tmp and the bootstrap users' passwords.
         """
         runs = container_commands.grant_acls(INTERNAL_PORT)
         # Each round touches the heartbeat; one stuck longer than the contract allows is restarted.
@@ -561,8 +541,6 @@ class KafkaCluster(pulumi.ComponentResource):
             image=image,
             image_pull_policy="Always",
             command=list(runs.command),
-            # kafka-configs.sh and kafka-acls.sh start a JVM a call; the tools need little heap.
-            env=[k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value="-Xmx128m")],
             volume_mounts=[*mounts, BOOTSTRAP_MOUNT],
             resources=workload.guaranteed_resources("250m", "384Mi"),
             security_context=workload.container_security_context(),

@@ -156,11 +156,7 @@ class MetadataVersion(pulumi.ComponentResource):
                 args.kafka.image,
                 # As the brokers' pods: the image is pinned by digest.
                 "Always",
-                # kafka-run-class.sh writes its logs folder; the tool needs little heap.
-                env=(
-                    k8s.core.v1.EnvVarArgs(name="LOG_DIR", value="/tmp"),
-                    k8s.core.v1.EnvVarArgs(name="KAFKA_HEAP_OPTS", value="-Xmx128m"),
-                ),
+                # The tool's JVM options are its command's (`container_commands.kafka_tool`).
                 memory="384Mi",
             ),
             runs,

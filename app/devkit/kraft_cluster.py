@@ -63,15 +63,6 @@ HOST = "127.0.0.1"
 MIN_KAFKA_VERSION = (3, 9)
 # Small but enough for tests: three JVMs fit next to Spark on a 2-core, few-GiB machine.
 DEFAULT_HEAP_OPTS = "-Xms256m -Xmx384m"
-# What `kafka-run-class.sh` gives a broker besides its heap (KAFKA_JVM_PERFORMANCE_OPTS).
-JVM_PERFORMANCE_OPTS = (
-    "-server",
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:InitiatingHeapOccupancyPercent=35",
-    "-XX:+ExplicitGCInvokesConcurrent",
-    "-Djava.awt.headless=true",
-)
 # The broker logs to server.log in its node's folder; the storage tool only its warnings.
 BROKER_LOG4J2 = """\
 appender.file.type = File
@@ -476,7 +467,10 @@ class KraftCluster:
         command = [
             *_DIE_WITH_PARENT,
             *self._java(
-                "broker", *shlex.split(self.heap_opts), *JVM_PERFORMANCE_OPTS, release=release
+                "broker",
+                *shlex.split(self.heap_opts),
+                *container_commands.JVM_PERFORMANCE_OPTS,
+                release=release,
             ),
             f"-Dkafka.logs.dir={node.log_dir}",
             "kafka.Kafka",

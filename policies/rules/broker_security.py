@@ -1,9 +1,10 @@
 """Rules for the brokers' security: encrypted listeners, and an authorizer that denies by default.
 
-Both read the broker configs the official image builds from the Kafka StatefulSet's KAFKA_*
-variables: `listeners`, `listener.security.protocol.map`, `inter.broker.listener.name`,
-`controller.listener.names`, `sasl.enabled.mechanisms` (and its `listener.name.` form),
-`authorizer.class.name`, `allow.everyone.if.no.acl.found`, `super.users`.
+Both read the broker configs of the Kafka StatefulSet's rendered server.properties (its broker
+container's `SERVER_PROPERTIES`): `listeners`, `listener.security.protocol.map`,
+`inter.broker.listener.name`, `controller.listener.names`, `sasl.enabled.mechanisms` (and its
+`listener.name.` form), `authorizer.class.name`, `allow.everyone.if.no.acl.found`,
+`super.users`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from contract.kafka_security import BROKER_PRINCIPAL, SCRAM_MECHANISMS
 from contract.tls_settings import tls_weakenings
 
 from .config import MANDATORY, Threshold, resource_rule
-from .kafka_cluster import broker_configs, env_name, is_kafka_statefulset
+from .kafka_cluster import SERVER_PROPERTIES, broker_configs, is_kafka_statefulset
 from .manifests import fmt, label
 from .messages import violation
 
@@ -26,7 +27,6 @@ ENCRYPTED_PROTOCOLS = ("SSL", "SASL_SSL")
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS = "User:ANONYMOUS"
 
-_MAP_ENV = env_name("listener.security.protocol.map")
 _CLIENT_FIX = (
     "map it to SASL_SSL (TLS and SCRAM; the stack setting security.clientListener: "
     "SASL_SSL renders CLIENT:SASL_SSL), or require client certificates on an SSL listener: on "
@@ -65,7 +65,7 @@ def protocol_map(text: str) -> dict[str, str]:
 
 def _protocol(protocols: Mapping[str, str], listener: str) -> str:
     """A listener's protocol as a message shows it; a listener the map lacks never starts."""
-    return protocols.get(listener, f"absent from {_MAP_ENV}")
+    return protocols.get(listener, "absent from listener.security.protocol.map")
 
 
 def _client_auth(configs: Mapping[str, str], listener: str) -> str:
@@ -89,7 +89,7 @@ def check_listener_encryption(
     if not on_client_port:
         yield violation(
             subject,
-            f"the listener on the client port {fmt(port)} (env KAFKA_LISTENERS)",
+            f"the listener on the client port {fmt(port)} (listeners, {SERVER_PROPERTIES})",
             f"absent (listeners {configs['listeners']})",
             f"a SASL_SSL listener on port {fmt(port)}",
             "bind the client listener to the client port, or set this rule's clientPort in "
@@ -97,7 +97,7 @@ def check_listener_encryption(
         )
     # Each listener once, by the role that explains best why it must be secured.
     roles: dict[str, tuple[str, str, str]] = {
-        name: (f"client listener {name} on port {fmt(port)}", "KAFKA_LISTENERS", _CLIENT_FIX)
+        name: (f"client listener {name} on port {fmt(port)}", "listeners", _CLIENT_FIX)
         for name in on_client_port
     }
     inter_broker = configs.get("inter.broker.listener.name", "").strip().upper()
@@ -106,7 +106,7 @@ def check_listener_encryption(
             inter_broker,
             (
                 f"inter-broker listener {inter_broker}",
-                env_name("inter.broker.listener.name"),
+                "inter.broker.listener.name",
                 _BROKER_FIX,
             ),
         )
@@ -117,7 +117,7 @@ def check_listener_encryption(
         if protocol not in ENCRYPTED_PROTOCOLS:
             yield violation(
                 subject,
-                f"broker config {key} (env {env_name(key)})",
+                f"broker config {key} ({SERVER_PROPERTIES})",
                 protocol,
                 " or ".join(ENCRYPTED_PROTOCOLS),
                 _BROKER_FIX,
@@ -128,7 +128,7 @@ def check_listener_encryption(
                 name.strip().upper(),
                 (
                     f"controller listener {name.strip().upper()}",
-                    env_name("controller.listener.names"),
+                    "controller.listener.names",
                     _BROKER_FIX,
                 ),
             )
@@ -138,7 +138,7 @@ def check_listener_encryption(
             (
                 f"listener {name} on port {fmt(listener_port)}, beside the client, "
                 "inter-broker and controller listeners",
-                "KAFKA_LISTENERS",
+                "listeners",
                 "remove the listener, or secure it like the client listener: " + _CLIENT_FIX,
             ),
         )
@@ -150,9 +150,9 @@ def check_listener_encryption(
         auth_key = f"listener.name.{name.lower()}.ssl.client.auth"
         yield violation(
             subject,
-            f"{role} (env {env}, {_MAP_ENV})",
+            f"{role} ({env}, listener.security.protocol.map, {SERVER_PROPERTIES})",
             f"SSL with ssl.client.auth={client_auth}" if protocol == "SSL" else protocol,
-            f"SASL_SSL, or SSL with {auth_key}=required (env {env_name(auth_key)})",
+            f"SASL_SSL, or SSL with {auth_key}=required ({SERVER_PROPERTIES})",
             fix,
         )
     for name in on_client_port:
@@ -161,10 +161,10 @@ def check_listener_encryption(
     for weakening in tls_weakenings(configs):
         yield violation(
             subject,
-            f"broker config {weakening.key} (env {env_name(weakening.key)})",
+            f"broker config {weakening.key} ({SERVER_PROPERTIES})",
             weakening.value or "empty",
             weakening.required,
-            f"remove {env_name(weakening.key)} from the brokers' environment: {weakening.why}",
+            f"remove {weakening.key} from the brokers' settings: {weakening.why}",
         )
 
 
@@ -179,10 +179,10 @@ def _mechanism_findings(subject: str, configs: Mapping[str, str], listener: str)
     others = [m for m in mechanisms if m not in SCRAM_MECHANISMS]
     yield violation(
         subject,
-        f"client listener {listener}'s SASL mechanisms, broker config {key} (env {env_name(key)})",
+        f"client listener {listener}'s SASL mechanisms, broker config {key} ({SERVER_PROPERTIES})",
         configs[key] or "empty",
         f"{' and/or '.join(SCRAM_MECHANISMS)}, nothing else",
-        f"set {env_name(scoped)}={','.join(SCRAM_MECHANISMS)} "
+        f"set {scoped}={','.join(SCRAM_MECHANISMS)} "
         f"(contract/kafka_security.py renders it), without "
         f"{', '.join(others) or 'an empty list'}: the workloads are SCRAM users "
         "(contract/acl_specs.py), SCRAM never sends a password to the broker, and a "
@@ -200,10 +200,10 @@ def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
     if cfg["requireAuthorizer"] and authorizer != STANDARD_AUTHORIZER:
         yield violation(
             subject,
-            "broker config authorizer.class.name (env KAFKA_AUTHORIZER_CLASS_NAME)",
+            f"broker config authorizer.class.name ({SERVER_PROPERTIES})",
             authorizer or "absent (no authorization)",
             STANDARD_AUTHORIZER,
-            f"set KAFKA_AUTHORIZER_CLASS_NAME={STANDARD_AUTHORIZER} (the stack setting "
+            f"set authorizer.class.name={STANDARD_AUTHORIZER} (the stack setting "
             "security.clientListener: SASL_SSL renders it, and the topic Job reconciles the "
             "ACLs of contract/acl_specs.py): without an authorizer every client that "
             "connects may read, write and delete every topic, group and transactional id",
@@ -214,11 +214,10 @@ def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
     if allow_everyone.strip().lower() == "true":
         yield violation(
             subject,
-            "broker config allow.everyone.if.no.acl.found (env "
-            "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND)",
+            f"broker config allow.everyone.if.no.acl.found ({SERVER_PROPERTIES})",
             allow_everyone,
             "false (deny by default)",
-            "set KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND=false (Kafka's default): with true every "
+            "set allow.everyone.if.no.acl.found=false (Kafka's default): with true every "
             "resource no ACL names (a new topic, any consumer group) is open to every client, "
             "unauthenticated ones included",
         )
@@ -228,13 +227,13 @@ def check_authorizer(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
 def _super_user_findings(subject: str, value: str, cfg: Mapping[str, Any]) -> Iterator[str]:
     """super.users holds the brokers' own principal(s) (threshold superUsers) and nothing else."""
     allowed = [str(principal).strip() for principal in cfg["superUsers"]]
-    setting = "broker config super.users (env KAFKA_SUPER_USERS)"
+    setting = f"broker config super.users ({SERVER_PROPERTIES})"
     required = (
         f"only {', '.join(allowed) or 'no principal'} (the brokers' own principal, "
         f"this rule's superUsers), never {ANONYMOUS} or a wildcard"
     )
     fix = (
-        f"set KAFKA_SUPER_USERS={';'.join(allowed)} (the subject of the broker certificate, as "
+        f"set super.users={';'.join(allowed)} (the subject of the broker certificate, as "
         "contract/kafka_security.py renders it)"
     )
     super_users = [u.strip() for u in value.split(";") if u.strip()]

@@ -7,8 +7,9 @@ grant lines, the properties); this one makes sure that what they run is derived 
 review. Each container is found by name among the contract's and rendered again from inputs the
 pack reads in the stack itself, the way the program renders it:
 
-- the brokers' listener ports (`KAFKA_LISTENERS`) and whether their CLIENT listener is secured
-  (`KAFKA_LISTENER_SECURITY_PROTOCOL_MAP`), for the brokers' pod;
+- the brokers' listener ports (`listeners`) and whether their CLIENT listener is secured
+  (`listener.security.protocol.map`), read from their rendered server.properties, for the
+  brokers' pod;
 - the Kafka cluster's client address and its credentials revision's SCRAM mechanism (the
   `scram-mechanism` file of the ConfigMap its pods mount), for the reconciler's Jobs;
 - `--allow-partition-increase`, a stack setting nothing else shows, from the Job's own args
@@ -115,8 +116,8 @@ class ClusterInputs:
         port = self.ports.get(listener)
         if port is None:
             raise Unrenderable(
-                f"not renderable: the brokers' listeners (env KAFKA_LISTENERS of {self.label}) "
-                f"name no {listener} port",
+                f"not renderable: the brokers' listeners (listeners in env SERVER_PROPERTIES of "
+                f"{self.label}) name no {listener} port",
                 f"a {listener} listener with a port, which the contract's render takes",
             )
         return port
@@ -279,7 +280,6 @@ def _finalize(found: ClusterInputs | None, words: Sequence[str]) -> Expected:
 
 # Every container the contract declares, by name, with how its inputs are read from the stack.
 _RENDERS: dict[str, Render] = {
-    container_commands.SEED_CONFIG: _without_inputs(container_commands.seed_config),
     container_commands.FORMAT_STORAGE: _format_storage,
     container_commands.KAFKA: _without_inputs(container_commands.kafka_broker),
     container_commands.GRANT_ACLS: _grant_acls,
@@ -528,7 +528,7 @@ POLICIES = [
         name="container-commands",
         description=(
             "Every container runs exactly what contract/container_commands.py renders "
-            "for it (the brokers' seed-config, format-storage, kafka, grant-acls and "
+            "for it (the brokers' format-storage, kafka, grant-acls and "
             "broker-readiness, the processor, the reconciler's, the SCRAM retirement's and the "
             "metadata.version finalization's Jobs), "
             "from inputs read in the stack (the brokers' listener ports and security, the Kafka "

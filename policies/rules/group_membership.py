@@ -18,7 +18,7 @@ from contract.java_properties import env_reference
 from contract.processor_keys import DEFAULTS, INSTANCE_ID_KEY, PROTOCOL_CONSUMER
 
 from .config import MANDATORY, Threshold, stack_rule
-from .kafka_cluster import KAFKA_DEFAULTS, broker_configs, env_name
+from .kafka_cluster import KAFKA_DEFAULTS, SERVER_PROPERTIES, broker_configs
 from .manifests import (
     CONFIG_MAP,
     env_field_ref,
@@ -167,11 +167,11 @@ def check_session_timeout(args: StackValidationArgs, cfg: Mapping[str, Any]) -> 
                     urn = kafka.urn
                 else:
                     subject = "broker default"
-                field, session = f"{key} (env {env_name(key)})", number(broker[key])
+                field, session = f"{key} ({SERVER_PROPERTIES})", number(broker[key])
                 where = (
                     f"set the group's own {membership.GROUP_SESSION_TIMEOUT_KEY} (the reconciler "
-                    f"Job's groups), or {env_name(key)} on the brokers (and "
-                    f"{env_name(min_key)}/{env_name(max_key)})"
+                    f"Job's groups), or {key} on the brokers (and "
+                    f"{min_key}/{max_key})"
                 )
         else:
             key = "consumer.session.timeout.ms"
@@ -179,7 +179,7 @@ def check_session_timeout(args: StackValidationArgs, cfg: Mapping[str, Any]) -> 
             field, session = key, number(_setting(processor, key))
             where = (
                 f"set {key} (infra computes it per membership.mode) and, if needed, "
-                f"{env_name(min_key)}/{env_name(max_key)} on the brokers"
+                f"{min_key}/{max_key} on the brokers"
             )
         breaches = membership.session_breaches(
             stateful=processor.stateful,
@@ -231,7 +231,7 @@ def check_heartbeat(args: StackValidationArgs, cfg: Mapping[str, Any]) -> Iterat
             heartbeat, session = number(broker[key]), number(broker[session_key])
             if kafka:
                 subject, urn = f"{label(kafka.resource_type, kafka.props)} broker config", kafka.urn
-            field = f"{key} (env {env_name(key)})"
+            field = f"{key} ({SERVER_PROPERTIES})"
         else:
             key, session_key = "consumer.heartbeat.interval.ms", "consumer.session.timeout.ms"
             heartbeat = number(_setting(processor, key))

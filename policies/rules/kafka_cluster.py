@@ -9,6 +9,7 @@ from typing import Any
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
 from contract.broker_keys import KAFKA_DEFAULTS
+from contract.container_commands import HEAP_OPTS_VARIABLE, SERVER_PROPERTIES_VARIABLE
 
 from .config import ADVISORY, MANDATORY, Threshold, resource_rule, stack_rule
 from .manifests import (
@@ -27,6 +28,9 @@ from .manifests import (
 )
 from .messages import violation
 from .stack_view import StackView
+
+# Where a finding places a broker setting: the broker container's rendered server.properties.
+SERVER_PROPERTIES = f"env {SERVER_PROPERTIES_VARIABLE}"
 
 
 def broker_configs(resource_type: str, props: Mapping[str, Any]) -> dict[str, str]:
@@ -97,10 +101,10 @@ def check_durability(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
         if value is None or value < floor:
             yield violation(
                 subject,
-                f"broker config {key} (env {env_name(key)})",
+                f"broker config {key} ({SERVER_PROPERTIES})",
                 configs[key],
                 f">= {fmt(floor)}",
-                f"set {env_name(key)}={fmt(floor)}: with fewer replicas or in-sync replicas an "
+                f"set {key}={fmt(floor)}: with fewer replicas or in-sync replicas an "
                 "acknowledged write can be lost with one broker",
             )
     rf, isr = number(configs["default.replication.factor"]), number(configs["min.insync.replicas"])
@@ -116,18 +120,12 @@ def check_durability(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> It
     if configs["unclean.leader.election.enable"].strip().lower() != "false":
         yield violation(
             subject,
-            "broker config unclean.leader.election.enable (env "
-            "KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE)",
+            f"broker config unclean.leader.election.enable ({SERVER_PROPERTIES})",
             configs["unclean.leader.election.enable"],
             "false",
-            "set KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE=false: an out-of-sync replica becoming "
+            "set unclean.leader.election.enable=false: an out-of-sync replica becoming "
             "leader silently drops acknowledged records",
         )
-
-
-def env_name(key: str) -> str:
-    """`min.insync.replicas` -> `KAFKA_MIN_INSYNC_REPLICAS` (the official image's convention)."""
-    return "KAFKA_" + key.replace("_", "__").replace("-", "___").replace(".", "_").upper()
 
 
 def check_auto_create(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Iterator[str]:
@@ -138,10 +136,10 @@ def check_auto_create(args: ResourceValidationArgs, _: Mapping[str, Any]) -> Ite
     if value.strip().lower() != "false":
         yield violation(
             label(args.resource_type, args.props),
-            "broker config auto.create.topics.enable (env KAFKA_AUTO_CREATE_TOPICS_ENABLE)",
+            f"broker config auto.create.topics.enable ({SERVER_PROPERTIES})",
             value,
             "false",
-            "set KAFKA_AUTO_CREATE_TOPICS_ENABLE=false: a typo in a topic name otherwise creates "
+            "set auto.create.topics.enable=false: a typo in a topic name otherwise creates "
             "a topic with the broker defaults (not compacted, not co-partitioned)",
         )
 
@@ -155,10 +153,10 @@ def check_rebalance_delay(args: ResourceValidationArgs, cfg: Mapping[str, Any]) 
     if (number(value) or 0.0) < cfg["minDelayMs"]:
         yield violation(
             label(args.resource_type, args.props),
-            f"broker config {key} (env {env_name(key)})",
+            f"broker config {key} ({SERVER_PROPERTIES})",
             value,
             f">= {fmt(cfg['minDelayMs'])} ms",
-            f"set {env_name(key)}={fmt(cfg['minDelayMs'])}: when all processors start together "
+            f"set {key}={fmt(cfg['minDelayMs'])}: when all processors start together "
             "the group otherwise rebalances once per joining member",
         )
 
@@ -172,16 +170,16 @@ def check_heap(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator
         if not kafka_configs(container):
             continue
         limit = quantity(get(container, "resources", "limits", "memory"))
-        opts = env(container).get("KAFKA_HEAP_OPTS", "")
+        opts = env(container).get(HEAP_OPTS_VARIABLE, "")
         match = re.search(r"-Xmx(\S+)", opts)
         heap = java_bytes(match.group(1)) if match else None
         low, high = cfg["minHeapFraction"], cfg["maxHeapFraction"]
         if heap is None or limit is None or not low * limit <= heap <= high * limit:
-            found = f"-Xmx{match.group(1)}" if match else "absent (the image's default 1G)"
+            found = f"-Xmx{match.group(1)}" if match else "absent"
             limit_text = get(container, "resources", "limits", "memory", default="absent")
             yield violation(
                 subject,
-                f"container {container.get('name', '?')} env KAFKA_HEAP_OPTS",
+                f"container {container.get('name', '?')} env {HEAP_OPTS_VARIABLE}",
                 found,
                 f"between {fmt(low)} and {fmt(high)} of limits.memory ({limit_text})",
                 "set KAFKA_HEAP_OPTS=-Xms<half the limit> -Xmx<half the limit>: a larger heap "

@@ -13,6 +13,8 @@ from typing import Any
 
 from pulumi_policy.proxy import UnknownValueError
 
+from contract.container_commands import SERVER_PROPERTIES_VARIABLE
+from contract.java_properties import load_properties
 from contract.quantity import quantity_or_none
 
 STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
@@ -180,21 +182,20 @@ def image_repository(image: str) -> str:
 
 
 def is_kafka_container(container: Mapping[str, Any]) -> bool:
-    """A container running Apache Kafka (the official image, or KRaft env configuration)."""
+    """A container running Apache Kafka (the official image, or a KRaft node's settings)."""
     repository = image_repository(str(container.get("image", "")))
-    return bool(re.search(r"(^|/)apache/kafka(-native)?$", repository)) or (
-        "KAFKA_PROCESS_ROLES" in env(container)
-    )
+    return bool(re.search(r"(^|/)apache/kafka(-native)?$", repository)) or is_kafka_node(container)
 
 
 def is_kafka_node(container: Mapping[str, Any]) -> bool:
-    """A container that runs a Kafka node: KRaft env configuration, or the official image's own
-    start (a container of the image that runs one of its tools, `kafka-features.sh`, is a
-    client)."""
-    if "KAFKA_PROCESS_ROLES" in env(container):
+    """A container that runs a Kafka node: its server.properties names its `process.roles`, or
+    it is the official image's own start (a container of the image that runs one of its tools,
+    `kafka-features.sh`, is a client)."""
+    if "process.roles" in kafka_configs(container):
         return True
     own_start = not items(container, "command") and not items(container, "args")
-    return is_kafka_container(container) and own_start
+    repository = image_repository(str(container.get("image", "")))
+    return own_start and bool(re.search(r"(^|/)apache/kafka(-native)?$", repository))
 
 
 def is_kafka_broker(resource_type: str, props: Mapping[str, Any]) -> bool:
@@ -218,36 +219,10 @@ def processor_container(spec: Mapping[str, Any] | None) -> Mapping[str, Any] | N
 
 
 def kafka_configs(container: Mapping[str, Any]) -> dict[str, str]:
-    """Broker configs from the official image's env convention (its `ub` tool's ConvertKey):
-    KAFKA_MIN_INSYNC_REPLICAS=2 is min.insync.replicas=2; `_` is `.`, `__` is `_`, `___` is `-`."""
-    configs: dict[str, str] = {}
-    for name, value in env(container).items():
-        if not name.startswith("KAFKA_") or name in _NOT_BROKER_CONFIGS:
-            continue
-        key = name[len("KAFKA_") :].lower()
-        key = key.replace("___", "\0").replace("__", "\1").replace("_", ".")
-        configs[key.replace("\0", "-").replace("\1", "_")] = value
-    return configs
-
-
-# Env vars of the official image that are not broker properties.
-# (the image's own kafka-propertiesSpec.json excludes the same names).
-_NOT_BROKER_CONFIGS = frozenset(
-    {
-        "KAFKA_VERSION",
-        "KAFKA_HEAP_OPTS",
-        "KAFKA_OPTS",
-        "KAFKA_JMX_OPTS",
-        "KAFKA_JMX_HOSTNAME",
-        "KAFKA_JMX_PORT",
-        "KAFKA_JVM_PERFORMANCE_OPTS",
-        "KAFKA_GC_LOG_OPTS",
-        "KAFKA_LOG4J_OPTS",
-        "KAFKA_LOG4J_ROOT_LOGLEVEL",
-        "KAFKA_LOG4J_LOGGERS",
-        "KAFKA_TOOLS_LOG4J_LOGLEVEL",
-    }
-)
+    """The broker settings a container runs with: its `SERVER_PROPERTIES` variable, the
+    server.properties the program renders (`contract.container_commands.kafka_broker`)."""
+    text = env(container).get(SERVER_PROPERTIES_VARIABLE)
+    return load_properties(text) if text else {}
 
 
 def quantity(value: Any) -> float | None:

@@ -2,12 +2,9 @@
 
 The two images are made of what this machine has, the way their Dockerfiles make them:
 
-- `apache/kafka`: an Apache Kafka distribution ($KAFKA_HOME) at /opt/kafka, and /etc/kafka/docker
-  as the official image's Dockerfile fills it: the start scripts from Apache Kafka's `docker/`
-  folder ($KAFKA_DOCKER_DIR: `resources/common-scripts` and `jvm/launch`, from the same release;
-  fetched, never committed) and the distribution's default configs. The image's start path is
-  therefore Kafka's own: `run` -> `configure` -> `launch` -> `KafkaDockerWrapper setup` (the
-  `KAFKA_*` environment into server.properties, the storage formatted with `CLUSTER_ID`).
+- the broker's image: the release's jars at /opt/kafka/libs (`contract.container_commands.
+  KAFKA_LIBS`) and this machine's Java on the PATH, what the rendered broker command needs of
+  any image (the official `apache/kafka` one holds the same).
 - the processor image: this repository at /app, the application environment at /opt/venv, this
   machine's Java at /opt/java, and the final stage's ENV, WORKDIR, USER and ENTRYPOINT read from
   the repository's Dockerfile.
@@ -34,31 +31,13 @@ from typing import Any
 
 import yaml
 
-from app.devkit.kafka_release import KafkaRelease, java_command
+from app.devkit.kafka_release import KafkaRelease
+from contract.container_commands import KAFKA_LIBS
 from tests.app.pod_runtime import Image, Node, PodSpec, RunningPod
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA_PYTHON = REPO / ".venv" / "infra" / "bin" / "python"
-KAFKA_DOCKER_DIR_ENV = "KAFKA_DOCKER_DIR"
 PROCESSOR_IMAGE_FOLDERS = {"/app": REPO, "/opt/venv": Path(sys.prefix)}
-
-
-def distribution_with_scripts(release: KafkaRelease, folder: Path) -> Path:
-    """`release` as the `/opt/kafka` the image's scripts call: the release's own folder when it
-    is a distribution (it has `bin/kafka-storage.sh`), else `folder` with its `libs/` and the
-    one script the format step runs, which starts what the distribution's does
-    (`kafka-run-class.sh kafka.tools.StorageTool`)."""
-    if (release.home / "bin" / "kafka-storage.sh").is_file():
-        return release.home
-    (folder / "bin").mkdir(parents=True, exist_ok=True)
-    (folder / "libs").symlink_to(release.libs)
-    script = folder / "bin" / "kafka-storage.sh"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'exec "{java_command()}" -cp "$(dirname "$0")/../libs/*" kafka.tools.StorageTool "$@"\n'
-    )
-    script.chmod(0o755)
-    return folder
 
 
 def render(stack: str, out: Path, overrides: Mapping[str, Any] | None = None) -> None:
@@ -202,59 +181,18 @@ def processor_image(name: str, folder: Path, dockerfile: Path = REPO / "Dockerfi
     return Image(name, folders, env, workdir, uid, entrypoint, cmd)
 
 
-def kafka_docker_dir() -> Path | None:
-    """Apache Kafka's `docker/` folder from $KAFKA_DOCKER_DIR, if it has the start scripts."""
-    value = os.environ.get(KAFKA_DOCKER_DIR_ENV)
-    if not value:
-        return None
-    folder = Path(value)
-    if not (folder / "resources" / "common-scripts" / "run").exists():
-        raise RuntimeError(
-            f"{KAFKA_DOCKER_DIR_ENV}={folder} lacks resources/common-scripts/run: point it at "
-            "the docker/ folder of Apache Kafka's repository, at the distribution's release"
-        )
-    return folder
-
-
-def kafka_image(name: str, kafka_home: Path, docker_dir: Path, folder: Path) -> Image:
-    """The official `apache/kafka` image: its Dockerfile's layout, from local folders."""
-    scripts = folder / "etc-kafka-docker"
-    shutil.rmtree(scripts, ignore_errors=True)
-    shutil.copytree(docker_dir / "resources" / "common-scripts", scripts)
-    shutil.copy2(docker_dir / "jvm" / "launch", scripts / "launch")
-    config = kafka_home / "config"
-    defaults = {
-        "server.properties": [config / "server.properties", config / "kraft" / "server.properties"],
-        "log4j2.yaml": [config / "log4j2.yaml"],
-        "tools-log4j2.yaml": [config / "tools-log4j2.yaml"],
-    }
-    for target, candidates in defaults.items():
-        found = next((c for c in candidates if c.exists()), None)
-        if found is None:
-            raise RuntimeError(f"{kafka_home} lacks {candidates[0]}, which the image copies")
-        shutil.copy2(found, scripts / target)
-    for path in [scripts, *scripts.iterdir()]:
-        path.chmod(0o755)
-    shared = folder / "mnt-shared-config"  # the image's VOLUME for user-mounted configs
-    shared.mkdir(parents=True, exist_ok=True)
-    shared.chmod(0o777)
-    java = java_home()
+def kafka_image(name: str, release: KafkaRelease) -> Image:
+    """A broker image: Apache Kafka's jars where the official image holds them, and a Java
+    runtime on the PATH as eclipse-temurin (its base) puts it."""
     return Image(
         name,
-        {
-            "/opt/kafka": kafka_home,
-            "/etc/kafka/docker": scripts,
-            "/mnt/shared/config": shared,
-            "/opt/java/openjdk": java,
-        },
-        # eclipse-temurin's environment, which the image inherits.
+        {KAFKA_LIBS: release.libs, "/opt/java/openjdk": java_home()},
         {
             "PATH": "/opt/java/openjdk/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
             "/sbin:/bin",
             "JAVA_HOME": "/opt/java/openjdk",
         },
-        uid=1000,  # appuser
-        cmd=("/etc/kafka/docker/run",),
+        uid=1000,  # the official image's appuser
     )
 
 

@@ -27,17 +27,13 @@ from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import KraftCluster, free_port
 from contract import acl_grants, acl_specs
 from contract.acl_specs import KafkaUser
-from contract.container_commands import SCRAM_MECHANISM_FILE, USERS_DIR
+from contract.container_commands import KAFKA_LIBS, SCRAM_MECHANISM_FILE, USERS_DIR
 from infra import bootstrap_grants
 from tests.app.processor_harness import REPO
 
 # Each sidecar answers 200 once its broker is in sync and the ACLs are granted: three JVMs, their
 # clients and a JVM per line of the grants share two cores here.
 SIDECAR_DEADLINE_S = 240.0
-# The classes the distribution's bin/kafka-acls.sh and bin/kafka-features.sh run.
-ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
-CONFIG_COMMAND = "kafka.admin.ConfigCommand"
-FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 # Where the grant script of `readiness_sidecars` finds the bootstrap files: a mount path of this
 # test's own, pointed at a local folder as the rendered ones are.
 BOOTSTRAP_MOUNT = "/pod/bootstrap"
@@ -52,38 +48,22 @@ def localize(text: str, mounts: Mapping[str, Path]) -> str:
     return pattern.sub(lambda m: str(mounts[m[1]]), text)
 
 
-def kafka_tool_shim(cluster: KraftCluster, folder: Path, script: str, main_class: str) -> Path:
-    """A `bin/<script>` equivalent to the distribution's, on the cluster's release jars."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shim = folder / script
-    log4j = cluster.work_dir / "log4j2-tools.properties"
-    shim.write_text(
-        "#!/bin/sh\n"
-        f"exec '{cluster.java}' -Xmx128m -XX:TieredStopAtLevel=1 "
-        f"-Dlog4j2.configurationFile='{log4j}' -cp '{cluster.release.classpath}' "
-        f'{main_class} "$@"\n',
-        encoding="utf-8",
-    )
-    shim.chmod(0o755)
-    return shim
+def release_mounts(cluster: KraftCluster) -> dict[str, Path]:
+    """The image's `KAFKA_LIBS` as this machine holds it: the cluster's release jars (the
+    rendered tools run `java -cp '<KAFKA_LIBS>/*' <main class>`, `java` from PATH)."""
+    return {KAFKA_LIBS: cluster.release.libs}
 
 
 def grant_command(
     script: str, cluster: KraftCluster, node_id: int, mounts: Mapping[str, Path], state: Path
 ) -> list[str]:
     """A `grant-acls` container's `sh -c` script, run here for node `node_id`: its mount paths
-    point at local folders (`mounts`), its `/tmp` at `state`, `kafka-acls.sh` and
-    `kafka-configs.sh` at shims, and
-    the broker it connects to (`localhost:<port>`) is this node's INTERNAL listener."""
-    tools = {
-        bootstrap_grants.KAFKA_ACLS: kafka_tool_shim(
-            cluster, state / "bin", "kafka-acls.sh", ACL_COMMAND
-        ),
-        bootstrap_grants.KAFKA_CONFIGS: kafka_tool_shim(
-            cluster, state / "bin", "kafka-configs.sh", CONFIG_COMMAND
-        ),
-    }
-    local = localize(script, {**mounts, bootstrap_grants.STATE_DIR: state, **tools})
+    point at local folders (`mounts`), its `/tmp` at `state`, Kafka's jars at the cluster's
+    release, and the broker it connects to (`localhost:<port>`) is this node's INTERNAL
+    listener."""
+    local = localize(
+        script, {**mounts, bootstrap_grants.STATE_DIR: state, **release_mounts(cluster)}
+    )
     local, found = re.subn(r"\blocalhost:\d+", cluster.node(node_id).admin_endpoint, local)
     assert found == 1, f"the grant script names its broker once, as localhost:<port>:\n{script}"
     return ["sh", "-c", local]

@@ -1,19 +1,16 @@
 """The dev stack's rendered manifests, executed: pods as local processes (`tests.app.pod_runtime`),
-changing only what a cluster provides. The brokers boot through the official image's start path
-with exactly the rendered environment and form the quorum; the topics Job reconciles; two
-processor pods count exactly; every rendered probe answers as the manifests expect.
+changing only what a cluster provides. The brokers boot through their rendered command (Kafka's
+own main class on the release's jars, with exactly the rendered environment) and form the
+quorum; the topics Job reconciles; two processor pods count exactly; every rendered probe
+answers as the manifests expect.
 
-Needs root, an unpacked Apache Kafka 4.x distribution ($KAFKA_HOME: the image's start path runs
-its bin/ scripts and copies its config/, which the project's Maven-resolved release, jars only,
-does not have) and the docker/ folder of Apache Kafka's repository at that release
-($KAFKA_DOCKER_DIR); skips, saying which, otherwise. Neither is on a registry this project's
-machines reach; `tests/cluster/` and `tests/engine/` run the manifests on a real API server.
+Needs root (`pod_runtime.missing_requirements` says what else); the broker image is the project's
+Apache Kafka release, jars only, as the rendered command needs nothing more.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,14 +19,13 @@ from typing import Any
 
 import pytest
 
-from app.devkit.kafka_release import KAFKA_HOME_ENV
+from app.devkit.kafka_release import ensure as ensure_release
+from contract import container_commands
 from contract.java_properties import load_properties
 from contract.topic_specs import PipelineNames
 from tests.app.pod_runtime import Node, PodSpec, RunningPod, missing_requirements
 from tests.app.rendered_deployment import (
-    KAFKA_DOCKER_DIR_ENV,
     Manifests,
-    kafka_docker_dir,
     kafka_image,
     processor_image,
     publish_dns,
@@ -42,28 +38,7 @@ from tests.app.rendered_deployment import (
 
 STACK = "dev"
 START_TIMEOUT_S = 600.0
-# The image's wrapper turns every KAFKA_* variable into a broker setting except these (its
-# `ExcludeServerPropsEnv`): they are the JVM's and log4j's.
-NOT_BROKER_SETTINGS = {
-    "KAFKA_VERSION",
-    "KAFKA_HEAP_OPTS",
-    "KAFKA_LOG4J_OPTS",
-    "KAFKA_OPTS",
-    "KAFKA_JMX_OPTS",
-    "KAFKA_JVM_PERFORMANCE_OPTS",
-    "KAFKA_GC_LOG_OPTS",
-    "KAFKA_LOG4J_ROOT_LOGLEVEL",
-    "KAFKA_LOG4J_LOGGERS",
-    "KAFKA_TOOLS_LOG4J_LOGLEVEL",
-    "KAFKA_JMX_HOSTNAME",
-}
 LOAD_RECORDS = 3000
-
-
-def broker_setting(variable: str) -> str:
-    """`KAFKA_MIN_INSYNC_REPLICAS` -> `min.insync.replicas`, as the image's wrapper reads it."""
-    name = variable.removeprefix("KAFKA_").lower()
-    return re.sub("_+", lambda m: {1: ".", 2: "_", 3: "-"}[len(m.group(0))], name)
 
 
 @dataclass
@@ -75,6 +50,7 @@ class Deployment:
     brokers: list[RunningPod]
     processors: list[RunningPod]
     job_output: str
+    finalize_output: str
     processor_image: str
     scratch: Path
 
@@ -102,28 +78,29 @@ class Deployment:
         return dict(json.loads(self.toolbox(*args).strip().splitlines()[-1]))
 
 
-def _requirements() -> tuple[Path, Path]:
-    reason = missing_requirements()
-    if reason:
-        pytest.skip(reason)
-    if not os.environ.get(KAFKA_HOME_ENV):
-        pytest.skip(
-            f"needs {KAFKA_HOME_ENV}: an unpacked Apache Kafka 4.x distribution (bin/ and "
-            "config/ for the official image's start path; the Maven release has jars only)"
-        )
-    docker_dir = kafka_docker_dir()
-    if docker_dir is None:
-        pytest.skip(
-            f"needs {KAFKA_DOCKER_DIR_ENV}: the docker/ folder of Apache Kafka's repository "
-            "(the official image's start scripts), at the distribution's release"
-        )
-    return Path(os.environ[KAFKA_HOME_ENV]), docker_dir
+def _job(manifests: Manifests, container: str) -> dict[str, Any]:
+    """The rendered Job whose container is `container`."""
+    (job,) = [
+        j
+        for j in manifests.of_kind("Job")
+        if j["spec"]["template"]["spec"]["containers"][0]["name"] == container
+    ]
+    return job
+
+
+def _rendered_settings(broker: RunningPod) -> dict[str, str]:
+    """The server.properties the program rendered for a broker (its `SERVER_PROPERTIES`)."""
+    (container, *_) = broker.spec.spec["containers"]
+    env = {var["name"]: var.get("value") for var in container["env"]}
+    return load_properties(env[container_commands.SERVER_PROPERTIES_VARIABLE])
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """The dev stack rendered and started as the cluster's controllers would start it."""
-    kafka_home, docker_dir = _requirements()
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
     folder = tmp_path_factory.mktemp("deployment")
     render(STACK, folder / "manifests")
     manifests = Manifests.load(folder / "manifests")
@@ -132,7 +109,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     kafka_image_name = kafka_sts["spec"]["template"]["spec"]["containers"][0]["image"]
     processor_image_name = processor_sts["spec"]["template"]["spec"]["containers"][0]["image"]
     images = {
-        kafka_image_name: kafka_image(kafka_image_name, kafka_home, docker_dir, folder / "images"),
+        kafka_image_name: kafka_image(kafka_image_name, ensure_release()),
         processor_image_name: processor_image(processor_image_name, folder / "images"),
     }
     node = Node(folder / "node", images, manifests.of_kind("Service"), manifests.config_maps())
@@ -141,8 +118,13 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         processor_pods = stateful_set_pods(processor_sts, folder / "claims")
         publish_dns(node, manifests, kafka_pods + processor_pods)
         brokers = start_stateful_set(node, kafka_sts, kafka_pods, START_TIMEOUT_S)
-        (job,) = manifests.of_kind("Job")
-        job_output = run_job(node, job, START_TIMEOUT_S)[-1]
+        job_output = run_job(node, _job(manifests, container_commands.RECONCILE), START_TIMEOUT_S)[
+            -1
+        ]
+        # After the brokers and the topics, as Pulumi orders it: Kafka's own features tool.
+        finalize_output = run_job(
+            node, _job(manifests, container_commands.FINALIZE), START_TIMEOUT_S
+        )[-1]
         processors = start_stateful_set(node, processor_sts, processor_pods, START_TIMEOUT_S)
         yield Deployment(
             node,
@@ -150,19 +132,20 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             brokers,
             processors,
             job_output,
+            finalize_output,
             processor_image_name,
             node.folder / "pods" / "toolbox" / "volumes" / "scratch",
         )
 
 
-def test_the_brokers_boot_through_the_image_start_path_and_form_the_quorum(
+def test_the_brokers_boot_through_their_rendered_command_and_form_the_quorum(
     deployment: Deployment,
 ) -> None:
     output = deployment.node.exec(
         "kafka-0",
         "kafka",
         [
-            "/opt/kafka/bin/kafka-metadata-quorum.sh",
+            *container_commands.kafka_tool("org.apache.kafka.tools.MetadataQuorumCommand"),
             "--bootstrap-controller",
             "localhost:9093",
             "describe",
@@ -176,46 +159,50 @@ def test_the_brokers_boot_through_the_image_start_path_and_form_the_quorum(
     assert re.search(r"LeaderId:\s*[0-2]\b", output), output
     for broker in deployment.brokers:
         log = broker.containers["kafka"].log_path.read_text(encoding="utf-8", errors="replace")
-        # The official image's scripts ran, and the wrapper formatted the storage.
-        assert "===> Configuring ..." in log and "===> Launching ..." in log, log[-3000:]
+        # The rendered script formatted the storage at the first start, then ran the broker.
+        index = broker.spec.labels["apps.kubernetes.io/pod-index"]
+        assert f"formatting /var/lib/kafka/data/logs as node {index}" in log, log[-3000:]
+        assert "Kafka Server started" in log, log[-3000:]
         assert (broker.spec.claims["data"] / "logs" / "meta.properties").exists()
+
+
+def test_the_metadata_version_job_runs_kafkas_features_tool_from_the_brokers_jars(
+    deployment: Deployment,
+) -> None:
+    # Already at the image's release on a new cluster: nothing to raise, and it says so.
+    assert "metadata.version" in deployment.finalize_output, deployment.finalize_output
 
 
 def test_every_rendered_broker_setting_is_in_server_properties_and_nothing_else(
     deployment: Deployment,
 ) -> None:
     for broker in deployment.brokers:
-        env = json.loads((broker.folder / "container-kafka.json").read_text())["env"]
-        rendered = {
-            var["name"]
-            for var in broker.spec.spec["containers"][0]["env"]
-            if var["name"].startswith("KAFKA_")
+        index = broker.spec.labels["apps.kubernetes.io/pod-index"]
+        expected = {
+            **_rendered_settings(broker),
+            "node.id": index,
+            "advertised.listeners": (
+                f"CLIENT://{broker.spec.fqdn}:9092,INTERNAL://{broker.spec.fqdn}:9094"
+            ),
         }
-        expected = {broker_setting(name): env[name] for name in rendered - NOT_BROKER_SETTINGS}
         written = load_properties(
-            (broker.folder / "volumes" / "config" / "server.properties").read_text()
+            (broker.folder / "volumes" / "tmp" / "server.properties").read_text()
         )
         different = sorted(k for k in written.keys() & expected.keys() if written[k] != expected[k])
         assert written == expected, (
-            f"{broker.spec.name}: server.properties differs from the rendered environment: "
+            f"{broker.spec.name}: server.properties differs from the rendered settings: "
             f"extra {sorted(written.keys() - expected.keys())}, "
             f"missing {sorted(expected.keys() - written.keys())}, different {different}"
-        )
-        index = broker.spec.labels["apps.kubernetes.io/pod-index"]
-        assert written["node.id"] == index
-        assert written["advertised.listeners"] == (
-            f"CLIENT://{broker.spec.fqdn}:9092,INTERNAL://{broker.spec.fqdn}:9094"
         )
 
 
 def test_the_running_brokers_and_topics_have_the_rendered_configuration(
     deployment: Deployment,
 ) -> None:
+    reconcile = _job(deployment.manifests, container_commands.RECONCILE)
     specs = json.loads(
         deployment.manifests.config_maps()[
-            deployment.manifests.of_kind("Job")[0]["spec"]["template"]["spec"]["volumes"][0][
-                "configMap"
-            ]["name"]
+            reconcile["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
         ]["topics.json"]
     )["topics"]
     bootstrap = _processor_properties(deployment)["bootstrap.servers"]
@@ -230,11 +217,7 @@ def test_the_running_brokers_and_topics_have_the_rendered_configuration(
         ",".join(spec["name"] for spec in specs),
     )
     assert state["brokers"] == [0, 1, 2]
-    rendered = {
-        broker_setting(var["name"]): var.get("value")
-        for var in deployment.brokers[0].spec.spec["containers"][0]["env"]
-        if var["name"].startswith("KAFKA_") and var["name"] not in NOT_BROKER_SETTINGS
-    }
+    rendered = _rendered_settings(deployment.brokers[0])
     for broker_id in state["brokers"]:
         running = state["configs"][f"broker:{broker_id}"]
         for key, value in rendered.items():

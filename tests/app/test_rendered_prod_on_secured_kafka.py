@@ -1,14 +1,14 @@
 """The prod stack as rendered starts and counts on a secured 3-node Apache Kafka (docs/security.md).
 
-Everything comes from `python -m offline.render --stack prod`: the brokers' settings (the
-`kafka-bootstrap` ConfigMap's server.properties), each broker pod's `grant-acls` script (run
-with `kafka-acls.sh` of the release's jars) and readiness sidecar with the files they mount, the
-topic Job's own command with its ConfigMap (topics, users, ACLs, client settings) and the
-processor's `processor.properties`, its environment and its volumes. The test changes only what
-names the pod or the cluster's network instead of this host (ports, addresses, mount paths, the
-image's interpreter and `kafka-acls.sh`), each change listed below with its reason; so a
-rendered prod setting that the brokers, their pods' helpers, the reconciler or the processor
-would refuse fails here.
+Everything comes from `python -m offline.render --stack prod`: the brokers' settings (their
+container's rendered server.properties, `SERVER_PROPERTIES`), each broker pod's `grant-acls`
+script (run with Kafka's tools from the release's jars) and readiness sidecar with the files
+they mount, the topic Job's own command with its ConfigMap (topics, users, ACLs, client
+settings) and the processor's `processor.properties`, its environment and its volumes. The
+test changes only what names the pod or the cluster's network instead of this host (ports,
+addresses, mount paths, the image's interpreter and Kafka's jars), each change listed below
+with its reason; so a rendered prod setting that the brokers, their pods' helpers, the
+reconciler or the processor would refuse fails here.
 
 Broker settings the render leaves at Kafka's defaults take the local cluster's test values
 (`app.devkit.kraft_cluster.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
@@ -66,13 +66,12 @@ from tests.app.processor_harness import (
 )
 from tests.app.rendered_deployment import Manifests, render
 from tests.app.secured_kafka import (
-    FEATURE_COMMAND,
     BrokerPod,
     BrokerPods,
     broker_pods,
     grant_command,
-    kafka_tool_shim,
     localize,
+    release_mounts,
 )
 
 pytestmark = [
@@ -91,7 +90,7 @@ VIEWS = 3000
 BROKER_KEYS_DROPPED = {
     "process.roles": "set per node by the cluster, which runs every node as the render does "
     "(broker,controller: checked on the brokers)",
-    "node.id": "the pod's ordinal (appended at format in prod); the cluster numbers its nodes",
+    "node.id": "the pod's ordinal (the broker's start appends it); the cluster numbers its nodes",
     "listeners": "the pod's ports; the nodes listen on free ports of 127.0.0.1",
     "advertised.listeners": "the pods' DNS names; the nodes advertise 127.0.0.1",
     "controller.quorum.voters": "the pods' DNS names; the nodes form a quorum of their "
@@ -346,7 +345,9 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     render(STACK, workdir / "manifests")
     manifests = Manifests.load(workdir / "manifests")
     bootstrap = manifests.get("ConfigMap", "kafka-bootstrap")["data"]
-    rendered = load_properties(bootstrap["server.properties"])
+    (broker, *_) = manifests.get("StatefulSet", "kafka")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in broker["env"]}
+    rendered = load_properties(env[container_commands.SERVER_PROPERTIES_VARIABLE])
     job = _topic_job(manifests)
     user_secrets = _job_user_secrets(job)
     passwords = {user: f"{user}-{uuid.uuid4().hex}" for user in user_secrets.values()}
@@ -495,13 +496,10 @@ def test_the_rendered_metadata_version_job_logs_in_as_the_reconciler_and_finaliz
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     mounts = deployed.kubelet.mount(pod, container, deployed.workdir / "finalize")
+    tool = container_commands.kafka_tool(container_commands.FEATURE_COMMAND)
+    assert container["command"][: len(tool)] == list(tool), container["command"]
+    mounts.update(release_mounts(deployed.cluster))
     command = [localize(word, mounts) for word in container["command"]]
-    assert command[0] == container_commands.KAFKA_FEATURES, command
-    command[0] = str(
-        kafka_tool_shim(
-            deployed.cluster, mounts["/tmp"] / "bin", "kafka-features.sh", FEATURE_COMMAND
-        )
-    )
     command[command.index("--bootstrap-server") + 1] = deployed.cluster.bootstrap_servers
     finished = subprocess.run(command, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
     output = finished.stdout + finished.stderr

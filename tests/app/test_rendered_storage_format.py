@@ -2,7 +2,7 @@
 
 Runs the `format-storage` init container's script from the rendered prod manifests against the
 rendered format settings (TLS listeners, SCRAM, authorizer) with Apache Kafka's own
-`kafka-storage.sh` (the project's release, or the distribution $KAFKA_HOME names), so Kafka
+`StorageTool` (the project's release, or the distribution $KAFKA_HOME names), so Kafka
 itself validates the secured configuration the brokers start with.
 """
 
@@ -12,16 +12,18 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from app.devkit.kafka_release import ensure as ensure_release
+from contract.container_commands import KAFKA_LIBS
 from contract.java_properties import format_properties, load_properties
-from tests.app.rendered_deployment import Manifests, distribution_with_scripts, render
+from tests.app.rendered_deployment import Manifests, render
 
 # Where the rendered pod mounts them; the test puts each under its own temporary folder.
 MOUNTS = {
     "/etc/kafka/bootstrap": "bootstrap",
     "/etc/kafka/users": "users",
     "/var/lib/kafka/data": "data",
-    "/opt/kafka": "kafka",
 }
 
 
@@ -34,12 +36,16 @@ def _format_step(manifests: Manifests) -> tuple[str, dict[str, str]]:
     return init["command"][2], manifests.config_maps()["kafka-bootstrap"]
 
 
-def test_the_rendered_format_step_bootstraps_every_scram_user(tmp_path: Path) -> None:
-    kafka_home = distribution_with_scripts(ensure_release(), tmp_path / "kafka")
+# Generated ids are URL-safe base64: one in 64 starts with `-`, which a parser takes for an option.
+@pytest.mark.parametrize("cluster_id", ["be7vPwBAs4qlyHRJR2Vd_A", "-7ZxatWmgJwRW_uEJAMSNg"])
+def test_the_rendered_format_step_bootstraps_every_scram_user(
+    tmp_path: Path, cluster_id: str
+) -> None:
+    release = ensure_release()
     render("prod", tmp_path / "manifests")
     script, bootstrap = _format_step(Manifests.load(tmp_path / "manifests"))
     folders = {path: tmp_path / name for path, name in MOUNTS.items()}
-    folders["/opt/kafka"] = Path(kafka_home)
+    folders[KAFKA_LIBS] = release.libs
     for path, folder in folders.items():
         script = script.replace(path, str(folder))
     format_settings = load_properties(bootstrap["server.properties"])
@@ -56,7 +62,7 @@ def test_the_rendered_format_step_bootstraps_every_scram_user(tmp_path: Path) ->
     env = {
         **os.environ,
         "KAFKA_NODE_ID": "1",
-        "CLUSTER_ID": "be7vPwBAs4qlyHRJR2Vd_A",
+        "CLUSTER_ID": cluster_id,
         "LOG_DIR": str(tmp_path / "logs"),
     }
 
@@ -64,11 +70,15 @@ def test_the_rendered_format_step_bootstraps_every_scram_user(tmp_path: Path) ->
     assert first.returncode == 0, first.stdout + first.stderr
     # Revision 1's mechanism (prod's credentialsRevision): Kafka accepted it for every user.
     assert "with 3 SCRAM-SHA-512 user(s)" in first.stdout, first.stdout
+    meta = load_properties(
+        (folders["/var/lib/kafka/data"] / "logs" / "meta.properties").read_text()
+    )
+    assert meta["cluster.id"] == cluster_id
     checkpoint = (folders["/var/lib/kafka/data"] / "logs" / "bootstrap.checkpoint").read_bytes()
     for user in users:
         assert user.encode() in checkpoint, f"no SCRAM credential for {user} in {checkpoint!r}"
     # A restarted pod finds its storage formatted and leaves it, without putting the passwords
-    # on a command line again (kafka-storage.sh is not run: no JVM reads them).
+    # on a command line again (the storage tool is not run: no JVM reads them).
     again = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "is formatted already: nothing to do" in again.stdout, again.stdout

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from contract.java_properties import parse_properties
+from contract.container_commands import SERVER_PROPERTIES_VARIABLE
+from contract.java_properties import load_properties, parse_properties
 from contract.topic_specs import PipelineNames
 from infra.config import stack_config_from_cli
 from infra.stack_settings import StackConfig
@@ -75,6 +76,11 @@ def container_env(obj: dict[str, Any], container: int = 0) -> dict[str, Any]:
     """A workload's container env as name -> value (or the valueFrom source)."""
     env = obj["spec"]["template"]["spec"]["containers"][container]["env"]
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in env}
+
+
+def broker_settings(obj: dict[str, Any]) -> dict[str, str]:
+    """The brokers' server.properties as a StatefulSet renders it (its `SERVER_PROPERTIES`)."""
+    return load_properties(container_env(obj)[SERVER_PROPERTIES_VARIABLE])
 
 
 @pytest.fixture(scope="session")

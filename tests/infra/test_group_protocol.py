@@ -15,10 +15,9 @@ from contract import acl_specs, membership
 from contract.processor_keys import CLASSIC_PROTOCOL_ONLY, DEFAULTS
 from contract.topic_specs import loads_groups
 from infra.config import build_stack_config
-from infra.kafka_cluster import broker_env_name
 from infra.stack_settings import StackConfigError
 from offline.render import RecordedStack, record_stack
-from tests.infra.conftest import container_env, k8s_object, names_of
+from tests.infra.conftest import broker_settings, k8s_object, names_of
 from tests.infra.conftest import processor_properties as properties
 
 KIP848 = {"processor.groupProtocol": "consumer"}
@@ -81,10 +80,10 @@ def test_a_static_members_session_and_a_handoff_members_differ_as_their_failure_
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_the_brokers_bounds_admit_the_groups_own_configs(stack: str) -> None:
-    env = container_env(k8s_object(consumer_stack(stack), "StatefulSet", "kafka"))
+    env = broker_settings(k8s_object(consumer_stack(stack), "StatefulSet", "kafka"))
     group = build_stack_config(stack, KIP848).processor.group_configs
     for key, ((low_key, _), (high_key, _)) in membership.KIP848_BOUNDS.items():
-        low, high = int(env[broker_env_name(low_key)]), int(env[broker_env_name(high_key)])
+        low, high = int(env[low_key]), int(env[high_key])
         assert low <= int(group[key]) <= high, (key, low, group[key], high)
 
 

@@ -5,16 +5,32 @@ from __future__ import annotations
 import pytest
 
 from app.devkit.kafka_release import KAFKA_VERSION
-from infra.kafka_cluster import broker_env_name, heap_megabytes
+from contract import container_commands
+from infra.kafka_cluster import heap_megabytes
 from infra.presets import KAFKA_IMAGE
 from infra.stack_settings import StackConfigError
 from offline.render import RecordedStack, record_stack
-from tests.infra.conftest import container_env, k8s_object, names_of
+from tests.infra.conftest import broker_settings, container_env, k8s_object, names_of
 
 
-def test_broker_env_names_follow_the_official_image_convention() -> None:
-    assert broker_env_name("min.insync.replicas") == "KAFKA_MIN_INSYNC_REPLICAS"
-    assert broker_env_name("a_b.c-d") == "KAFKA_A__B_C___D"
+def test_the_broker_runs_kafkas_main_class_with_its_rendered_settings_not_an_images_scripts(
+    stack: RecordedStack,
+) -> None:
+    (broker, *_) = k8s_object(stack, "StatefulSet", "kafka")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert broker["command"] == ["sh", "-c", container_commands.BROKER_SCRIPT]
+    assert "args" not in broker
+    script = container_commands.BROKER_SCRIPT
+    assert "exec java $KAFKA_HEAP_OPTS" in script
+    assert "-cp '/opt/kafka/libs/*' kafka.Kafka" in script
+    # Nothing of an image's own start: no bin/ script, no /etc/kafka/docker, no KAFKA_* settings.
+    assert "/bin/" not in script and "docker" not in script
+    env = container_env(k8s_object(stack, "StatefulSet", "kafka"))
+    assert sorted(name for name in env if name.startswith("KAFKA_")) == [
+        "KAFKA_HEAP_OPTS",
+        "KAFKA_NODE_ID",
+    ]
 
 
 def test_heap_is_half_the_memory_limit() -> None:
@@ -30,24 +46,27 @@ def test_three_combined_nodes_start_in_parallel_with_a_quorum_from_pod_dns(
     assert sts["spec"]["podManagementPolicy"] == "Parallel"
     assert sts["spec"]["serviceName"] == "kafka-headless"
     env = container_env(sts)
-    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
-    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == ",".join(
+    settings = broker_settings(sts)
+    assert settings["process.roles"] == "broker,controller"
+    assert settings["controller.quorum.voters"] == ",".join(
         f"{i}@kafka-{i}.kafka-headless.streaming.svc.cluster.local:9093" for i in range(3)
     )
     assert env["KAFKA_NODE_ID"] == {
         "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
     }
     pod = "$(POD_NAME).kafka-headless.streaming.svc.cluster.local"
-    assert env["KAFKA_LISTENERS"] == "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093"
-    assert env["KAFKA_ADVERTISED_LISTENERS"] == f"CLIENT://{pod}:9092,INTERNAL://{pod}:9094"
+    assert settings["listeners"] == "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093"
+    assert settings["advertised.listeners"] == f"CLIENT://{pod}:9092,INTERNAL://{pod}:9094"
+    # node.id is the script's, from the pod's index.
+    assert "node.id" not in settings
     names = [e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]]
     # Kubernetes expands $(POD_NAME) only from a variable defined earlier in the list.
-    assert names.index("POD_NAME") < names.index("KAFKA_ADVERTISED_LISTENERS")
+    assert names.index("POD_NAME") < names.index("SERVER_PROPERTIES")
 
 
 def test_no_service_links_reach_the_brokers_settings(stack: RecordedStack) -> None:
-    # The image maps every KAFKA_* variable to a broker setting; the Service `kafka` would add
-    # KAFKA_PORT and KAFKA_SERVICE_HOST (seen as `port=tcp://...` in the executed deployment).
+    # An image whose start maps KAFKA_* variables to broker settings (the official one's) would
+    # read the Service `kafka`'s KAFKA_PORT and KAFKA_SERVICE_HOST as `port=tcp://...`.
     pod = k8s_object(stack, "StatefulSet", "kafka")["spec"]["template"]["spec"]
     assert pod["enableServiceLinks"] is False
 
@@ -66,14 +85,13 @@ def test_no_service_links_reach_the_brokers_settings(stack: RecordedStack) -> No
     ],
 )
 def test_broker_defaults_are_durable(stack: RecordedStack, setting: str, value: str) -> None:
-    env = container_env(k8s_object(stack, "StatefulSet", "kafka"))
-    assert env[broker_env_name(setting)] == value
+    assert broker_settings(k8s_object(stack, "StatefulSet", "kafka"))[setting] == value
 
 
 def test_initial_rebalance_delay_is_per_stack(dev: RecordedStack, prod: RecordedStack) -> None:
-    name = broker_env_name("group.initial.rebalance.delay.ms")
-    assert container_env(k8s_object(dev, "StatefulSet", "kafka"))[name] == "0"
-    assert container_env(k8s_object(prod, "StatefulSet", "kafka"))[name] == "3000"
+    name = "group.initial.rebalance.delay.ms"
+    assert broker_settings(k8s_object(dev, "StatefulSet", "kafka"))[name] == "0"
+    assert broker_settings(k8s_object(prod, "StatefulSet", "kafka"))[name] == "3000"
 
 
 def test_headless_service_publishes_not_ready_addresses_for_the_quorum(
@@ -166,7 +184,7 @@ def test_brokers_run_non_root_with_a_read_only_root(stack: RecordedStack) -> Non
     pod = k8s_object(stack, "StatefulSet", "kafka")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["automountServiceAccountToken"] is False
-    for container in pod["containers"] + pod["initContainers"]:
+    for container in pod["containers"] + pod.get("initContainers", []):
         security = container["securityContext"]
         assert security["readOnlyRootFilesystem"] is True
         assert security["allowPrivilegeEscalation"] is False

@@ -8,15 +8,14 @@ from typing import Any
 
 import pytest
 
-from contract import acl_specs
+from contract import acl_specs, container_commands
 from contract.container_commands import FORMAT_SCRIPT
 from contract.java_properties import load_properties
 from contract.kafka_security import BROKER_PRINCIPAL, STANDARD_AUTHORIZER
 from infra.config import build_stack_config
-from infra.kafka_cluster import broker_env_name
 from infra.stack_settings import StackConfigError
 from offline.render import RecordedStack, record_stack
-from tests.infra.conftest import container_env, k8s_object, names_of, stack_config_of
+from tests.infra.conftest import broker_settings, k8s_object, names_of, stack_config_of
 
 
 def _app(stack: RecordedStack) -> str:
@@ -53,38 +52,34 @@ def _volumes(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_prod_listeners_are_tls_with_scram_for_clients_and_certificates_between_brokers(
     prod: RecordedStack,
 ) -> None:
-    env = container_env(k8s_object(prod, "StatefulSet", "kafka"))
-    assert env["KAFKA_LISTENERS"] == "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093"
-    assert env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] == (
-        "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
-    )
-    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
+    env = broker_settings(k8s_object(prod, "StatefulSet", "kafka"))
+    assert env["listeners"] == "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093"
+    assert env["listener.security.protocol.map"] == ("CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL")
+    assert env["inter.broker.listener.name"] == "INTERNAL"
     # Both SCRAM mechanisms: a rotation moves from one to the other (test_scram_rotation.py).
-    assert env[broker_env_name("listener.name.client.sasl.enabled.mechanisms")] == (
-        "SCRAM-SHA-256,SCRAM-SHA-512"
-    )
+    assert env["listener.name.client.sasl.enabled.mechanisms"] == ("SCRAM-SHA-256,SCRAM-SHA-512")
     for listener in ("internal", "controller"):
-        assert env[broker_env_name(f"listener.name.{listener}.ssl.client.auth")] == "required"
-    assert env["KAFKA_SSL_KEYSTORE_LOCATION"] == "/etc/kafka/tls/tls-combined.pem"
-    assert env["KAFKA_SSL_TRUSTSTORE_LOCATION"] == "/etc/kafka/tls/ca.crt"
+        assert env[f"listener.name.{listener}.ssl.client.auth"] == "required"
+    assert env["ssl.keystore.location"] == "/etc/kafka/tls/tls-combined.pem"
+    assert env["ssl.truststore.location"] == "/etc/kafka/tls/ca.crt"
 
 
 def test_prod_denies_what_no_acl_allows_and_only_the_brokers_are_super_users(
     prod: RecordedStack,
 ) -> None:
-    env = container_env(k8s_object(prod, "StatefulSet", "kafka"))
-    assert env["KAFKA_AUTHORIZER_CLASS_NAME"] == STANDARD_AUTHORIZER
-    assert env["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
-    assert env["KAFKA_SUPER_USERS"] == BROKER_PRINCIPAL == "User:CN=kafka-broker"
+    env = broker_settings(k8s_object(prod, "StatefulSet", "kafka"))
+    assert env["authorizer.class.name"] == STANDARD_AUTHORIZER
+    assert env["allow.everyone.if.no.acl.found"] == "false"
+    assert env["super.users"] == BROKER_PRINCIPAL == "User:CN=kafka-broker"
 
 
 def test_dev_runs_plaintext_without_users_as_its_stack_setting_says(dev: RecordedStack) -> None:
     assert dev.outputs["clientListener"] == "PLAINTEXT"
-    env = container_env(k8s_object(dev, "StatefulSet", "kafka"))
-    assert env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] == (
+    env = broker_settings(k8s_object(dev, "StatefulSet", "kafka"))
+    assert env["listener.security.protocol.map"] == (
         "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
     )
-    assert "KAFKA_AUTHORIZER_CLASS_NAME" not in env
+    assert "authorizer.class.name" not in env
     assert not [o for o in dev.kubernetes_objects() if o["kind"] == "Secret"]
     assert "acls.json" not in _config_map(dev, "topics-")["data"]
     assert "security.protocol" not in load_properties(
@@ -118,13 +113,13 @@ def test_scram_users_are_bootstrapped_when_the_storage_is_formatted(prod: Record
     sources = _volumes(pod)["users"]["projected"]["sources"]
     files = {s["secret"]["items"][0]["path"]: s["secret"]["name"] for s in sources}
     assert files == {user: f"kafka-user-{user}" for user in _users(prod)}
-    # The format reads the broker's own settings (what the image writes to server.properties).
-    env = container_env(k8s_object(prod, "StatefulSet", "kafka"))
+    # The format reads the broker's own settings (its server.properties but the pod's name).
+    env = broker_settings(k8s_object(prod, "StatefulSet", "kafka"))
     formatted = load_properties(
         k8s_object(prod, "ConfigMap", "kafka-bootstrap")["data"]["server.properties"]
     )
     for key, value in formatted.items():
-        assert env[broker_env_name(key)] == value, key
+        assert env[key] == value, key
     assert "advertised.listeners" not in formatted and "node.id" not in formatted
 
 
@@ -212,7 +207,7 @@ def test_the_bootstrap_acls_are_granted_as_the_broker_from_the_brokers_own_image
     assert {m["name"] for m in grant["volumeMounts"]} >= {"tls", "bootstrap", "tmp"}
     script = grant["command"][2]
     assert grant["command"][:2] == ["sh", "-c"]
-    assert "/opt/kafka/bin/kafka-acls.sh" in script and "localhost:9094" in script
+    assert container_commands.KAFKA_ACLS in script and "localhost:9094" in script
     assert "/etc/kafka/bootstrap/bootstrap-acls.args" in script
     # Its probes: the loop runs (the sidecar's DescribeAcls gates the pod's readiness).
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):

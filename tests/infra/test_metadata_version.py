@@ -33,9 +33,10 @@ def test_the_job_finalizes_the_images_release_on_the_brokers_own_image(
     job = finalize_job(stack)
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["image"] == KAFKA_IMAGE
-    assert container["command"][0] == container_commands.KAFKA_FEATURES
+    tool = container_commands.kafka_tool(container_commands.FEATURE_COMMAND)
+    assert container["command"][: len(tool)] == list(tool)
     assert container["command"][-3:] == ["upgrade", "--release-version", RELEASE]
-    assert container["command"][1:3] == [
+    assert container["command"][len(tool) : len(tool) + 2] == [
         "--bootstrap-server",
         "kafka.streaming.svc.cluster.local:9092",
     ]

@@ -13,10 +13,9 @@ import pytest
 
 from contract.java_properties import load_properties
 from infra.config import build_stack_config
-from infra.kafka_cluster import broker_env_name
 from infra.stack_settings import StackConfigError
 from offline.render import RecordedStack, record_stack
-from tests.infra.conftest import container_env, k8s_object, names_of
+from tests.infra.conftest import broker_settings, k8s_object, names_of
 
 RECONCILER = "topic-reconciler"
 RETIREMENT = "stateful-streaming:topics:ScramRetirement"
@@ -87,12 +86,10 @@ def test_the_brokers_enable_both_mechanisms_and_do_not_roll_on_a_rotation(
     prod: RecordedStack, rotated: RecordedStack
 ) -> None:
     kafka = k8s_object(prod, "StatefulSet", "kafka")
-    env = container_env(kafka)
-    assert env[broker_env_name("listener.name.client.sasl.enabled.mechanisms")] == (
-        "SCRAM-SHA-256,SCRAM-SHA-512"
-    )
+    env = broker_settings(kafka)
+    assert env["listener.name.client.sasl.enabled.mechanisms"] == ("SCRAM-SHA-256,SCRAM-SHA-512")
     for mechanism in ("scram-sha-256", "scram-sha-512"):
-        key = broker_env_name(f"listener.name.client.{mechanism}.sasl.jaas.config")
+        key = f"listener.name.client.{mechanism}.sasl.jaas.config"
         assert env[key] == "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     # A broker roll would wait for brokers whose sidecars need a credential that only the
     # reconciler's Job, which runs after the roll, sets.

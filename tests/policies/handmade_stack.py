@@ -19,6 +19,7 @@ from typing import Any
 
 from contract import container_commands
 from contract.acl_specs import BROKER_READINESS_USER, dumps, pipeline_users
+from contract.java_properties import format_properties, load_properties
 from contract.topic_specs import TopicSpec
 
 PROJECT = "stateful-streaming"
@@ -261,39 +262,39 @@ def _pdb(name: str) -> dict[str, Any]:
     }
 
 
-KAFKA_ENV = {
-    "KAFKA_PROCESS_ROLES": "broker,controller",
-    "KAFKA_DEFAULT_REPLICATION_FACTOR": "3",
-    "KAFKA_MIN_INSYNC_REPLICAS": "2",
-    "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "3",
-    "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "3",
-    "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "2",
-    "KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE": "false",
-    "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
-    "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "3000",
-    "KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS": "1800000",
-    "KAFKA_HEAP_OPTS": "-Xms1g -Xmx1g",
+# The brokers' server.properties (the broker container's SERVER_PROPERTIES).
+BROKER_SETTINGS = {
+    "process.roles": "broker,controller",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "unclean.leader.election.enable": "false",
+    "auto.create.topics.enable": "false",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.max.session.timeout.ms": "1800000",
     # Prod's listeners and authorizer (contract.kafka_security.broker_security_configs).
-    "KAFKA_LISTENERS": "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093",
-    "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL",
-    "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL",
-    "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
-    "KAFKA_AUTHORIZER_CLASS_NAME": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
-    "KAFKA_SUPER_USERS": "User:CN=kafka-broker",
-    "KAFKA_SSL_KEYSTORE_TYPE": "PEM",
-    "KAFKA_SSL_KEYSTORE_LOCATION": "/etc/kafka/tls/tls-combined.pem",
-    "KAFKA_SSL_TRUSTSTORE_TYPE": "PEM",
-    "KAFKA_SSL_TRUSTSTORE_LOCATION": "/etc/kafka/tls/ca.crt",
-    "KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256,SCRAM-SHA-512",
-    "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___256_SASL_JAAS_CONFIG": (
+    "listeners": "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093",
+    "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL",
+    "inter.broker.listener.name": "INTERNAL",
+    "controller.listener.names": "CONTROLLER",
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "false",
+    "super.users": "User:CN=kafka-broker",
+    "ssl.keystore.type": "PEM",
+    "ssl.keystore.location": "/etc/kafka/tls/tls-combined.pem",
+    "ssl.truststore.type": "PEM",
+    "ssl.truststore.location": "/etc/kafka/tls/ca.crt",
+    "listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+    "listener.name.client.scram-sha-256.sasl.jaas.config": (
         "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     ),
-    "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG": (
+    "listener.name.client.scram-sha-512.sasl.jaas.config": (
         "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     ),
-    "KAFKA_LISTENER_NAME_INTERNAL_SSL_CLIENT_AUTH": "required",
-    "KAFKA_LISTENER_NAME_CONTROLLER_SSL_CLIENT_AUTH": "required",
+    "listener.name.internal.ssl.client.auth": "required",
+    "listener.name.controller.ssl.client.auth": "required",
 }
 
 TOPICS = {
@@ -360,7 +361,13 @@ def handmade_stack() -> list[Resource]:
     kafka_container = _container(
         container_commands.kafka_broker(),
         KAFKA_IMAGE,
-        [{"name": k, "value": v} for k, v in KAFKA_ENV.items()],
+        [
+            {
+                "name": container_commands.SERVER_PROPERTIES_VARIABLE,
+                "value": format_properties(BROKER_SETTINGS),
+            },
+            {"name": container_commands.HEAP_OPTS_VARIABLE, "value": "-Xms1g -Xmx1g"},
+        ],
         {"httpGet": {"path": "/ready", "port": container_commands.READINESS_PORT}},
     )
     kafka_container["volumeMounts"] = [{"name": "tls", "mountPath": "/etc/kafka/tls"}]
@@ -538,6 +545,35 @@ def with_env(name: str, value: str | None) -> Edit:
             env.append({"name": name, "value": value})
 
     return edit
+
+
+def broker_settings(container: Mapping[str, Any]) -> dict[str, str]:
+    """A broker container's server.properties, as its SERVER_PROPERTIES holds them."""
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    return load_properties(env[container_commands.SERVER_PROPERTIES_VARIABLE])
+
+
+def broker_settings_of(r: Resource) -> dict[str, str]:
+    """The brokers' server.properties, as their workload's first container holds them."""
+    return broker_settings(first_container(r))
+
+
+def edit_broker_settings(container: dict[str, Any], changes: Mapping[str, str | None]) -> None:
+    """Set (or with None remove) settings of a broker container's SERVER_PROPERTIES, in place."""
+    (var,) = [
+        e for e in container["env"] if e["name"] == container_commands.SERVER_PROPERTIES_VARIABLE
+    ]
+    settings = load_properties(var["value"])
+    for key, value in changes.items():
+        settings.pop(key, None)
+        if value is not None:
+            settings[key] = value
+    var["value"] = format_properties(settings)
+
+
+def with_broker_setting(key: str, value: str | None) -> Edit:
+    """Set (or with None remove) one setting of the brokers' server.properties."""
+    return lambda r: edit_broker_settings(first_container(r), {key: value})
 
 
 def with_properties(replace: Mapping[str, str | None], file: str = "processor.properties") -> Edit:

@@ -30,9 +30,10 @@ from tests.policies.handmade_stack import (
     TOPICS,
     Resource,
     changed,
+    edit_broker_settings,
     handmade_stack,
     with_acl,
-    with_env,
+    with_broker_setting,
     with_properties,
 )
 
@@ -136,7 +137,7 @@ def granted(file: str, *acl: str) -> list[Resource]:
 
 
 def _kafka(stack: list[Resource], super_users: str | None) -> list[Resource]:
-    return changed(stack, "kafka", with_env("KAFKA_SUPER_USERS", super_users), ":StatefulSet")
+    return changed(stack, "kafka", with_broker_setting("super.users", super_users), ":StatefulSet")
 
 
 def _recorded_prod(
@@ -167,10 +168,10 @@ def test_a_super_user_other_than_the_brokers_is_reported_naming_it(
     stack = _kafka(handmade_stack(), super_users)
     assert levels_of(run, stack, AUTHORIZER) == {"dev": {"advisory"}, "prod": {"mandatory"}}
     assert _only(run, stack, AUTHORIZER).message == (
-        "StatefulSet streaming/kafka: broker config super.users (env KAFKA_SUPER_USERS) entry "
+        "StatefulSet streaming/kafka: broker config super.users (env SERVER_PROPERTIES) entry "
         f"{extra} is not a broker principal (super.users is {super_users}); required: only "
         f"{BROKER} (the brokers' own principal, this rule's superUsers), never User:ANONYMOUS "
-        f"or a wildcard. Fix: set KAFKA_SUPER_USERS={BROKER} (the subject of the broker "
+        f"or a wildcard. Fix: set super.users={BROKER} (the subject of the broker "
         f"certificate, as contract/kafka_security.py renders it), without {extra}: "
         f"a super user "
         f"bypasses every ACL, so whoever holds {extra}'s credentials may read, write and delete "
@@ -215,9 +216,9 @@ def test_super_users_are_never_anonymous_or_a_wildcard_and_prod_needs_them(
     stack = _kafka(handmade_stack(), super_users)
     assert levels_of(run, stack, AUTHORIZER) == levels
     message = _only(run, stack, AUTHORIZER).message
-    assert f"super.users (env KAFKA_SUPER_USERS) {found}" in message
+    assert f"super.users (env SERVER_PROPERTIES) {found}" in message
     assert f"; required: only {BROKER} (the brokers' own principal" in message
-    assert f"Fix: set KAFKA_SUPER_USERS={BROKER} " in message
+    assert f"Fix: set super.users={BROKER} " in message
 
 
 def test_a_further_broker_principal_passes_only_once_listed_in_super_users(run) -> None:
@@ -253,9 +254,8 @@ def test_the_rendered_prod_stack_with_a_workload_super_user_is_blocked(
     run, recorded_stacks
 ) -> None:
     def widen(props: dict[str, Any]) -> None:
-        env = props["spec"]["template"]["spec"]["containers"][0]["env"]
-        (super_users,) = [e for e in env if e["name"] == "KAFKA_SUPER_USERS"]
-        super_users["value"] = f"{BROKER};{PROCESSOR}"
+        broker = props["spec"]["template"]["spec"]["containers"][0]
+        edit_broker_settings(broker, {"super.users": f"{BROKER};{PROCESSOR}"})
 
     resources = _recorded_prod(recorded_stacks, ":StatefulSet", "kafka", widen)
     (violation,) = _ours(run, resources)

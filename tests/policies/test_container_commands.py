@@ -21,6 +21,7 @@ from policies.evaluate import Violation
 from policies.rules.commands import difference
 from tests.infra.conftest import pair_stack
 from tests.policies.conftest import Evaluate, levels_of, stack_config
+from tests.policies.handmade_stack import broker_settings, edit_broker_settings
 
 RULE = "container-commands"
 STS, JOB = ":StatefulSet", ":Job"
@@ -93,6 +94,7 @@ def _extra_args(*words: str) -> Callable[[Props], None]:
 # The rendered scripts' lengths, which a message names.
 GRANT_LINES = len(contract.grant_acls(INTERNAL_PORT).command[2].splitlines())
 FORMAT_LINES = len(contract.FORMAT_SCRIPT.splitlines())
+BROKER_LINES = len(contract.BROKER_SCRIPT.splitlines())
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -139,19 +141,16 @@ MUTATIONS = [
     ),
     (
         "kafka",
-        contract.SEED_CONFIG,
-        _word("command", 2, "cp -R /opt/kafka/config/. /seed/ && sh /seed/run.sh"),
-        "container seed-config command is sh -c cp -R /opt/kafka/config/. /seed/ && sh "
-        "/seed/run.sh (word 3 is 'cp -R /opt/kafka/config/. /seed/ && sh /seed/run.sh' where "
-        "the contract has 'cp -R /opt/kafka/config/. /seed/')",
+        contract.KAFKA,
+        _script_line(WILDCARD_GRANT),
+        f"container kafka command is sh -c <script of {BROKER_LINES + 1} lines> (word 3 has a "
+        f"line {BROKER_LINES + 1} the contract has not",
     ),
     (
         "kafka",
         contract.KAFKA,
-        _set("command", ["sh", "-c", "/etc/kafka/docker/run"]),
-        "container kafka command is sh -c /etc/kafka/docker/run (word 1 'sh' is more than the "
-        "contract has); required: absent: the contract's render for kafka runs the image's own "
-        "ENTRYPOINT",
+        _set("command", []),
+        "container kafka command is absent",
     ),
     (
         "kafka",
@@ -250,9 +249,9 @@ def test_the_grant_script_is_rendered_from_the_brokers_internal_listener(
     script is refused, as the render takes the port from the listeners the pack reviews."""
 
     def move_internal_listener(props: Props) -> None:
-        env = _container(props, contract.KAFKA)["env"]
-        (listeners,) = [e for e in env if e["name"] == "KAFKA_LISTENERS"]
-        listeners["value"] = listeners["value"].replace(":9094", ":9095")
+        broker = _container(props, contract.KAFKA)
+        listeners = broker_settings(broker)["listeners"]
+        edit_broker_settings(broker, {"listeners": listeners.replace(":9094", ":9095")})
 
     stack = _edited(recorded_stacks, "prod", STS, "kafka", move_internal_listener)
     message = _only(run, stack)
@@ -295,7 +294,7 @@ def test_a_container_the_contract_does_not_declare_is_refused(run, recorded_stac
     assert (
         "StatefulSet streaming/kafka: container debug is a container "
         "contract/container_commands.py does not declare (it runs sh -c sleep "
-        "infinity); required: one of the contract's containers (seed-config, format-storage, "
+        "infinity); required: one of the contract's containers (format-storage, "
         "kafka, grant-acls, broker-readiness, processor, reconcile, retire, "
         "finalize-metadata-version)"
     ) in message
@@ -324,7 +323,9 @@ def test_an_env_var_that_would_rewrite_the_grant_script_is_refused(run, recorded
     assert f"$({name})" in contract.grant_acls(INTERNAL_PORT).command[2]
 
     def add_env(container: Props) -> None:
-        container["env"].append({"name": name, "value": f'x"; {WILDCARD_GRANT}; echo "'})
+        container.setdefault("env", []).append(
+            {"name": name, "value": f'x"; {WILDCARD_GRANT}; echo "'}
+        )
 
     stack = _edited(recorded_stacks, "prod", STS, "kafka", _in(contract.GRANT_ACLS, add_env))
     message = _only(run, stack)

@@ -85,8 +85,8 @@ def _grant_script_line(resources: list[Any]) -> None:
     _append_line(_broker(resources, contract.GRANT_ACLS), f"echo password={PASSWORD}")
 
 
-def _init_script_line(resources: list[Any]) -> None:
-    _append_line(_broker(resources, contract.SEED_CONFIG), f"export PASSWORD={PASSWORD}")
+def _broker_script_line(resources: list[Any]) -> None:
+    _append_line(_broker(resources, contract.KAFKA), f"export PASSWORD={PASSWORD}")
 
 
 def _literal_env_var(resources: list[Any]) -> None:
@@ -123,7 +123,7 @@ PLANTINGS: dict[str, tuple[Callable[[list[Any]], None], tuple[str, ...]]] = {
     "a command-line flag of the processor": (_flag_of_processor, ("dev", "prod")),
     "a user's password as a bare command word": (_word_a_secret_holds, ("prod",)),
     "a line of the grant script": (_grant_script_line, ("prod",)),
-    "a line of an init container's script": (_init_script_line, ("dev", "prod")),
+    "a line of the broker's script": (_broker_script_line, ("dev", "prod")),
     "a literal env var": (_literal_env_var, ("dev", "prod")),
     "a JVM option in KAFKA_OPTS": (_jvm_option, ("dev", "prod")),
     "a setting of a properties file": (

@@ -194,15 +194,15 @@ def test_a_pod_beyond_the_restricted_standard_is_caught(run, edit: Edit, expecte
 
 
 def test_an_init_container_is_held_to_the_same_standard(run) -> None:
-    seed = container_commands.seed_config()
+    init_runs = container_commands.format_storage()
 
     def add_init(r: Resource) -> None:
         # One the contract declares, running its render: only its security context is at fault.
         init = {k: v for k, v in copy.deepcopy(first_container(r)).items() if k != "args"}
         init.update(
-            name=seed.name,
+            name=init_runs.name,
             image=KAFKA_IMAGE,  # its setting's image (image-sources)
-            command=list(seed.command),
+            command=list(init_runs.command),
             securityContext={"capabilities": {"add": ["NET_ADMIN"]}},
         )
         pod(r)["initContainers"] = [init]
@@ -210,10 +210,10 @@ def test_an_init_container_is_held_to_the_same_standard(run) -> None:
     violations = _findings(run, _processor(add_init))
     fields = {v.message.split(" is ")[0].removeprefix(f"{PROCESSOR}: ") for v in violations}
     assert {
-        f"container {seed.name} securityContext.allowPrivilegeEscalation",
-        f"container {seed.name} securityContext.readOnlyRootFilesystem",
-        f"container {seed.name} securityContext.capabilities.drop",
-        f"container {seed.name} securityContext.capabilities.add",
+        f"container {init_runs.name} securityContext.allowPrivilegeEscalation",
+        f"container {init_runs.name} securityContext.readOnlyRootFilesystem",
+        f"container {init_runs.name} securityContext.capabilities.drop",
+        f"container {init_runs.name} securityContext.capabilities.add",
     } <= fields
 
 
@@ -320,7 +320,7 @@ def test_the_rendered_stacks_meet_the_restricted_standard(run, recorded_stacks, 
                 runAsUser=0
             ),
             POD_SECURITY,
-            "container seed-config securityContext.runAsUser is 0",
+            "container format-storage securityContext.runAsUser is 0",
         ),
         (
             "streaming",

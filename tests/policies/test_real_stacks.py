@@ -15,6 +15,7 @@ from pulumi.output import Unknown
 
 from tests.infra.conftest import names_of
 from tests.policies.conftest import stack_config
+from tests.policies.handmade_stack import edit_broker_settings
 
 STACKS = ("dev", "prod")
 # Dev runs PLAINTEXT, a visible stack setting (security.clientListener): the listener rule says
@@ -106,6 +107,10 @@ def _find(resources: list[Any], type_suffix: str, name: str) -> int:
 
 def _pod(props: dict[str, Any]) -> dict[str, Any]:
     return props["spec"]["template"]["spec"]
+
+
+def _broker_settings(changes: dict[str, str]) -> Callable[[dict[str, Any]], None]:
+    return lambda props: edit_broker_settings(_pod(props)["containers"][0], changes)
 
 
 def _env(value_by_name: dict[str, str]) -> Callable[[dict[str, Any]], None]:
@@ -216,7 +221,7 @@ MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | N
     (
         "broker-min-insync-1",
         (":StatefulSet", "kafka"),
-        _env({"KAFKA_MIN_INSYNC_REPLICAS": "1"}),
+        _broker_settings({"min.insync.replicas": "1"}),
         "kafka-durability-configs",
     ),
     (
@@ -280,13 +285,13 @@ MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | N
     (
         "unclean-leader-election",
         (":StatefulSet", "kafka"),
-        _env({"KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE": "true"}),
+        _broker_settings({"unclean.leader.election.enable": "true"}),
         "kafka-durability-configs",
     ),
     (
         "literal-key-password",
         (":StatefulSet", "kafka"),
-        _env({"KAFKA_SSL_KEY_PASSWORD": "hunter2"}),
+        _env({"ssl.key.password": "hunter2"}),
         "credentials-in-secrets",
     ),
     (

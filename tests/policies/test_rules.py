@@ -15,6 +15,7 @@ from tests.policies.handmade_stack import (
     first_container,
     handmade_stack,
     with_acl,
+    with_broker_setting,
     with_env,
     with_properties,
 )
@@ -61,14 +62,14 @@ def _as_deployment(r: Resource) -> None:
     r.props["spec"].pop("updateStrategy")
 
 
-def _seed_config_on_the_processors_image(r: Resource) -> None:
+def _format_storage_on_the_processors_image(r: Resource) -> None:
     """An init container of the brokers' (`kafka.image`) on the processor's image."""
     pod = r.props["spec"]["template"]["spec"]
     init = {k: v for k, v in pod["containers"][0].items() if k not in ("args", "ports")}
-    seed = container_commands.seed_config()
+    init_runs = container_commands.format_storage()
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         init.pop(probe, None)
-    pod["initContainers"] = [{**init, "name": seed.name, "command": list(seed.command)}]
+    pod["initContainers"] = [{**init, "name": init_runs.name, "command": list(init_runs.command)}]
 
 
 def _bound_to_cluster_admin(r: Resource) -> None:
@@ -101,31 +102,31 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "kafka-durability-configs",
         "kafka",
-        with_env("KAFKA_MIN_INSYNC_REPLICAS", "1"),
-        "min.insync.replicas (env KAFKA_MIN_INSYNC_REPLICAS) is 1; required: >= 2",
+        with_broker_setting("min.insync.replicas", "1"),
+        "min.insync.replicas (env SERVER_PROPERTIES) is 1; required: >= 2",
     ),
     (
         "kafka-durability-configs",
         "kafka",
-        with_env("KAFKA_DEFAULT_REPLICATION_FACTOR", None),
-        "default.replication.factor (env KAFKA_DEFAULT_REPLICATION_FACTOR) is 1",
+        with_broker_setting("default.replication.factor", None),
+        "default.replication.factor (env SERVER_PROPERTIES) is 1",
     ),
     (
         "kafka-durability-configs",
         "kafka",
-        with_env("KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE", "true"),
-        "unclean.leader.election.enable (env KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE) is true",
+        with_broker_setting("unclean.leader.election.enable", "true"),
+        "unclean.leader.election.enable (env SERVER_PROPERTIES) is true",
     ),
     (
         "kafka-auto-create-topics-disabled",
         "kafka",
-        with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", None),
-        "auto.create.topics.enable (env KAFKA_AUTO_CREATE_TOPICS_ENABLE) is true",
+        with_broker_setting("auto.create.topics.enable", None),
+        "auto.create.topics.enable (env SERVER_PROPERTIES) is true",
     ),
     (
         "kafka-initial-rebalance-delay",
         "kafka",
-        with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"),
+        with_broker_setting("group.initial.rebalance.delay.ms", "0"),
         "is 0; required: >= 3000 ms",
     ),
     (
@@ -374,8 +375,8 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "image-sources",
         "processor",
-        _seed_config_on_the_processors_image,
-        "container seed-config image is ghcr.io/example/processor:0.1.0@sha256:",
+        _format_storage_on_the_processors_image,
+        "container format-storage image is ghcr.io/example/processor:0.1.0@sha256:",
     ),
     (
         "workload-rbac",
@@ -437,18 +438,19 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
     (
         "kafka-listener-encryption",
         "kafka",
-        with_env(
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "CLIENT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:SSL"
+        with_broker_setting(
+            "listener.security.protocol.map", "CLIENT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:SSL"
         ),
-        "client listener CLIENT on port 9092 (env KAFKA_LISTENERS, "
-        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is PLAINTEXT; required: SASL_SSL, or SSL with "
+        "client listener CLIENT on port 9092 (listeners, "
+        "listener.security.protocol.map, env SERVER_PROPERTIES) is PLAINTEXT; required: SASL_SSL, "
+        "or SSL with "
         "listener.name.client.ssl.client.auth=required",
     ),
     (
         "kafka-authorizer",
         "kafka",
-        with_env("KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "true"),
-        "broker config allow.everyone.if.no.acl.found (env KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND) "
+        with_broker_setting("allow.everyone.if.no.acl.found", "true"),
+        "broker config allow.everyone.if.no.acl.found (env SERVER_PROPERTIES) "
         "is true; required: false (deny by default)",
     ),
     (
@@ -532,7 +534,7 @@ def test_rule_reports_the_violation_with_what_was_found_and_required(
 def _kip_848(broker_env: dict[str, str], properties: dict[str, str | None]) -> list[Resource]:
     stack = handmade_stack()
     for name, value in broker_env.items():
-        stack = changed(stack, "kafka", with_env(name, value), ":StatefulSet")
+        stack = changed(stack, "kafka", with_broker_setting(name, value), ":StatefulSet")
     client_side = {
         "consumer.session.timeout.ms": None,
         "consumer.heartbeat.interval.ms": None,
@@ -543,8 +545,8 @@ def _kip_848(broker_env: dict[str, str], properties: dict[str, str | None]) -> l
 
 
 BROKER_SESSION = {
-    "KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "200000",
-    "KAFKA_GROUP_CONSUMER_MAX_SESSION_TIMEOUT_MS": "300000",
+    "group.consumer.session.timeout.ms": "200000",
+    "group.consumer.max.session.timeout.ms": "300000",
 }
 
 
@@ -554,7 +556,7 @@ def test_kip_848_processor_is_checked_against_the_broker_session_timeout(run) ->
     assert {v.policy for v in violations} == {"group-session-timeout"}
     assert (
         "StatefulSet streaming/kafka broker config: group.consumer.session.timeout.ms "
-        "(env KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS) is 45000" in violations[0].message
+        "(env SERVER_PROPERTIES) is 45000" in violations[0].message
     )
     assert "required: at least the restart budget" in violations[0].message
 
@@ -568,20 +570,17 @@ def test_kip_848_processor_must_leave_session_and_assignor_to_the_broker(run) ->
 
 
 def test_kip_848_heartbeat_is_read_from_the_broker(run) -> None:
-    slow = {**BROKER_SESSION, "KAFKA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "90000"}
+    slow = {**BROKER_SESSION, "group.consumer.heartbeat.interval.ms": "90000"}
     violations = run(_kip_848(slow, {}))
     assert {v.policy for v in violations} == {"group-heartbeat-interval"}
-    assert (
-        "group.consumer.heartbeat.interval.ms (env KAFKA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS)"
-        in (violations[0].message)
-    )
+    assert "group.consumer.heartbeat.interval.ms (env SERVER_PROPERTIES)" in (violations[0].message)
 
 
 def test_session_timeout_above_the_broker_maximum_is_a_violation(run, compliant) -> None:
     stack = changed(
         compliant,
         "kafka",
-        with_env("KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS", "150000"),
+        with_broker_setting("group.max.session.timeout.ms", "150000"),
         ":StatefulSet",
     )
     violations = run(stack)
@@ -786,7 +785,7 @@ def test_an_unknown_env_value_during_preview_leaves_the_other_kafka_rules_runnin
 
     stack = changed(compliant, "kafka", unknown_cluster_id, ":StatefulSet")
     assert run(stack) == []
-    stack = changed(stack, "kafka", with_env("KAFKA_MIN_INSYNC_REPLICAS", "1"), ":StatefulSet")
+    stack = changed(stack, "kafka", with_broker_setting("min.insync.replicas", "1"), ":StatefulSet")
     assert {v.policy for v in run(stack)} == {"kafka-durability-configs"}
 
 

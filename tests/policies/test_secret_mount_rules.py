@@ -372,7 +372,7 @@ def test_a_sidecar_dressed_as_a_broker_is_still_held_to_the_rule(run, recorded_s
         container["image"] = broker["image"]
         container["env"] = [
             *container.get("env", []),
-            {"name": "KAFKA_PROCESS_ROLES", "value": "broker"},
+            {"name": "process.roles", "value": "broker"},
         ]
         _mount("tls", "/etc/kafka/tls")(container)
 

@@ -17,16 +17,17 @@ from contract.kafka_security import (
 )
 from policies.evaluate import Violation
 from policies.rules.broker_security import SCRAM_MECHANISMS
-from policies.rules.kafka_cluster import env_name
 from tests.policies.conftest import Evaluate, findings_of, levels_of, stack_config
 from tests.policies.handmade_stack import (
     PEM_PRIVATE_KEY_BLOCK,
     Edit,
     Resource,
+    broker_settings_of,
     changed,
     first_container,
     handmade_stack,
     pod,
+    with_broker_setting,
     with_env,
     with_properties,
 )
@@ -37,8 +38,8 @@ CREDENTIALS = "credentials-in-secrets"
 LEAST_PRIVILEGE = "kafka-least-privilege"
 TLS_VERIFICATION = "kafka-tls-verification"
 SECURITY_RULES = {LISTENERS, AUTHORIZER, CREDENTIALS, LEAST_PRIVILEGE, TLS_VERIFICATION}
-PROTOCOL_MAP = "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"
-MECHANISMS_ENV = "KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS"
+PROTOCOL_MAP = "listener.security.protocol.map"
+MECHANISMS = "listener.name.client.sasl.enabled.mechanisms"
 SECURED_MAP = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
 CA_FILE = "/etc/kafka-ca/ca.crt"
 # The processor's password: a file of its user's Secret, mounted (infra.kafka_credentials).
@@ -46,19 +47,19 @@ PASSWORD_FILE = "${dir:/etc/kafka-user:password}"
 # What the dev stack renders: the same listeners, none of them secured, and no
 # authorizer, ACLs or credentials.
 DEV_MAP = "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
-_PROD_ONLY_ENV = (
-    "KAFKA_AUTHORIZER_CLASS_NAME",
-    "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
-    "KAFKA_SUPER_USERS",
-    "KAFKA_SSL_KEYSTORE_TYPE",
-    "KAFKA_SSL_KEYSTORE_LOCATION",
-    "KAFKA_SSL_TRUSTSTORE_TYPE",
-    "KAFKA_SSL_TRUSTSTORE_LOCATION",
-    "KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS",
-    "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___256_SASL_JAAS_CONFIG",
-    "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG",
-    "KAFKA_LISTENER_NAME_INTERNAL_SSL_CLIENT_AUTH",
-    "KAFKA_LISTENER_NAME_CONTROLLER_SSL_CLIENT_AUTH",
+_PROD_ONLY_SETTINGS = (
+    "authorizer.class.name",
+    "allow.everyone.if.no.acl.found",
+    "super.users",
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "listener.name.client.sasl.enabled.mechanisms",
+    "listener.name.client.scram-sha-256.sasl.jaas.config",
+    "listener.name.client.scram-sha-512.sasl.jaas.config",
+    "listener.name.internal.ssl.client.auth",
+    "listener.name.controller.ssl.client.auth",
 )
 
 
@@ -85,8 +86,8 @@ def dev_stack() -> list[Resource]:
     """The handmade stack as the dev stack renders it: PLAINTEXT, no SASL, no ACLs."""
     stack = _kafka(
         handmade_stack(),
-        with_env(PROTOCOL_MAP, DEV_MAP),
-        *(with_env(name, None) for name in _PROD_ONLY_ENV),
+        with_broker_setting(PROTOCOL_MAP, DEV_MAP),
+        *(with_broker_setting(name, None) for name in _PROD_ONLY_SETTINGS),
     )
     client_security = {
         key: None
@@ -106,9 +107,8 @@ def dev_stack() -> list[Resource]:
     return changed(stack, "topics-specs", without_acls)
 
 
-def _kafka_env(stack: list[Resource]) -> dict[str, str]:
-    kafka = next(r for r in stack if r.name == "kafka")
-    return {e["name"]: e["value"] for e in first_container(kafka)["env"] if "value" in e}
+def _broker_settings(stack: list[Resource]) -> dict[str, str]:
+    return broker_settings_of(next(r for r in stack if r.name == "kafka"))
 
 
 def _processor_properties(stack: list[Resource]) -> dict[str, str]:
@@ -116,24 +116,21 @@ def _processor_properties(stack: list[Resource]) -> dict[str, str]:
     return load_properties(config_map.props["data"]["processor.properties"])
 
 
-def _rendered_broker_env(client_listener: str) -> dict[str, str]:
-    """The brokers' security env as the Pulumi program renders it from
+def _rendered_broker_settings(client_listener: str) -> dict[str, str]:
+    """The brokers' security settings as the Pulumi program renders them from
     contract.kafka_security."""
     brokers = broker_security_configs(client_listener, "/etc/kafka/tls")
-    return {
-        **{env_name(key): value for key, value in brokers.items()},
-        "KAFKA_LISTENERS": listeners(9092, 9094, 9093),
-    }
+    return {**brokers, "listeners": listeners(9092, 9094, 9093)}
 
 
 def test_the_handmade_prod_stack_is_configured_as_app_kafka_security_renders_it() -> None:
     """So the rules are proven on what the Pulumi program will render."""
     stack = handmade_stack()
-    expected = _rendered_broker_env("SASL_SSL")
-    env = _kafka_env(stack)
-    assert {name: env.get(name) for name in expected} == expected
+    expected = _rendered_broker_settings("SASL_SSL")
+    settings = _broker_settings(stack)
+    assert {name: settings.get(name) for name in expected} == expected
     # dev_stack takes away exactly what prod adds
-    assert set(_PROD_ONLY_ENV) == set(expected) - set(_rendered_broker_env("PLAINTEXT"))
+    assert set(_PROD_ONLY_SETTINGS) == set(expected) - set(_rendered_broker_settings("PLAINTEXT"))
     clients = scram_client_configs("page-view-counter", PASSWORD_FILE, CA_FILE)
     properties = _processor_properties(stack)
     assert {key: properties.get(key) for key in clients} == clients
@@ -141,10 +138,10 @@ def test_the_handmade_prod_stack_is_configured_as_app_kafka_security_renders_it(
 
 def test_the_handmade_dev_stack_is_configured_as_app_kafka_security_renders_it() -> None:
     stack = dev_stack()
-    expected = _rendered_broker_env("PLAINTEXT")
-    env = _kafka_env(stack)
-    assert {name: env.get(name) for name in expected} == expected
-    assert not set(_PROD_ONLY_ENV) & set(env)
+    expected = _rendered_broker_settings("PLAINTEXT")
+    settings = _broker_settings(stack)
+    assert {name: settings.get(name) for name in expected} == expected
+    assert not set(_PROD_ONLY_SETTINGS) & set(settings)
     assert "security.protocol" not in _processor_properties(stack)
 
 
@@ -157,77 +154,79 @@ def test_the_handmade_dev_stack_is_configured_as_app_kafka_security_renders_it()
         (
             "CLIENT:SASL_PLAINTEXT,INTERNAL:SSL,CONTROLLER:SSL",
             {},
-            "client listener CLIENT on port 9092 (env KAFKA_LISTENERS, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SASL_PLAINTEXT",
+            "client listener CLIENT on port 9092 (listeners, "
+            "listener.security.protocol.map, env SERVER_PROPERTIES) is SASL_PLAINTEXT",
         ),
         (
             "CLIENT:SSL,INTERNAL:SSL,CONTROLLER:SSL",
             {},
-            "client listener CLIENT on port 9092 (env KAFKA_LISTENERS, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SSL with ssl.client.auth=none; required: "
-            "SASL_SSL, or SSL with listener.name.client.ssl.client.auth=required (env "
-            "KAFKA_LISTENER_NAME_CLIENT_SSL_CLIENT_AUTH)",
+            "client listener CLIENT on port 9092 (listeners, "
+            "listener.security.protocol.map, env SERVER_PROPERTIES) is SSL with "
+            "ssl.client.auth=none; required: "
+            "SASL_SSL, or SSL with listener.name.client.ssl.client.auth=required "
+            "(env SERVER_PROPERTIES)",
         ),
         (
             "CLIENT:SSL,INTERNAL:SSL,CONTROLLER:SSL",
-            {"KAFKA_SSL_CLIENT_AUTH": "requested"},
-            "client listener CLIENT on port 9092 (env KAFKA_LISTENERS, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SSL with ssl.client.auth=requested",
+            {"ssl.client.auth": "requested"},
+            "client listener CLIENT on port 9092 (listeners, "
+            "listener.security.protocol.map, env SERVER_PROPERTIES) is SSL with "
+            "ssl.client.auth=requested",
         ),
         (
             "CLIENT:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:SSL",
             {},
-            "inter-broker listener INTERNAL (env KAFKA_INTER_BROKER_LISTENER_NAME, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is PLAINTEXT; required: SASL_SSL, or SSL with "
+            "inter-broker listener INTERNAL (inter.broker.listener.name, "
+            "listener.security.protocol.map, env SERVER_PROPERTIES) is PLAINTEXT; required: "
+            "SASL_SSL, or SSL with "
             "listener.name.internal.ssl.client.auth=required",
         ),
         (
             "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SASL_PLAINTEXT",
             {},
-            "controller listener CONTROLLER (env KAFKA_CONTROLLER_LISTENER_NAMES, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SASL_PLAINTEXT; required: SASL_SSL, or SSL "
+            "controller listener CONTROLLER (controller.listener.names, "
+            "listener.security.protocol.map, env SERVER_PROPERTIES) is SASL_PLAINTEXT; required: "
+            "SASL_SSL, or SSL "
             "with listener.name.controller.ssl.client.auth=required",
         ),
         (
             "CLIENT:SASL_SSL,CONTROLLER:SSL",
             {},
-            "inter-broker listener INTERNAL (env KAFKA_INTER_BROKER_LISTENER_NAME, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is absent from "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP",
+            "inter-broker listener INTERNAL (inter.broker.listener.name, "
+            "listener.security.protocol.map, env SERVER_PROPERTIES) is absent from "
+            "listener.security.protocol.map",
         ),
         (
             SECURED_MAP,
-            {"KAFKA_INTER_BROKER_LISTENER_NAME": None},
-            "broker config security.inter.broker.protocol (env "
-            "KAFKA_SECURITY_INTER_BROKER_PROTOCOL) is PLAINTEXT",
+            {"inter.broker.listener.name": None},
+            "broker config security.inter.broker.protocol (env SERVER_PROPERTIES) is PLAINTEXT",
         ),
         (
             SECURED_MAP,
-            {"KAFKA_LISTENER_NAME_INTERNAL_SSL_CLIENT_AUTH": "none"},
-            "inter-broker listener INTERNAL (env KAFKA_INTER_BROKER_LISTENER_NAME, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SSL with ssl.client.auth=none",
+            {"listener.name.internal.ssl.client.auth": "none"},
+            "inter-broker listener INTERNAL (inter.broker.listener.name, "
+            "listener.security.protocol.map, env SERVER_PROPERTIES) is SSL with "
+            "ssl.client.auth=none",
         ),
         (
             SECURED_MAP,
-            {"KAFKA_LISTENER_NAME_CONTROLLER_SSL_CLIENT_AUTH": "requested"},
-            "controller listener CONTROLLER (env KAFKA_CONTROLLER_LISTENER_NAMES, "
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is SSL with ssl.client.auth=requested",
+            {"listener.name.controller.ssl.client.auth": "requested"},
+            "controller listener CONTROLLER (controller.listener.names, "
+            "listener.security.protocol.map, env SERVER_PROPERTIES) is SSL with "
+            "ssl.client.auth=requested",
         ),
         (
             f"{SECURED_MAP},EXTRA:PLAINTEXT",
-            {
-                "KAFKA_LISTENERS": (
-                    "CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093,EXTRA://:9095"
-                )
-            },
+            {"listeners": ("CLIENT://:9092,INTERNAL://:9094,CONTROLLER://:9093,EXTRA://:9095")},
             "listener EXTRA on port 9095, beside the client, inter-broker and controller "
-            "listeners (env KAFKA_LISTENERS, KAFKA_LISTENER_SECURITY_PROTOCOL_MAP) is PLAINTEXT",
+            "listeners (listeners, listener.security.protocol.map, env SERVER_PROPERTIES) is "
+            "PLAINTEXT",
         ),
         (
             SECURED_MAP,
-            {"KAFKA_LISTENERS": "INTERNAL://:9094,CONTROLLER://:9093"},
-            "the listener on the client port 9092 (env KAFKA_LISTENERS) is absent (listeners "
-            "INTERNAL://:9094,CONTROLLER://:9093)",
+            {"listeners": "INTERNAL://:9094,CONTROLLER://:9093"},
+            "the listener on the client port 9092 (listeners, env SERVER_PROPERTIES) is absent "
+            "(listeners INTERNAL://:9094,CONTROLLER://:9093)",
         ),
     ],
     ids=[
@@ -247,8 +246,8 @@ def test_the_handmade_dev_stack_is_configured_as_app_kafka_security_renders_it()
 def test_a_listener_without_tls_or_client_authentication_is_reported(
     run, protocol_map: str, extra_env: dict[str, str | None], expected: str
 ) -> None:
-    edits = [with_env(name, value) for name, value in extra_env.items()]
-    stack = _kafka(handmade_stack(), with_env(PROTOCOL_MAP, protocol_map), *edits)
+    edits = [with_broker_setting(name, value) for name, value in extra_env.items()]
+    stack = _kafka(handmade_stack(), with_broker_setting(PROTOCOL_MAP, protocol_map), *edits)
     violation = _only(run, stack, LISTENERS)
     assert violation.message.startswith(f"StatefulSet streaming/kafka: {expected}")
 
@@ -256,8 +255,8 @@ def test_a_listener_without_tls_or_client_authentication_is_reported(
 @pytest.mark.parametrize(
     ("protocol_map", "client_auth_env"),
     [
-        ("CLIENT:SSL,INTERNAL:SSL,CONTROLLER:SSL", "KAFKA_LISTENER_NAME_CLIENT_SSL_CLIENT_AUTH"),
-        ("CLIENT:SSL,INTERNAL:SSL,CONTROLLER:SSL", "KAFKA_SSL_CLIENT_AUTH"),
+        ("CLIENT:SSL,INTERNAL:SSL,CONTROLLER:SSL", "listener.name.client.ssl.client.auth"),
+        ("CLIENT:SSL,INTERNAL:SSL,CONTROLLER:SSL", "ssl.client.auth"),
         ("CLIENT:SASL_SSL,INTERNAL:SASL_SSL,CONTROLLER:SASL_SSL", None),
     ],
     ids=["mutual-tls-on-the-listener", "mutual-tls-broker-wide", "sasl-ssl-everywhere"],
@@ -265,9 +264,9 @@ def test_a_listener_without_tls_or_client_authentication_is_reported(
 def test_mutual_tls_or_sasl_ssl_listeners_pass(
     run, protocol_map: str, client_auth_env: str | None
 ) -> None:
-    edits = [with_env(PROTOCOL_MAP, protocol_map)]
+    edits = [with_broker_setting(PROTOCOL_MAP, protocol_map)]
     if client_auth_env:
-        edits.append(with_env(client_auth_env, "required"))
+        edits.append(with_broker_setting(client_auth_env, "required"))
     assert run(_kafka(handmade_stack(), *edits)) == []
 
 
@@ -278,18 +277,18 @@ def test_the_client_listener_may_offer_either_scram_mechanism_or_both(run, mecha
     """A rotation moves the users from one SCRAM mechanism to the other ("Rotated." in
     docs/security.md): the listener offers both, and a fork that offers one is fine too."""
     assert SCRAM_MECHANISMS == kafka_security.SCRAM_MECHANISMS
-    stack = _kafka(handmade_stack(), with_env(MECHANISMS_ENV, mechanisms))
+    stack = _kafka(handmade_stack(), with_broker_setting(MECHANISMS, mechanisms))
     assert run(stack) == []
 
 
 @pytest.mark.parametrize(
     ("env", "value", "found"),
     [
-        (MECHANISMS_ENV, "SCRAM-SHA-512,PLAIN", "is SCRAM-SHA-512,PLAIN"),
+        (MECHANISMS, "SCRAM-SHA-512,PLAIN", "is SCRAM-SHA-512,PLAIN"),
         (
-            MECHANISMS_ENV,
+            MECHANISMS,
             None,
-            "broker config sasl.enabled.mechanisms (env KAFKA_SASL_ENABLED_MECHANISMS) is GSSAPI",
+            "broker config sasl.enabled.mechanisms (env SERVER_PROPERTIES) is GSSAPI",
         ),
     ],
     ids=["plain-beside-scram", "unset-kafkas-default-gssapi"],
@@ -297,12 +296,12 @@ def test_the_client_listener_may_offer_either_scram_mechanism_or_both(run, mecha
 def test_a_client_listener_offering_another_sasl_mechanism_is_reported(
     run, env: str, value: str | None, found: str
 ) -> None:
-    violation = _only(run, _kafka(handmade_stack(), with_env(env, value)), LISTENERS)
+    violation = _only(run, _kafka(handmade_stack(), with_broker_setting(env, value)), LISTENERS)
     assert "client listener CLIENT's SASL mechanisms" in violation.message
     assert found in violation.message
     assert "required: SCRAM-SHA-256 and/or SCRAM-SHA-512, nothing else" in violation.message
     assert (
-        "set KAFKA_LISTENER_NAME_CLIENT_SASL_ENABLED_MECHANISMS=SCRAM-SHA-256,SCRAM-SHA-512"
+        "set listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512"
         in violation.message
     )
 
@@ -311,27 +310,27 @@ def test_a_client_listener_offering_another_sasl_mechanism_is_reported(
     ("env", "value", "expected"),
     [
         (
-            "KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM",
+            "ssl.endpoint.identification.algorithm",
             "",
-            "ssl.endpoint.identification.algorithm (env "
-            "KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM) is empty; required: https",
+            "ssl.endpoint.identification.algorithm "
+            "(env SERVER_PROPERTIES) is empty; required: https",
         ),
         (
-            "KAFKA_LISTENER_NAME_INTERNAL_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM",
+            "listener.name.internal.ssl.endpoint.identification.algorithm",
             "none",
-            "listener.name.internal.ssl.endpoint.identification.algorithm (env "
-            "KAFKA_LISTENER_NAME_INTERNAL_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM) is none",
+            "listener.name.internal.ssl.endpoint.identification.algorithm "
+            "(env SERVER_PROPERTIES) is none",
         ),
         (
-            "KAFKA_SSL_ENABLED_PROTOCOLS",
+            "ssl.enabled.protocols",
             "TLSv1.1,TLSv1.2,TLSv1.3",
-            "ssl.enabled.protocols (env KAFKA_SSL_ENABLED_PROTOCOLS) is TLSv1.1,TLSv1.2,TLSv1.3; "
+            "ssl.enabled.protocols (env SERVER_PROPERTIES) is TLSv1.1,TLSv1.2,TLSv1.3; "
             "required: only TLSv1.2, TLSv1.3",
         ),
         (
-            "KAFKA_SSL_PROTOCOL",
+            "ssl.protocol",
             "TLSv1",
-            "ssl.protocol (env KAFKA_SSL_PROTOCOL) is TLSv1; required: TLSv1.2 or TLSv1.3",
+            "ssl.protocol (env SERVER_PROPERTIES) is TLSv1; required: TLSv1.2 or TLSv1.3",
         ),
     ],
     ids=["no-hostname-verification", "no-hostname-verification-inter-broker", "tls-1.1", "tls-1"],
@@ -339,7 +338,7 @@ def test_a_client_listener_offering_another_sasl_mechanism_is_reported(
 def test_a_broker_setting_that_weakens_tls_is_reported(
     run, env: str, value: str, expected: str
 ) -> None:
-    stack = _kafka(handmade_stack(), with_env(env, value))
+    stack = _kafka(handmade_stack(), with_broker_setting(env, value))
     violation = _only(run, stack, LISTENERS)
     assert violation.message.startswith(f"StatefulSet streaming/kafka: broker config {expected}")
     assert violation.mandatory
@@ -380,10 +379,10 @@ def test_client_settings_that_keep_tls_whole_pass(run) -> None:
 def test_the_client_listener_is_found_by_the_configured_port(run) -> None:
     stack = _kafka(
         handmade_stack(),
-        with_env(
-            "KAFKA_LISTENERS", "CLIENT://:9095,PLAIN://:9092,INTERNAL://:9094,CONTROLLER://:9093"
+        with_broker_setting(
+            "listeners", "CLIENT://:9095,PLAIN://:9092,INTERNAL://:9094,CONTROLLER://:9093"
         ),
-        with_env(PROTOCOL_MAP, f"{SECURED_MAP},PLAIN:PLAINTEXT"),
+        with_broker_setting(PROTOCOL_MAP, f"{SECURED_MAP},PLAIN:PLAINTEXT"),
     )
     assert "client listener PLAIN on port 9092" in _only(run, stack, LISTENERS).message
     config = stack_config("prod")
@@ -399,7 +398,7 @@ def test_the_dev_stack_gets_one_advisory_per_plaintext_listener_and_prod_would_b
     stack = dev_stack()
     dev = _findings(run, stack, "dev")
     assert {(v.policy, v.level) for v in dev} == {(LISTENERS, "advisory")}
-    assert sorted(v.message.split(" (env")[0] for v in dev) == [
+    assert sorted(v.message.split(" (")[0] for v in dev) == [
         "StatefulSet streaming/kafka: client listener CLIENT on port 9092",
         "StatefulSet streaming/kafka: controller listener CONTROLLER",
         "StatefulSet streaming/kafka: inter-broker listener INTERNAL",
@@ -417,16 +416,16 @@ def test_the_dev_stack_gets_one_advisory_per_plaintext_listener_and_prod_would_b
 def test_allow_everyone_if_no_acl_found_is_reported_in_every_stack_with_an_authorizer(
     run,
 ) -> None:
-    stack = _kafka(handmade_stack(), with_env("KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "true"))
+    stack = _kafka(handmade_stack(), with_broker_setting("allow.everyone.if.no.acl.found", "true"))
     assert levels_of(run, stack, AUTHORIZER) == {"dev": {"advisory"}, "prod": {"mandatory"}}
     message = _only(run, stack, AUTHORIZER).message
-    assert "set KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND=false" in message
+    assert "set allow.everyone.if.no.acl.found=false" in message
 
 
 def test_allow_everyone_without_an_authorizer_is_left_to_the_missing_authorizer(run) -> None:
     stack = _kafka(
         dev_stack(),
-        with_env("KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "true"),
+        with_broker_setting("allow.everyone.if.no.acl.found", "true"),
     )
     assert AUTHORIZER not in {v.policy for v in run(stack, stack_config("dev"))}
 
@@ -437,14 +436,14 @@ def test_allow_everyone_without_an_authorizer_is_left_to_the_missing_authorizer(
 def test_prod_requires_the_standard_authorizer_and_dev_does_not(
     run, authorizer: str | None
 ) -> None:
-    stack = _kafka(handmade_stack(), with_env("KAFKA_AUTHORIZER_CLASS_NAME", authorizer))
+    stack = _kafka(handmade_stack(), with_broker_setting("authorizer.class.name", authorizer))
     assert levels_of(run, stack, AUTHORIZER) == {"dev": set(), "prod": {"mandatory"}}
     found = authorizer or "absent (no authorization)"
     assert _only(run, stack, AUTHORIZER).message.startswith(
         "StatefulSet streaming/kafka: broker config authorizer.class.name (env "
-        f"KAFKA_AUTHORIZER_CLASS_NAME) is {found}; required: "
+        f"SERVER_PROPERTIES) is {found}; required: "
         "org.apache.kafka.metadata.authorizer.StandardAuthorizer. Fix: set "
-        "KAFKA_AUTHORIZER_CLASS_NAME=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
     )
 
 
@@ -579,11 +578,11 @@ def test_an_unreadable_properties_file_is_reported_rather_than_passed(run) -> No
 @pytest.mark.parametrize(
     ("workload", "name", "value", "found"),
     [
-        ("kafka", "KAFKA_SSL_KEY_PASSWORD", PASSWORD, "a literal credential (value not shown)"),
-        ("kafka", "KAFKA_SSL_KEYSTORE_KEY", PASSWORD, "a literal credential (value not shown)"),
+        ("kafka", "ssl.key.password", PASSWORD, "a literal credential (value not shown)"),
+        ("kafka", "ssl.keystore.key", PASSWORD, "a literal credential (value not shown)"),
         (
             "kafka",
-            "KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG",
+            "listener.name.client.scram-sha-512.sasl.jaas.config",
             "org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'password="{PASSWORD}";',
             "a JAAS configuration with a password option in clear (value not shown)",
@@ -622,11 +621,9 @@ def test_a_literal_password_in_an_init_container_is_refused(run) -> None:
                 **first_container(r),
                 "name": container_commands.FORMAT_STORAGE,
                 "command": list(container_commands.format_storage().command),
-                "env": [{"name": "KAFKA_SASL_PASSWORD", "value": PASSWORD}],
+                "env": [{"name": "sasl.password", "value": PASSWORD}],
             }
         ]
 
     stack = changed(handmade_stack(), "kafka", init_container, ":StatefulSet")
-    assert "container format-storage env KAFKA_SASL_PASSWORD" in (
-        _only(run, stack, CREDENTIALS).message
-    )
+    assert "container format-storage env sasl.password" in (_only(run, stack, CREDENTIALS).message)
