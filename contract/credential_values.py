@@ -57,6 +57,35 @@ MASKED = "(masked)"
 _SHORTEST_MASKED = 4
 
 
+# `option="value"` (or unquoted) pairs of a JAAS login module configuration.
+_JAAS_OPTION = re.compile(r'([A-Za-z_][\w.]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;]+)')
+
+
+def is_jaas(key: str) -> bool:
+    """Whether a setting is a JAAS configuration (`sasl.jaas.config`, `..._SASL_JAAS_CONFIG`)."""
+    return "jaas.config" in key.lower().replace("_", ".")
+
+
+def literal_credential(key: str, value: str | None) -> bool:
+    """Whether a setting holds a credential in clear (`value` None: computed, so not visible).
+
+    A JAAS configuration is a credential only for its password-like options
+    (`password="..."`; PlainLoginModule's `user_<name>="..."`): `ScramLoginModule required;`
+    holds none.
+    """
+    if not is_credential_key(key):
+        return False
+    if value is None:
+        return True
+    if is_jaas(key):
+        return any(
+            (is_credential_key(option) or option.startswith("user_"))
+            and not is_reference(text.strip('"'))
+            for option, text in _JAAS_OPTION.findall(value)
+        )
+    return bool(value.strip()) and not is_reference(value)
+
+
 def find_credentials(
     text: str, *, secret_vars: Collection[str] = (), literal_vars: Collection[str] = ()
 ) -> list[CredentialAssignment]:

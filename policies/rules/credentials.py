@@ -20,8 +20,13 @@ from typing import Any
 from pulumi_policy import ResourceValidationArgs
 from pulumi_policy.proxy import UnknownValueError
 
-from contract.credential_values import CredentialAssignment, find_credentials
-from contract.java_properties import is_credential_key, is_reference, parse_properties
+from contract.credential_values import (
+    CredentialAssignment,
+    find_credentials,
+    is_jaas,
+    literal_credential,
+)
+from contract.java_properties import parse_properties
 
 from .config import MANDATORY, resource_rule
 from .manifests import (
@@ -37,8 +42,6 @@ from .manifests import (
 from .messages import violation
 
 PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
-# `option="value"` (or unquoted) pairs of a JAAS login module configuration.
-_JAAS_OPTION = re.compile(r'([A-Za-z_][\w.]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;]+)')
 _REFERENCE = "a ${dir:DIRECTORY:FILE} or ${env:NAME} reference"
 _CONFIG_MAP_FIX = (
     "keep the credential in a Secret and refer to it: {key}=${{dir:DIRECTORY:FILE}} with the "
@@ -66,32 +69,8 @@ _POD_SPEC_WHY = (
 )
 
 
-def _is_jaas(key: str) -> bool:
-    return "jaas.config" in key.lower().replace("_", ".")
-
-
-def literal_credential(key: str, value: str | None) -> bool:
-    """Whether a setting holds a credential in clear (`value` None: computed, so not visible).
-
-    A JAAS configuration is a credential only for its password-like options
-    (`password="..."`; PlainLoginModule's `user_<name>="..."`): `ScramLoginModule required;`
-    holds none.
-    """
-    if not is_credential_key(key):
-        return False
-    if value is None:
-        return True
-    if _is_jaas(key):
-        return any(
-            (is_credential_key(option) or option.startswith("user_"))
-            and not is_reference(text.strip('"'))
-            for option, text in _JAAS_OPTION.findall(value)
-        )
-    return bool(value.strip()) and not is_reference(value)
-
-
 def _found(key: str) -> str:
-    if _is_jaas(key):
+    if is_jaas(key):
         return "a JAAS configuration with a password option in clear (value not shown)"
     return "a literal credential (value not shown)"
 

@@ -17,8 +17,12 @@ from typing import Any
 
 from pulumi_policy.proxy import UnknownValueError
 
-from contract.credential_values import credentials_in_clear, mask_credentials
-from contract.java_properties import is_credential_key, is_reference
+from contract.credential_values import (
+    credentials_in_clear,
+    is_jaas,
+    literal_credential,
+    mask_credentials,
+)
 
 from .manifests import SECRET
 
@@ -127,6 +131,6 @@ def _known_items(value: Mapping[Any, Any] | Sequence[Any]) -> Iterator[tuple[Any
 def _literal(key: str, value: str) -> bool:
     """A credential-named setting's whole value in clear (a JAAS configuration holds its
     credentials in options, which `credentials_in_clear` finds)."""
-    if "jaas.config" in key.lower().replace("_", ".") or key.endswith(("Name", "Ref")):
+    if is_jaas(key) or key.endswith(("Name", "Ref")):
         return False  # `secretName: kafka-tls` names where the credential is
-    return is_credential_key(key) and bool(value.strip()) and not is_reference(value)
+    return literal_credential(key, value)
