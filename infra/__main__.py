@@ -11,20 +11,20 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-import pulumi  # noqa: E402
+import pulumi
 
-from contract.acl_specs import BROKER_READINESS_USER  # noqa: E402
-from infra import cluster_identity, deployed_stack, stateful_volumes  # noqa: E402
-from infra.alert_rules import AlertRules, AlertRulesArgs  # noqa: E402
-from infra.config import load_stack_config  # noqa: E402
-from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names  # noqa: E402
-from infra.kafka_credentials import KafkaCredentials, KafkaCredentialsArgs  # noqa: E402
-from infra.metadata_version import MetadataVersion, MetadataVersionArgs  # noqa: E402
-from infra.namespace import restricted_namespace  # noqa: E402
-from infra.processor import processors_of  # noqa: E402
-from infra.provider_settings import check_provider_settings  # noqa: E402
-from infra.stack_outputs import stack_outputs  # noqa: E402
-from infra.topics import (  # noqa: E402
+from contract.acl_specs import BROKER_READINESS_USER
+from infra import cluster_identity, deployed_stack, stateful_volumes
+from infra.alert_rules import AlertRules, AlertRulesArgs
+from infra.config import load_stack_config
+from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names
+from infra.kafka_credentials import KafkaCredentials, KafkaCredentialsArgs
+from infra.metadata_version import MetadataVersion, MetadataVersionArgs
+from infra.namespace import restricted_namespace
+from infra.processor import processors_of
+from infra.provider_settings import check_provider_settings
+from infra.stack_outputs import stack_outputs
+from infra.topics import (
     RECONCILER_USER,
     ScramRetirement,
     ScramRetirementArgs,
