@@ -141,13 +141,12 @@ STATE_DIR = "/tmp"
 # Where the format step and the reconciler read every user's password: one file per user,
 # named after it (a projected volume of the user Secrets).
 USERS_DIR = "/etc/kafka/users"
-# What a new cluster starts from (the `<name>-bootstrap` ConfigMap): the settings its storage
-# is formatted with, the ACLs the `grant-acls` containers grant (the topic reconciler's and the
+# What a new cluster starts from (the `<name>-bootstrap` ConfigMap): the ACLs the `grant-acls`
+# containers grant (the topic reconciler's and the
 # readiness user's own) as JSON (what the readiness sidecars check) and as `kafka-acls.sh`
 # arguments (`GRANTS_FILE`, what the grant script runs), and the readiness sidecars' and the
 # grant tool's client settings.
 BOOTSTRAP_DIR = "/etc/kafka/bootstrap"
-FORMAT_FILE = "server.properties"
 BOOTSTRAP_ACLS_FILE = "bootstrap-acls.json"
 GRANT_CLIENT_FILE = "grant-client.properties"
 READINESS_CLIENT_FILE = "readiness-client.properties"
@@ -170,6 +169,11 @@ PERIOD_S = 15
 # each kafka-acls.sh call gives up after its request timeout (infra/bootstrap_grants.py).
 STUCK_MINUTES = 5
 
+# The node's server.properties: the rendered settings and its node id, into `$config`.
+_WRITE_CONFIG = (
+    f'printf \'%s\\n\' "${SERVER_PROPERTIES_VARIABLE}" "node.id=${NODE_ID_VARIABLE}" > "$config"'
+)
+
 # The broker: its settings and node id into a file, its storage formatted at the first start
 # (with `controller.quorum.voters`, a static quorum: every node formats alike, no `--standalone`;
 # a secured cluster's `format-storage` has formatted it already, with its SCRAM users), then the
@@ -178,7 +182,7 @@ STUCK_MINUTES = 5
 # 64, which the tool's parser would take for an option.
 BROKER_SCRIPT = f"""set -eu
 config={STATE_DIR}/server.properties
-printf '%s\\n' "${SERVER_PROPERTIES_VARIABLE}" "node.id=${NODE_ID_VARIABLE}" > "$config"
+{_WRITE_CONFIG}
 if [ ! -f {DATA_DIR}/logs/meta.properties ]; then
   echo "formatting {DATA_DIR}/logs as node ${NODE_ID_VARIABLE} of cluster ${CLUSTER_ID_VARIABLE}"
   {KAFKA_STORAGE} format --cluster-id="${CLUSTER_ID_VARIABLE}" --config "$config" \\
@@ -200,9 +204,8 @@ if [ -f {DATA_DIR}/logs/meta.properties ]; then
   echo "{DATA_DIR}/logs is formatted already: nothing to do"
   exit 0
 fi
-config=/tmp/format.properties
-cp {BOOTSTRAP_DIR}/{FORMAT_FILE} "$config"
-echo "node.id=$KAFKA_NODE_ID" >> "$config"
+config={STATE_DIR}/format.properties
+{_WRITE_CONFIG}
 mechanism=$(cat {BOOTSTRAP_DIR}/{SCRAM_MECHANISM_FILE})
 set --
 for file in {USERS_DIR}/*; do

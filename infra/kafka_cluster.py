@@ -29,7 +29,6 @@ from contract.container_commands import (
     BOOTSTRAP_DIR,
     CLUSTER_ID_VARIABLE,
     DATA_DIR,
-    FORMAT_FILE,
     GRANT_CLIENT_FILE,
     HEAP_OPTS_VARIABLE,
     NODE_ID_VARIABLE,
@@ -245,11 +244,6 @@ class KafkaCluster(pulumi.ComponentResource):
                     name=bootstrap_config_map(name), namespace=ns, labels=component_labels
                 ),
                 data={
-                    # The broker's own settings (node.id is added by the script; advertised
-                    # listeners do not matter to a format).
-                    FORMAT_FILE: format_properties(
-                        {k: v for k, v in settings.items() if k != "advertised.listeners"}
-                    ),
                     # Not in the pod template: the grant containers and the sidecars read an
                     # update without a roll.
                     BOOTSTRAP_ACLS_FILE: acl_specs.dumps(list(args.bootstrap_users)),
@@ -375,9 +369,8 @@ class KafkaCluster(pulumi.ComponentResource):
                     image=cfg.image,
                     image_pull_policy="Always",
                     command=list(format_storage.command),
-                    env=[
-                        *(e for e in env if e.name in (CLUSTER_ID_VARIABLE, NODE_ID_VARIABLE)),
-                    ],
+                    # The broker's own settings and identity: it formats what the broker runs.
+                    env=[e for e in env if e.name != HEAP_OPTS_VARIABLE],
                     resources=resources,
                     security_context=security,
                     volume_mounts=[

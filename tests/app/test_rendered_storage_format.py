@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.devkit.kafka_release import ensure as ensure_release
-from contract.container_commands import KAFKA_LIBS
+from contract.container_commands import KAFKA_LIBS, SERVER_PROPERTIES_VARIABLE
 from contract.java_properties import format_properties, load_properties
 from tests.app.rendered_deployment import Manifests, render
 
@@ -27,13 +27,15 @@ MOUNTS = {
 }
 
 
-def _format_step(manifests: Manifests) -> tuple[str, dict[str, str]]:
-    """The init container's script and the `kafka-bootstrap` files it reads (the format
-    settings, the SCRAM mechanism of the current credentials revision)."""
+def _format_step(manifests: Manifests) -> tuple[str, str, dict[str, str]]:
+    """The init container's script, the server.properties of its env and the `kafka-bootstrap`
+    files it reads (the SCRAM mechanism of the current credentials revision)."""
     pod = manifests.get("StatefulSet", "kafka")["spec"]["template"]["spec"]
     init = next(c for c in pod["initContainers"] if c["name"] == "format-storage")
     assert init["command"][:2] == ["sh", "-c"]
-    return init["command"][2], manifests.config_maps()["kafka-bootstrap"]
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    settings = env[SERVER_PROPERTIES_VARIABLE]
+    return init["command"][2], settings, manifests.config_maps()["kafka-bootstrap"]
 
 
 # Generated ids are URL-safe base64: one in 64 starts with `-`, which a parser takes for an option.
@@ -43,17 +45,15 @@ def test_the_rendered_format_step_bootstraps_every_scram_user(
 ) -> None:
     release = ensure_release()
     render("prod", tmp_path / "manifests")
-    script, bootstrap = _format_step(Manifests.load(tmp_path / "manifests"))
+    script, server_properties, bootstrap = _format_step(Manifests.load(tmp_path / "manifests"))
     folders = {path: tmp_path / name for path, name in MOUNTS.items()}
     folders[KAFKA_LIBS] = release.libs
     for path, folder in folders.items():
         script = script.replace(path, str(folder))
-    format_settings = load_properties(bootstrap["server.properties"])
+    # The kubelet substitutes the pod's name (POD_NAME, defined before it in the env).
+    format_settings = load_properties(server_properties.replace("$(POD_NAME)", "kafka-1"))
     format_settings["log.dirs"] = str(folders["/var/lib/kafka/data"] / "logs")
     folders["/etc/kafka/bootstrap"].mkdir()
-    (folders["/etc/kafka/bootstrap"] / "server.properties").write_text(
-        format_properties(format_settings)
-    )
     (folders["/etc/kafka/bootstrap"] / "scram-mechanism").write_text(bootstrap["scram-mechanism"])
     users = {"page-view-counter": "p1", "topic-reconciler": "p2", "observer": "p3"}
     folders["/etc/kafka/users"].mkdir()
@@ -63,6 +63,7 @@ def test_the_rendered_format_step_bootstraps_every_scram_user(
         **os.environ,
         "KAFKA_NODE_ID": "1",
         "CLUSTER_ID": cluster_id,
+        "SERVER_PROPERTIES": format_properties(format_settings),
         "LOG_DIR": str(tmp_path / "logs"),
     }
 

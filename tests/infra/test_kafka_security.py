@@ -113,14 +113,13 @@ def test_scram_users_are_bootstrapped_when_the_storage_is_formatted(prod: Record
     sources = _volumes(pod)["users"]["projected"]["sources"]
     files = {s["secret"]["items"][0]["path"]: s["secret"]["name"] for s in sources}
     assert files == {user: f"kafka-user-{user}" for user in _users(prod)}
-    # The format reads the broker's own settings (its server.properties but the pod's name).
-    env = broker_settings(k8s_object(prod, "StatefulSet", "kafka"))
-    formatted = load_properties(
-        k8s_object(prod, "ConfigMap", "kafka-bootstrap")["data"]["server.properties"]
-    )
-    for key, value in formatted.items():
-        assert env[key] == value, key
-    assert "advertised.listeners" not in formatted and "node.id" not in formatted
+    # The format reads the broker's own settings and identity, from the same variables.
+    (broker, *_) = pod["spec"]["containers"]
+    shared = ("POD_NAME", "CLUSTER_ID", "KAFKA_NODE_ID", "SERVER_PROPERTIES")
+    assert [e for e in init["env"] if e["name"] in shared] == [
+        e for e in broker["env"] if e["name"] in shared
+    ]
+    assert "server.properties" not in k8s_object(prod, "ConfigMap", "kafka-bootstrap")["data"]
 
 
 def test_the_readiness_sidecar_holds_no_broker_key_and_connects_as_its_own_user(
