@@ -57,33 +57,17 @@ setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced $(KAFKA
 run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 	$(APP_PY) -m app.devkit.local $(ARGS)
 
-## All tests: the application in its own environment, on a 3-node Apache Kafka it starts
-## (KAFKA_BOOTSTRAP_SERVERS: a running one instead); then program, manifests and policies in the
-## infra environment, with the program and the pack in Pulumi's own engine against a local
-## Kubernetes control plane (tests/engine) and `pulumi new` from this template (test_template).
-## Only the second needs the Go tools of `make tools` (about 25 minutes on a cold machine, a
-## no-op once built: the cache is outside the clone), so they build beside the application's
-## tier, under `nice -n 19`: the tests keep the CPU they ask for and the build takes the rest
-## (log: .venv/go-tools.log). Both tiers run even if the first fails; the slowest tests are
-## listed at the end of each: CI must stay under 75 minutes on 2 cores from a cold machine.
-GO_TOOLS_LOG := $(VENV)/go-tools.log
-test: setup
-	@set -e; \
-	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) cluster/go_tools.py >$(GO_TOOLS_LOG) 2>&1 & tools=$$!; \
-	trap 'kill $$tools 2>/dev/null || :' EXIT; \
-	echo "building the Go tools beside the application's tests (pid $$tools, log $(GO_TOOLS_LOG))"; \
-	status=0; \
-	$(APP_PY) -m pytest --durations=30 tests/app || status=$$?; \
-	echo "waiting for the Go tools (log $(GO_TOOLS_LOG))"; \
-	if ! wait $$tools; then \
-		tail -n 40 $(GO_TOOLS_LOG); \
-		echo "make tools failed: the log above ($(GO_TOOLS_LOG)) says where; run make tools again"; \
-		exit 1; \
-	fi; \
-	trap - EXIT; \
-	tail -n 3 $(GO_TOOLS_LOG); \
-	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies tests/engine || status=$$?; \
-	exit $$status
+## All tests: program, manifests and policies in the infra environment, with the program and the
+## pack in Pulumi's own engine against a local Kubernetes control plane (tests/engine) and
+## `pulumi new` from this template (test_template); then the application in its own
+## environment, on a 3-node Apache Kafka it starts (KAFKA_BOOTSTRAP_SERVERS: a running one
+## instead). The engine tier needs the Go tools of `make tools`: about 25 minutes on a cold
+## machine (built alone, at full speed: beside the application's tests they slowed both), a
+## no-op once built (the cache is outside the clone). The slowest tests are listed at the end of
+## each run: CI must stay under 75 minutes on 2 cores from a cold machine.
+test: setup tools
+	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies tests/engine
+	$(APP_PY) -m pytest --durations=30 tests/app
 
 render: $(VENV)/infra/.synced
 	$(INFRA_PY) -m offline.render --stack $(STACK) --out build/manifests/$(STACK)
