@@ -540,8 +540,14 @@ class KraftCluster:
         runs = container_commands.finalize_metadata_version(
             self._running_endpoints(), major_minor, secured=self.security is not None
         )
-        # The Job's words; its first, the image's kafka-features.sh, is the tool's class here.
-        self._features(runs.command[1:])
+        # The Job's words after its JVM and main class (the cluster's own release runs those).
+        tool = container_commands.kafka_tool(container_commands.FEATURE_COMMAND)
+        if runs.command[: len(tool)] != tool:
+            raise KraftClusterError(
+                f"the metadata.version Job's command {' '.join(runs.command)} does not start "
+                f"with {' '.join(tool)}: change finalize_release with the contract"
+            )
+        self._features(runs.command[len(tool) :])
         return self.metadata_version()
 
     def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> ShutdownReport:
