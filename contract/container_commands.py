@@ -110,9 +110,14 @@ TOOL_JVM_OPTS = ("-Xmx128m", "-XX:TieredStopAtLevel=1")
 BROKER_LOG_LEVEL = "-Dlog4j2.level=INFO"
 
 
+def _java(options: tuple[str, ...], main_class: str) -> tuple[str, ...]:
+    """`java` with `options` on the release's jars, running `main_class`."""
+    return ("java", *options, "-cp", f"{KAFKA_LIBS}/*", main_class)
+
+
 def kafka_tool(main_class: str) -> tuple[str, ...]:
     """The JVM command line of one of Kafka's tools, its arguments to follow."""
-    return ("java", *TOOL_JVM_OPTS, "-cp", f"{KAFKA_LIBS}/*", main_class)
+    return _java(TOOL_JVM_OPTS, main_class)
 
 
 def _shell(words: tuple[str, ...]) -> str:
@@ -142,10 +147,9 @@ STATE_DIR = "/tmp"
 # named after it (a projected volume of the user Secrets).
 USERS_DIR = "/etc/kafka/users"
 # What a new cluster starts from (the `<name>-bootstrap` ConfigMap): the ACLs the `grant-acls`
-# containers grant (the topic reconciler's and the
-# readiness user's own) as JSON (what the readiness sidecars check) and as `kafka-acls.sh`
-# arguments (`GRANTS_FILE`, what the grant script runs), and the readiness sidecars' and the
-# grant tool's client settings.
+# containers grant (the topic reconciler's and the readiness user's own) as JSON (what the
+# readiness sidecars check) and as `kafka-acls.sh` arguments (`GRANTS_FILE`, what the grant
+# script runs), and the readiness sidecars' and the grant tool's client settings.
 BOOTSTRAP_DIR = "/etc/kafka/bootstrap"
 BOOTSTRAP_ACLS_FILE = "bootstrap-acls.json"
 GRANT_CLIENT_FILE = "grant-client.properties"
@@ -174,6 +178,11 @@ _WRITE_CONFIG = (
     f'printf \'%s\\n\' "${SERVER_PROPERTIES_VARIABLE}" "node.id=${NODE_ID_VARIABLE}" > "$config"'
 )
 
+# The broker's JVM: its heap from the pod's env (unquoted: the options are words).
+_BROKER_JVM = _java(
+    (f"${HEAP_OPTS_VARIABLE}", *JVM_PERFORMANCE_OPTS, BROKER_LOG_LEVEL), KAFKA_SERVER
+)
+
 # The broker: its settings and node id into a file, its storage formatted at the first start
 # (with `controller.quorum.voters`, a static quorum: every node formats alike, no `--standalone`;
 # a secured cluster's `format-storage` has formatted it already, with its SCRAM users), then the
@@ -189,8 +198,7 @@ if [ ! -f {DATA_DIR}/logs/meta.properties ]; then
     --ignore-formatted
 fi
 # shellcheck disable=SC2086 # the heap options are words
-exec java ${HEAP_OPTS_VARIABLE} {" ".join(JVM_PERFORMANCE_OPTS)} {BROKER_LOG_LEVEL} \\
-  -cp '{KAFKA_LIBS}/*' {KAFKA_SERVER} "$config"
+exec {_shell(_BROKER_JVM)} "$config"
 """
 
 # Formats the node's storage with every SCRAM user before the broker's start would format it
