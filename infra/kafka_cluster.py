@@ -279,9 +279,12 @@ class KafkaCluster(pulumi.ComponentResource):
                 labels=component_labels,
                 annotations={
                     **workload.checkov_skips(
-                        workload.image_skips(
-                            [cfg.image, args.readiness_image], args.readiness_image_pull_policy
-                        )
+                        {
+                            **workload.image_skips([cfg.image], cfg.image_pull_policy),
+                            **workload.image_skips(
+                                [args.readiness_image], args.readiness_image_pull_policy
+                            ),
+                        }
                     ),
                     **workload.roll_complete(cfg.replicas),
                 },
@@ -367,7 +370,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 k8s.core.v1.ContainerArgs(
                     name=format_storage.name,
                     image=cfg.image,
-                    image_pull_policy="Always",
+                    image_pull_policy=cfg.image_pull_policy,
                     command=list(format_storage.command),
                     # The broker's own settings and identity: it formats what the broker runs.
                     env=[e for e in env if e.name != HEAP_OPTS_VARIABLE],
@@ -395,9 +398,7 @@ class KafkaCluster(pulumi.ComponentResource):
             bootstrap_users = k8s.core.v1.VolumeMountArgs(
                 name="bootstrap-users", mount_path=USERS_DIR, read_only=True
             )
-            grant = [
-                KafkaCluster._grant_container(cfg.image, [*tls_mounts, *mounts, bootstrap_users])
-            ]
+            grant = [KafkaCluster._grant_container(cfg, [*tls_mounts, *mounts, bootstrap_users])]
             # The readiness user's password and the CA, never the broker's key. No revision
             # annotation: the sidecar reads a new password itself, and a roll of the brokers
             # waiting on a credential only the reconciler (after the roll) sets would never end.
@@ -426,7 +427,7 @@ class KafkaCluster(pulumi.ComponentResource):
                     k8s.core.v1.ContainerArgs(
                         name=broker.name,
                         image=cfg.image,
-                        image_pull_policy="Always",
+                        image_pull_policy=cfg.image_pull_policy,
                         command=list(broker.command),
                         env=env,
                         ports=[
@@ -516,7 +517,7 @@ class KafkaCluster(pulumi.ComponentResource):
 
     @staticmethod
     def _grant_container(
-        image: str, mounts: list[k8s.core.v1.VolumeMountArgs]
+        cfg: KafkaConfig, mounts: list[k8s.core.v1.VolumeMountArgs]
     ) -> k8s.core.v1.ContainerArgs:
         """`grant-acls`: the bootstrap users' credentials and ACLs, set as the broker from the
         broker's own image.
@@ -531,8 +532,8 @@ class KafkaCluster(pulumi.ComponentResource):
         alive = k8s.core.v1.ExecActionArgs(command=list(runs.probe))
         return k8s.core.v1.ContainerArgs(
             name=runs.name,
-            image=image,
-            image_pull_policy="Always",
+            image=cfg.image,
+            image_pull_policy=cfg.image_pull_policy,
             command=list(runs.command),
             volume_mounts=[*mounts, BOOTSTRAP_MOUNT],
             resources=workload.guaranteed_resources("250m", "384Mi"),

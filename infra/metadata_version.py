@@ -154,8 +154,7 @@ class MetadataVersion(pulumi.ComponentResource):
                 self.job_name,
                 component_labels,
                 args.kafka.image,
-                # As the brokers' pods: the image is pinned by digest.
-                "Always",
+                args.kafka.image_pull_policy,
                 # The tool's JVM options are its command's (`container_commands.kafka_tool`).
                 memory="384Mi",
             ),

@@ -29,6 +29,7 @@ _BASE: dict[str, Any] = {
     "kafka": {
         "replicas": 3,
         "image": KAFKA_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
         "storageClassName": "standard",
         "storage": "2Gi",
         "cpu": "500m",
@@ -104,6 +105,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_BASE,
         "kafka": {
             **_BASE["kafka"],
+            "imagePullPolicy": "Always",
             "storageClassName": "",
             "storage": "100Gi",
             "cpu": "2",

@@ -81,6 +81,9 @@ class KafkaConfig(_Section):
 
     replicas: int
     image: str
+    # Every container on the broker's image (the broker, its init containers, the
+    # metadata.version Job): IfNotPresent runs an image loaded into the node (`kind load`).
+    image_pull_policy: Literal["Always", "IfNotPresent"]
     storage_class_name: str
     storage: str
     cpu: str
