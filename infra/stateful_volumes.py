@@ -232,8 +232,15 @@ class StatefulVolumes:
                     metadata=k8s.meta.v1.ObjectMetaPatchArgs(
                         name=f"{template.name}-{self.statefulset}-{ordinal}",
                         namespace=self.namespace,
-                        # The controller wrote the size when it made the claim: take it over.
-                        annotations={"pulumi.com/patchForce": "true"},
+                        annotations={
+                            # The controller wrote the size when it made the claim: take it over.
+                            "pulumi.com/patchForce": "true",
+                            # The provider would wait for the claim to be "ready", which on a
+                            # WaitForFirstConsumer class (kind's `standard`) means Pending: a
+                            # claim in use is Bound, so every `up` hung 5 minutes per claim and
+                            # failed. A size patch has nothing to wait for.
+                            "pulumi.com/skipAwait": "true",
+                        },
                     ),
                     spec=k8s.core.v1.PersistentVolumeClaimSpecPatchArgs(
                         resources=k8s.core.v1.VolumeResourceRequirementsPatchArgs(
