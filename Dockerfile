@@ -61,9 +61,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 # The Spark driver's class-data-sharing archive (AppCDS), built by a training run against this
 # image's JVM and jars: every start maps it (class.data.archive=auto) and saves 3-6 s. The JVM's
-# own base archive first, in case the JDK package shipped none.
+# own base archive first, in case the JDK package shipped none. SPARK_LOCAL_IP: Spark looks its
+# host's name up at start, and a builder's /etc/hosts need not hold it (buildah's does not).
 RUN java -Xshare:dump >/dev/null \
-    && HOME=/tmp python -m app.processor.class_archive_build --out /opt/venv/share/processor/spark-classes.jsa \
+    && HOME=/tmp SPARK_LOCAL_IP=127.0.0.1 python -m app.processor.class_archive_build --out /opt/venv/share/processor/spark-classes.jsa \
     && rm -rf /tmp/* /tmp/.[!.]*
 # Last, so that a new revision or build date does not invalidate the cached layers above.
 ARG PYTHON_IMAGE

@@ -65,8 +65,8 @@ run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 ## machine (built alone, at full speed: beside the application's tests they slowed both), a
 ## no-op once built (the cache is outside the clone). The slowest tests are listed at the end of
 ## each run: CI must stay under 75 minutes on 2 cores from a cold machine.
-test: setup tools
-	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies tests/engine
+test: setup tools node-parts
+	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/policies tests/engine tests/node
 	$(APP_PY) -m pytest --durations=30 tests/app
 
 render: $(VENV)/infra/.synced
@@ -91,7 +91,7 @@ bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra offline policies contract tests/infra tests/policies tests/cluster tests/engine cluster tests/*.py
+	$(VENV)/infra/bin/mypy infra offline policies contract tests/infra tests/policies tests/cluster tests/engine tests/node cluster tests/*.py
 	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)
@@ -119,6 +119,40 @@ cluster-up:
 
 cluster-down:
 	$(PYTHON) cluster/control_plane.py down
+
+## A real node beside the control plane: pods in containers of the project's images (root).
+## node-packages: Debian's containerd, runc, CNI plugins, buildah and debootstrap; node-images:
+## the base from Debian's packages, the processor image from the Dockerfile, the broker image from
+## the Kafka release's jars, the pause image (cluster/images.py; into ~/.cache/stateful-streaming-node,
+## built again only when their inputs change); node-up prints the KUBECONFIG path; node-down
+## leaves the machine as it was (cluster/node.py says how).
+## test-node: `pulumi up` of dev onto it, a count checked exactly, a roll by the controller.
+.PHONY: node-packages node-tools node-images node-up node-down test-node node-parts
+NODE_PACKAGES := containerd runc containernetworking-plugins buildah debootstrap iptables
+node-packages:
+	@dpkg -s $(NODE_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_PACKAGES); }
+
+node-tools:
+	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) cluster/go_tools.py --node
+
+node-images: node-packages $(KAFKA_RELEASE)
+	$(PYTHON) cluster/images.py
+
+node-up: node-packages node-tools
+	@$(PYTHON) cluster/node.py up
+
+node-down:
+	$(PYTHON) cluster/node.py down
+
+test-node: setup node-tools node-images
+	$(INFRA_PY) -m pytest --durations=10 tests/node
+
+# What `make test` needs of the real node where it can run one (root); elsewhere tests/node skips,
+# saying why.
+node-parts:
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory node-tools node-images; \
+	else echo "not root: no real node here, tests/node will skip"; fi
 
 ## The rendered stacks against the cluster KUBECONFIG names (any: cluster-up's, or kind), with
 ## kubectl on PATH: server-side validation, Pod Security admission, a StatefulSet roll.

@@ -57,7 +57,8 @@ PORTS = {
     "scheduler": BASE + 59,
     "kwok": BASE + 47,
 }
-# Allocated to Service objects only: nothing here routes or sends to them (no kube-proxy).
+# Service addresses: with kwok nodes nothing routes to them; a real node (cluster/node.py) reaches
+# them through its kube-proxy, from the pods' bridge only.
 SERVICE_CIDR = "10.96.0.0/16"
 # The order of start; `down` goes the other way.
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
@@ -68,6 +69,50 @@ COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 def openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+CLIENT = (
+    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+    "extendedKeyUsage=clientAuth\n"
+)
+
+
+def issue(name: str, subj: str, ext: str = CLIENT) -> None:
+    """PKI/<name>.crt and .key, signed by the cluster's CA (a client certificate by default)."""
+    ca_key, ca_crt = PKI / "ca.key", PKI / "ca.crt"
+    key, csr, crt, extf = (PKI / f"{name}.{s}" for s in ("key", "csr", "crt", "ext"))
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        subj,
+    )
+    extf.write_text(ext)
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_crt),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(crt),
+        "-days",
+        "30",
+        "-extfile",
+        str(extf),
+    )
+    csr.unlink()
+    extf.unlink()
 
 
 def make_pki() -> None:
@@ -96,46 +141,7 @@ def make_pki() -> None:
     openssl("genrsa", "-out", str(PKI / "sa.key"), "2048")
     openssl("rsa", "-in", str(PKI / "sa.key"), "-pubout", "-out", str(PKI / "sa.pub"))
 
-    def leaf(name: str, subj: str, ext: str) -> None:
-        key, csr, crt, extf = (PKI / f"{name}.{s}" for s in ("key", "csr", "crt", "ext"))
-        openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(csr),
-            "-subj",
-            subj,
-        )
-        extf.write_text(ext)
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            str(csr),
-            "-CA",
-            str(ca_crt),
-            "-CAkey",
-            str(ca_key),
-            "-CAcreateserial",
-            "-out",
-            str(crt),
-            "-days",
-            "30",
-            "-extfile",
-            str(extf),
-        )
-        csr.unlink()
-        extf.unlink()
-
-    client = (
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=clientAuth\n"
-    )
-    leaf(
+    issue(
         "apiserver",
         "/CN=kube-apiserver",
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
@@ -143,12 +149,14 @@ def make_pki() -> None:
         "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
         "DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1\n",
     )
-    leaf("admin", "/O=system:masters/CN=kubernetes-admin", client)
-    leaf("controller-manager", "/CN=system:kube-controller-manager", client)
-    leaf("scheduler", "/CN=system:kube-scheduler", client)
+    issue("admin", "/O=system:masters/CN=kubernetes-admin")
+    issue("controller-manager", "/CN=system:kube-controller-manager")
+    issue("scheduler", "/CN=system:kube-scheduler")
+    # the API server's client of a real node's kubelet (logs, exec), as kubeadm names it
+    issue("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client")
     # kwok acts as the kubelet of every simulated node and marks pods Ready: an admin client,
     # as kwokctl gives it
-    leaf("kwok", "/O=system:masters/CN=kwok-controller", client)
+    issue("kwok", "/O=system:masters/CN=kwok-controller")
 
 
 def write_kubeconfig(path: Path, user: str) -> None:
@@ -350,12 +358,20 @@ def storage_class() -> None:
         api("POST", "/apis/storage.k8s.io/v1/storageclasses", sc)
 
 
+def fresh_logs(logs: Path) -> None:
+    """Each component's log of the last run kept as `NAME.log.previous`; this run's starts empty."""
+    logs.mkdir(parents=True, exist_ok=True)
+    for log in logs.glob("*.log"):
+        log.replace(log.with_name(f"{log.name}.previous"))
+
+
 def up(nodes: int) -> None:
     if any(running_pid(c) for c in COMPONENTS):
         raise SystemExit(f"a cluster is running (pid files in {RUN}); `down` first")
     for d in (PKI, ETCD_DATA, RUN):
         shutil.rmtree(d, ignore_errors=True)
-    for d in (PKI, LOGS, RUN, ETCD_DATA, STATE / "certs"):
+    fresh_logs(LOGS)
+    for d in (PKI, RUN, ETCD_DATA, STATE / "certs"):
         d.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     times: dict[str, float] = {}
@@ -406,6 +422,12 @@ def up(nodes: int) -> None:
             "--endpoint-reconciler-type=none",
             f"--cert-dir={STATE / 'certs'}",
             "--profiling=false",
+            # A real node (cluster/node.py) is reached at its InternalIP: by default the API
+            # server resolves the node's hostname through the machine's resolver, a query that
+            # leaves the machine.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={PKI / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={PKI / 'apiserver-kubelet-client.key'}",
         ],
     )
     times["kube-apiserver"] = wait_for(

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +65,37 @@ KUBERNETES = "v1.36.3"  # k8s.io/kubernetes; staging modules at v0.36.3
 # recommends 3.6.8
 ETCD = "v3.6.16"
 KWOK = "v0.8.0"
+COREDNS = "v1.14.7"
+# kind's provisioner: a claim's directory is made by a helper pod, writable by the pod's fsGroup
+# (the in-tree hostPath provisioner makes it root:root 0750, and hostPath ignores fsGroup)
+LOCAL_PATH_PROVISIONER = "v0.0.30"
+
+
+# CoreDNS with the plugins the node's Corefile uses and no other, as CoreDNS documents for
+# builds outside its tree (dnsserver.Directives in plugin.cfg's order): its full build compiles
+# every cloud provider's SDK and takes three times as long.
+COREDNS_MAIN = """package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/ready"
+	_ "github.com/coredns/coredns/plugin/template"
+	"github.com/coredns/coredns/coremain"
+)
+
+func init() {
+	dnsserver.Directives = []string{
+		"bind", "ready", "health", "errors", "cache", "template", "kubernetes",
+	}
+}
+
+func main() { coremain.Run() }
+"""
 
 
 @dataclass
@@ -80,6 +111,12 @@ class Target:
     local_default: str | None = None
     # files to create in a writable copy of the module (go:embed files a Makefile generates)
     generate: dict[str, str] = field(default_factory=dict)
+    # the wrapper's own main package, where the binary is the module's library with a chosen
+    # part of it (`package` is then the wrapper's, wrapper.local/NAME)
+    main_source: str | None = None
+    # built only when asked for (`--node`, `make node-tools`): the real node's binaries, which
+    # the engine tier and CI do not need
+    node: bool = False
 
 
 def _kube_ldflags(version: str) -> list[str]:
@@ -138,6 +175,25 @@ TARGETS = [
         module="go.etcd.io/etcd/server/v3",
         version=ETCD,
         package="go.etcd.io/etcd/server/v3",
+    ),
+    # the real node (cluster/node.py): a kubelet, kube-proxy and CoreDNS beside the control plane
+    replace(_kube("kubelet"), node=True),
+    replace(_kube("kube-proxy"), node=True),
+    Target(
+        name="coredns",
+        module="github.com/coredns/coredns",
+        version=COREDNS,
+        package="wrapper.local/coredns",
+        main_source=COREDNS_MAIN,
+        node=True,
+    ),
+    Target(
+        name="local-path-provisioner",
+        module="github.com/rancher/local-path-provisioner",
+        version=LOCAL_PATH_PROVISIONER,
+        package="github.com/rancher/local-path-provisioner",
+        ldflags=[f"-X main.VERSION={LOCAL_PATH_PROVISIONER}"],
+        node=True,
     ),
     Target(
         name="kwok",
@@ -224,7 +280,12 @@ def write_wrapper(t: Target, env: dict[str, str]) -> Path:
         replaces.append(f"replace {t.module} => {copy}")
     lines += ["", *replaces, ""]
     (wdir / "go.mod").write_text("\n".join(lines))
-    (wdir / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{t.package}"\n')
+    if t.main_source is not None:
+        (wdir / "main.go").write_text(t.main_source)
+    else:
+        (wdir / "tools.go").write_text(
+            f'//go:build tools\n\npackage tools\n\nimport _ "{t.package}"\n'
+        )
     return wdir
 
 
@@ -307,7 +368,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("names", nargs="*", help="binaries to build (default: all)")
+    ap.add_argument("names", nargs="*", help="binaries to build (default: all but the real node's)")
+    ap.add_argument("--node", action="store_true", help="build the real node's binaries too")
     ap.add_argument("--list", action="store_true", help="print the pinned versions")
     ap.add_argument("--force", action="store_true", help="rebuild even if up to date")
     ap.add_argument(
@@ -329,6 +391,8 @@ def main() -> int:
     failed = []
     for t in TARGETS:
         if args.names and t.name not in args.names:
+            continue
+        if not args.names and t.node and not args.node:
             continue
         stamp = BIN / f".{t.name}.version"
         if (
