@@ -1,5 +1,5 @@
 """What a user runs against the deployment from a pod of their own: the cluster's state and the
-output's exactness, as JSON on stdout (the rendered-deployment test runs it in a toolbox pod).
+output's exactness, as JSON on stdout (the real node's tests run it with the cluster's DNS).
 
     python -m tests.app.deployment_client describe --bootstrap-servers B --topics T1,T2
     python -m tests.app.deployment_client counts --bootstrap-servers B --topic T --summary F

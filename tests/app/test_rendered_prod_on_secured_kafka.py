@@ -64,7 +64,7 @@ from tests.app.processor_harness import (
     produce_page_views,
     wait_for_counts,
 )
-from tests.app.rendered_deployment import Manifests, render
+from tests.app.rendered_manifests import Manifests, render
 from tests.app.secured_kafka import (
     BrokerPod,
     BrokerPods,

@@ -18,7 +18,7 @@ import pytest
 
 from app.devkit.local_tls import write_broker_tls
 from app.processor.settings import parse_settings
-from tests.app.rendered_deployment import Manifests, render
+from tests.app.rendered_manifests import Manifests, render
 
 STACKS = sorted(p.name.split(".")[1] for p in Path(__file__).parents[2].glob("Pulumi.*.yaml"))
 # Where a pod mounts its user's Secret (the password file `${dir:...}` reads) and the CA.
