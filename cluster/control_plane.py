@@ -29,7 +29,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
@@ -42,10 +41,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: `python3 cluster/control_plane.py up`
 from cluster.go_tools import BIN, GO, KWOK  # noqa: E402  (the binaries, their module cache)
+from cluster.processes import Processes  # noqa: E402
 
 STATE = Path(os.environ.get("CLUSTER_DIR", ROOT / ".venv" / "cluster"))
 PKI, LOGS, RUN, ETCD_DATA = STATE / "pki", STATE / "logs", STATE / "run", STATE / "etcd"
 KUBECONFIG = STATE / "kubeconfig"
+PROCESSES = Processes(RUN, LOGS, STATE)
+running_pid = PROCESSES.running_pid
 
 HOST = "127.0.0.1"
 BASE = int(os.environ.get("CLUSTER_PORT_BASE", "36400"))
@@ -256,34 +258,11 @@ def healthz(port: int, path: str = "/healthz", cert: str = "admin") -> bool:
 # ---- processes ---------------------------------------------------------------------------------
 
 
-def pidfile(name: str) -> Path:
-    return RUN / f"{name}.pid"
-
-
-def running_pid(name: str) -> int | None:
-    """The pid in the pid file, if that process is alive and is still our binary."""
-    try:
-        pid = int(pidfile(name).read_text())
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except (OSError, ValueError):
-        return None
-    return pid if Path(exe.removesuffix(" (deleted)")).name == name else None
-
-
 def start(name: str, args: list[str]) -> None:
     binary = BIN / name
     if not binary.exists():
         raise SystemExit(f"{binary} missing: run `make tools` first")
-    with open(LOGS / f"{name}.log", "ab") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
-            [str(binary), *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=STATE,
-            start_new_session=True,
-        )
-    pidfile(name).write_text(f"{proc.pid}\n")
+    PROCESSES.start(name, [binary, *args])
 
 
 def kwok_stages() -> Path:
@@ -535,20 +514,7 @@ def provisioned_dirs() -> list[Path]:
 
 def down() -> None:
     dirs = provisioned_dirs()
-    stopped = []
-    for name in reversed(COMPONENTS):
-        pid = running_pid(name)
-        if pid is None:
-            pidfile(name).unlink(missing_ok=True)
-            continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and running_pid(name) == pid:
-            time.sleep(0.1)
-        if running_pid(name) == pid:
-            os.kill(pid, signal.SIGKILL)
-        pidfile(name).unlink(missing_ok=True)
-        stopped.append(f"{name} ({pid})")
+    stopped = [s for s in (PROCESSES.stop(name) for name in reversed(COMPONENTS)) if s]
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
     print("stopped: " + (", ".join(stopped) or "nothing was running"))

@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: `python3 cluster/node.py up`
 from cluster import control_plane, images  # noqa: E402
 from cluster.go_tools import BIN  # noqa: E402
+from cluster.processes import Processes  # noqa: E402
 
 STATE = images.STATE
 RUN, LOGS = STATE / "run", STATE / "logs"
@@ -61,6 +62,8 @@ POD_CIDR = "10.244.0.0/24"
 CGROUP_ROOT = "/stateful-streaming-node"
 CHAIN = "SSNODE-FORWARD"
 CONTAINERD_SOCKET = STATE / "containerd" / "containerd.sock"
+PROCESSES = Processes(RUN, LOGS, STATE)
+running_pid, start, stop = PROCESSES.running_pid, PROCESSES.start, PROCESSES.stop
 CNI_BIN = Path("/usr/lib/cni")
 IPTABLES = ("iptables", "ip6tables")
 # What the node needs of the machine, and where each comes from.
@@ -128,47 +131,6 @@ def missing() -> list[str]:
 
 
 # ---- processes ---------------------------------------------------------------------------------
-
-
-def pidfile(name: str) -> Path:
-    return RUN / f"{name}.pid"
-
-
-def running_pid(name: str) -> int | None:
-    """The pid in the pid file, if that process is alive and runs the binary `name`."""
-    try:
-        pid = int(pidfile(name).read_text())
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except (OSError, ValueError):
-        return None
-    return pid if Path(exe.removesuffix(" (deleted)")).name == name else None
-
-
-def start(name: str, argv: Sequence[str | Path]) -> None:
-    with open(LOGS / f"{name}.log", "ab") as log:
-        proc = subprocess.Popen(
-            [str(a) for a in argv],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=STATE,
-            start_new_session=True,
-        )
-    pidfile(name).write_text(f"{proc.pid}\n")
-
-
-def stop(name: str, timeout: float = 20) -> str | None:
-    pid = running_pid(name)
-    pidfile(name).unlink(missing_ok=True)
-    if pid is None:
-        return None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.1)
-    if Path(f"/proc/{pid}").exists():
-        os.kill(pid, signal.SIGKILL)
-    return f"{name} ({pid})"
 
 
 def sh(*argv: str | Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -375,6 +337,19 @@ def ctr(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
 # ---- the kubelet ------------------------------------------------------------------------------
 
 
+def bind_cluster_role(name: str, role: str, kind: str, subject: str) -> None:
+    """A ClusterRoleBinding of `role` to one User or Group."""
+    rbac = "rbac.authorization.k8s.io"
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": rbac, "kind": kind, "name": subject}],
+    }
+    control_plane.api("POST", f"/apis/{rbac}/v1/clusterrolebindings", binding)
+
+
 def kubelet_root() -> Path:
     return STATE / "kubelet"
 
@@ -397,20 +372,7 @@ def kubelet_up() -> None:
     )
     control_plane.write_kubeconfig(STATE / "kubelet.kubeconfig", "kubelet")
     # The control plane runs RBAC only (no Node authorizer): the node's group gets system:node.
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "stateful-streaming:nodes"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "system:node",
-        },
-        "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
-        ],
-    }
-    control_plane.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    bind_cluster_role("stateful-streaming:nodes", "system:node", "Group", "system:nodes")
     root = kubelet_root()
     root.mkdir(parents=True, exist_ok=True)
     config = {
@@ -496,20 +458,9 @@ def node_ready() -> bool:
 def kube_proxy_up() -> None:
     control_plane.issue("kube-proxy", "/CN=system:kube-proxy")
     control_plane.write_kubeconfig(STATE / "kube-proxy.kubeconfig", "kube-proxy")
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "stateful-streaming:kube-proxy"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "system:node-proxier",
-        },
-        "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-proxy"}
-        ],
-    }
-    control_plane.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    bind_cluster_role(
+        "stateful-streaming:kube-proxy", "system:node-proxier", "User", "system:kube-proxy"
+    )
     config = {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",

@@ -3,6 +3,7 @@ output's exactness, as JSON on stdout (the real node's tests run it with the clu
 
     python -m tests.app.deployment_client describe --bootstrap-servers B --topics T1,T2
     python -m tests.app.deployment_client counts --bootstrap-servers B --topic T --summary F
+    python -m tests.app.deployment_client isr --bootstrap-servers B --topics T1,T2 --until FILE
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from app.devkit.local.observe import OutputTail
@@ -74,6 +77,29 @@ def counts(bootstrap_servers: str, topic: str, summary: Path, timeout_s: float) 
         tail.stop()
 
 
+def isr(bootstrap_servers: str, topics: list[str], until: Path) -> dict[str, Any]:
+    """The in-sync replicas of the topics' partitions, sampled every half second until the file
+    `until` exists (15 minutes at most): the smallest ISR seen, and how many samples had one
+    smaller than the replica count (a broker out of sync)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    samples, short, failed, smallest = 0, 0, 0, None
+    deadline = time.monotonic() + 900
+    while not until.exists() and time.monotonic() < deadline:
+        try:
+            metadata = admin.list_topics(timeout=5).topics
+        except KafkaException:  # a broker restarting: the sample is lost, not the watch
+            failed += 1
+            continue
+        partitions = [p for t in topics if t in metadata for p in metadata[t].partitions.values()]
+        if partitions:
+            samples += 1
+            fewest = min(len(p.isrs) for p in partitions)
+            smallest = fewest if smallest is None else min(smallest, fewest)
+            short += any(len(p.isrs) < len(p.replicas) for p in partitions)
+        time.sleep(0.5)
+    return {"samples": samples, "smallest_isr": smallest, "short": short, "failed": failed}
+
+
 def main(argv: list[str]) -> int:
     """Run one command; print its JSON."""
     parser = argparse.ArgumentParser(prog="python -m tests.app.deployment_client")
@@ -86,9 +112,15 @@ def main(argv: list[str]) -> int:
     counted.add_argument("--topic", required=True)
     counted.add_argument("--summary", type=Path, required=True)
     counted.add_argument("--timeout-s", type=float, default=120.0)
+    watched = sub.add_parser("isr")
+    watched.add_argument("--bootstrap-servers", required=True)
+    watched.add_argument("--topics", required=True)
+    watched.add_argument("--until", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "describe":
         result = describe(args.bootstrap_servers, [t for t in args.topics.split(",") if t])
+    elif args.command == "isr":
+        result = isr(args.bootstrap_servers, args.topics.split(","), args.until)
     else:
         result = counts(args.bootstrap_servers, args.topic, args.summary, args.timeout_s)
     print(json.dumps(result))

@@ -26,9 +26,11 @@ from typing import Any
 import pytest
 
 from app.clients.waiting import wait_until
+from app.devkit.kafka_release import KAFKA_VERSION
 from cluster import images, node
 from contract import container_commands
 from contract.java_properties import load_properties
+from infra.presets import PRESETS
 from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
 from tests.engine.test_dev_stack import ready_since, stamp, storage_class_expands
 from tests.infra.conftest import names_of
@@ -36,7 +38,7 @@ from tests.infra.conftest import names_of
 NAMESPACE = "node-dev"
 CLUSTER_ID = "q0SnoXu-RZ6ec4kCzx2w3A"
 PROCESSOR = names_of("dev").application_id
-BROKER_IMAGE = images.broker_image("4.3.1")
+BROKER_IMAGE = images.broker_image(KAFKA_VERSION)
 SETTINGS: dict[str, Any] = {
     "namespace": NAMESPACE,
     "kafka": {"clusterId": CLUSTER_ID, "image": BROKER_IMAGE, "cpu": "250m"},
@@ -46,10 +48,15 @@ APP_PYTHON = ROOT / ".venv" / "app" / "bin" / "python"
 LOAD_RATE = 200  # records/s, over 100 keys: the node's 2 cores also run the brokers
 
 
+def cluster_dns(*argv: str | Path) -> list[str]:
+    """`argv` run on the machine, resolving the cluster's names (`cluster/node.py run`)."""
+    return [sys.executable, str(ROOT / "cluster" / "node.py"), "run", "--", *map(str, argv)]
+
+
 def with_cluster_dns(*argv: str | Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """A command on the machine that resolves the cluster's names (`cluster/node.py run`)."""
+    """A command on the machine that resolves the cluster's names; its output."""
     return subprocess.run(
-        [sys.executable, str(ROOT / "cluster" / "node.py"), "run", "--", *map(str, argv)],
+        cluster_dns(*argv),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -138,6 +145,14 @@ def test_up_runs_every_pod_in_a_container_of_the_projects_images(
     print("\npods of the dev stack on the real node:\n" + "\n".join(rows))
 
 
+def topic_specs(kubeconfig: str) -> list[dict[str, Any]]:
+    """The topics the reconciler Job was given, from its ConfigMap on the API server."""
+    maps = kubectl_json(kubeconfig, "configmaps", "-n", NAMESPACE)["items"]
+    (specs,) = [m["data"]["topics.json"] for m in maps if "topics.json" in (m.get("data") or {})]
+    found: list[dict[str, Any]] = json.loads(specs)["topics"]
+    return found
+
+
 def rendered_settings(pod: dict[str, Any]) -> dict[str, str]:
     """The server.properties the program rendered for a broker (its `SERVER_PROPERTIES`)."""
     (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "kafka"]
@@ -197,11 +212,7 @@ def test_every_rendered_broker_setting_is_in_server_properties_and_nothing_else(
 def test_the_running_brokers_and_topics_have_the_rendered_configuration(
     deployed: EngineStack, kubeconfig: str
 ) -> None:
-    maps = kubectl_json(kubeconfig, "configmaps", "-n", NAMESPACE)["items"]
-    (topics_json,) = [
-        m["data"]["topics.json"] for m in maps if "topics.json" in (m.get("data") or {})
-    ]
-    specs = json.loads(topics_json)["topics"]
+    specs = topic_specs(kubeconfig)
     described = with_cluster_dns(
         APP_PYTHON,
         "-m",
@@ -416,6 +427,55 @@ def test_a_processor_change_is_rolled_by_the_stateful_set_controller_and_up_wait
     assert returned >= max(ready) + min_ready - 1, f"up returned before the roll: {timeline}"
 
 
+def test_a_broker_setting_rolls_the_brokers_one_at_a_time_each_back_in_sync_first(
+    deployed: EngineStack, kubeconfig: str, scratch: Path
+) -> None:
+    properties = processor_properties(kubeconfig)
+    topics = [spec["name"] for spec in topic_specs(kubeconfig)]
+    over = scratch / "broker-roll-over"
+    # The in-sync replicas of every partition, sampled all through the roll from the machine
+    watch = subprocess.Popen(
+        cluster_dns(
+            *(APP_PYTHON, "-m", "tests.app.deployment_client", "isr", "--until", over),
+            *("--bootstrap-servers", properties["bootstrap.servers"], "--topics", ",".join(topics)),
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    before = {p["metadata"]["uid"] for p in pods(kubeconfig, "kafka")}
+    configs = {**PRESETS["dev"]["kafka"]["configs"], "num.io.threads": "4"}
+    deployed.set(kafka={**deployed.overrides["kafka"], "configs": configs})
+    started = time.time()
+    try:
+        run = deployed.up()
+    finally:
+        over.touch()
+        watched, _ = watch.communicate(timeout=120)
+    returned = time.time()
+    assert run.errors() == [], run.errors()
+    assert run.ops("StatefulSet") == {"kafka": {"update"}, "processor": {"same"}}, run.steps
+    after = pods(kubeconfig, "kafka")
+    assert not before & {p["metadata"]["uid"] for p in after}, "a broker was not replaced"
+    created = [stamp(p["metadata"]["creationTimestamp"]) for p in reversed(after)]
+    ready = [ready_since(p) for p in reversed(after)]
+    timeline = ", ".join(
+        f"{p['metadata']['name']} created {c - started:.0f} s, Ready {r - started:.0f} s"
+        for p, c, r in zip(reversed(after), created, ready, strict=True)
+    )
+    isr = json.loads(watched.strip().splitlines()[-1])
+    print(
+        f"\nbroker roll on the real node (StatefulSet controller; Ready = back in every ISR): "
+        f"{timeline}; up returned at {returned - started:.0f} s; ISR sampled {isr}"
+    )
+    # One at a time, highest ordinal first: each broker replaced only once the one before it
+    # was Ready, which the readiness sidecar gives only once it is back in every ISR.
+    assert all(c >= r for c, r in zip(created[1:], ready, strict=False)), timeline
+    # So no partition ever fell below min.insync.replicas, and producers never stopped.
+    assert isr["samples"] > 0 and isr["smallest_isr"] >= 2, isr
+    assert isr["short"] > 0, f"no sample saw a broker out of sync: {isr}"
+
+
 def uids(kubeconfig: str, app: str) -> dict[str, str]:
     return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kubeconfig, app)}
 
@@ -427,7 +487,7 @@ def test_a_disk_resize_grows_every_claim_and_keeps_the_pods_running(
     sizes = {"kafka": ("data", "3Gi"), PROCESSOR: ("state", "2Gi")}
     before = {app: uids(kubeconfig, app) for app in sizes}
     deployed.set(
-        kafka={**SETTINGS["kafka"], "storage": "3Gi"},
+        kafka={**deployed.overrides["kafka"], "storage": "3Gi"},
         processor={**deployed.overrides["processor"], "storage": "2Gi"},
     )
     run = deployed.up()
