@@ -4,7 +4,8 @@ One row per processor key (`processor_keys`), the membership rules (`membership`
 budget (`restart_budget`), Kubernetes quantities (`quantity`), the properties codec
 (`java_properties`), TLS weakenings (`tls_settings`), the listeners' security and the SCRAM
 mechanisms (`kafka_security`), the pipeline's topics and users with their codecs
-(`topic_specs`, `acl_specs`), and what each container runs (`container_commands`): stack
+(`topic_specs`, `acl_specs`), what each container runs (`container_commands`) and every
+workload with its containers, env, ports and mounts (`workload_shapes`): stack
 validation at `pulumi up`, the processor's check at start and the pack's rules in review all call
 these, each with its own message framing, so a rule is stated once.
 

@@ -47,19 +47,16 @@ from contract.kafka_security import (
     broker_security_configs,
     listeners,
 )
+from contract.workload_shapes import CLIENT_PORT, CONTROLLER_PORT, TLS_DIR
 from infra import bootstrap_grants, cluster_identity, stateful_volumes, workload
 from infra.kafka_credentials import KafkaCredentials
 from infra.stack_settings import KafkaConfig, SecurityConfig, quantity
 
-CLIENT_PORT = 9092
-CONTROLLER_PORT = 9093
 # Replication between brokers, and the `grant-acls` containers (who connect as the broker).
 INTERNAL_PORT = 9094
 # A restarted broker is ready once back in every ISR: the roll's budget per broker allows this
 # long for its replicas to catch up with what was written while it was down.
 CATCH_UP_SECONDS = 300
-# The brokers' key, certificate and CA (the TLS Secret), read-only.
-TLS_DIR = "/etc/kafka/tls"
 # The bootstrap ConfigMap at `BOOTSTRAP_DIR`, read by the format step, the grant container and
 # the readiness sidecar alike.
 BOOTSTRAP_MOUNT = k8s.core.v1.VolumeMountArgs(

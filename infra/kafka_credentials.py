@@ -35,6 +35,7 @@ from contract.kafka_security import (
     scram_key,
     scram_mechanism,
 )
+from contract.workload_shapes import CA_DIR, USER_DIR
 from infra import workload
 from infra.certificate_authority import generated_cas, trust_bundle
 from infra.stack_settings import SecurityConfig
@@ -55,11 +56,6 @@ KEY_BITS = 2048
 # Alphanumeric: the password goes into `--add-scram 'SCRAM-SHA-512=[name=...,password=...]'`,
 # whose parser splits on `,`, `=` and brackets.
 PASSWORD_LENGTH = 40
-
-
-# Where a client pod mounts its user's Secret and the cluster's CA.
-USER_DIR = "/etc/kafka-user"
-CA_DIR = "/etc/kafka-ca"
 
 
 @dataclass(frozen=True)

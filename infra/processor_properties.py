@@ -20,10 +20,10 @@ from contract.processor_keys import (
     TRANSACTIONAL_ID_KEY,
 )
 from contract.topic_specs import DeploymentNames, TopicRole
+from contract.workload_shapes import HEALTH_PORT, PROCESSOR_STATE_DIR
 from infra.stack_settings import StackConfig
 
-STATE_DIR = "/var/lib/processor"
-HEALTH_PORT = 8080
+STATE_DIR = PROCESSOR_STATE_DIR
 
 # Of the grace period, what Spark and the JVM need to stop after the last batch committed.
 SPARK_STOP_SECONDS = 15

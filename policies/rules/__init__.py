@@ -35,6 +35,7 @@ def all_policies() -> list[Policy]:
         stack,
         tls_verification,
         topics,
+        workload_shapes,
         workloads,
     )
 
@@ -48,6 +49,7 @@ def all_policies() -> list[Policy]:
         *acls.POLICIES,
         *commands.POLICIES,
         *image_sources.POLICIES,
+        *workload_shapes.POLICIES,
         *group_membership.POLICIES,
         *workloads.POLICIES,
         *pod_security.POLICIES,
