@@ -1,15 +1,16 @@
 """Every workload the program deploys, declared once: its kind, its containers, and for each one
 the stack setting of its image, its env var names and their sources, its ports, and where it
-mounts which of its pod's volumes; its pod's volumes and claims, and its service account.
+mounts which of its pod's volumes; its pod's volumes and claims, its service account, and the
+peers and ports its NetworkPolicies allow in and out.
 
 The pack judges by this allowlist (`workload-shapes`): anything rendered that it does not hold is
 refused, by name, with where it was declared: an extra workload, container, env var, port,
 volume or mount; an env var from another source; a container missing, or one in another list;
-a service account other than the workload's own. Each item is declared for every stack, or only
-where the brokers' client listener is secured (SASL_SSL: SCRAM users, ACLs and TLS), where it is
-then required; on a PLAINTEXT cluster it must be absent. What each container runs is
-`container_commands`; the Secret keys a mount may read are `secret-mounts`'; the peers of each
-workload are the NetworkPolicy rules'.
+a service account other than the workload's own; a NetworkPolicy peer or port it does not
+declare. Each item is declared for every stack, or only where the brokers' client listener is
+secured (SASL_SSL: SCRAM users, ACLs and TLS), where it is then required; on a PLAINTEXT cluster
+it must be absent. What each container runs is `container_commands`; the Secret keys a mount may
+read are `secret-mounts`'.
 
 The program renders from the same names (`infra/kafka_cluster.py`, `infra/processor.py`,
 `infra/topics.py`, `infra/metadata_version.py`), and `tests/infra/test_workload_shapes.py` holds
@@ -47,9 +48,11 @@ from contract.container_commands import (
 
 DECLARED_IN = "contract/workload_shapes.py"
 
-# The brokers' listeners that are container ports (the internal listener is not published).
+# The brokers' listeners: client and controller are container ports; the internal one
+# (replication, and the `grant-acls` containers) is reached only by the brokers' own pods.
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
+INTERNAL_PORT = 9094
 # The processor's health and metrics server (`health.port`).
 HEALTH_PORT = 8080
 # The brokers' key, certificate and CA (the TLS Secret), read-only.
@@ -61,6 +64,17 @@ CA_DIR = "/etc/kafka-ca"
 PROCESSOR_STATE_DIR = "/var/lib/processor"
 # The pod's ordinal, set by the StatefulSet controller: node N is always pod kafka-N.
 POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
+
+# The pods that may reach the brokers' client listener carry this label (the processor, the
+# topic reconciler, the metadata.version finalizer).
+KAFKA_CLIENT_LABEL = {"stateful-streaming.io/kafka-client": "true"}
+# The cluster DNS (CoreDNS or kube-dns, labelled k8s-app=kube-dns on kind, GKE, EKS and AKS):
+# the one destination outside its namespace that every pod's egress policy allows.
+DNS_NAMESPACE = "kube-system"
+DNS_POD_LABELS = {"k8s-app": "kube-dns"}
+DNS_PORT = 53
+# Set by Kubernetes on every namespace (1.22+), immutable: selects a namespace by its name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 STATEFUL_SET = "StatefulSet"
 JOB = "Job"
@@ -96,6 +110,32 @@ class Mount:
 
     path: str
     presence: Presence = ALWAYS
+
+
+class PeerKind(Enum):
+    """What a NetworkPolicy peer of a workload selects, as the program spells it."""
+
+    BROKERS = "the brokers' pods (podSelector: their labels)"
+    KAFKA_CLIENTS = f"the Kafka clients' pods (podSelector: {KAFKA_CLIENT_LABEL})"
+    MONITORING = "one namespace by name (namespaceSelector: processor.metricsNamespace)"
+    CLUSTER_DNS = f"the cluster DNS ({DNS_NAMESPACE} pods labelled {DNS_POD_LABELS})"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer a workload's NetworkPolicy allows, with the (protocol, port)s it allows it."""
+
+    kind: PeerKind
+    ports: frozenset[tuple[str, int]]
+
+
+def tcp(*ports: int) -> frozenset[tuple[str, int]]:
+    """TCP ports of a peer."""
+    return frozenset(("TCP", port) for port in ports)
+
+
+DNS_PEER = Peer(PeerKind.CLUSTER_DNS, frozenset({("UDP", DNS_PORT), ("TCP", DNS_PORT)}))
+BROKER_CLIENT_PEER = Peer(PeerKind.BROKERS, tcp(CLIENT_PORT))
 
 
 @dataclass(frozen=True)
@@ -138,6 +178,9 @@ class WorkloadShape:
     # namespace's default); either way without a token (`automountServiceAccountToken: false`).
     own_service_account: bool = False
     presence: Presence = ALWAYS
+    # The peers its pods' NetworkPolicies allow in and out (nothing else: default deny).
+    ingress: tuple[Peer, ...] = ()
+    egress: tuple[Peer, ...] = (BROKER_CLIENT_PEER, DNS_PEER)
 
     def container(self, name: str) -> ContainerShape | None:
         """The declared container of that name, if any."""
@@ -163,6 +206,12 @@ BROKERS = WorkloadShape(
     kind=STATEFUL_SET,
     anchor=KAFKA,
     own_service_account=True,
+    ingress=(
+        Peer(PeerKind.BROKERS, tcp(CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT)),
+        Peer(PeerKind.KAFKA_CLIENTS, tcp(CLIENT_PORT)),
+        Peer(PeerKind.MONITORING, tcp(READINESS_PORT)),
+    ),
+    egress=(Peer(PeerKind.BROKERS, tcp(CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT)), DNS_PEER),
     claims=frozenset({"data"}),
     volumes=_frozen(
         {
@@ -221,6 +270,7 @@ PROCESSOR_WORKLOAD = WorkloadShape(
     kind=STATEFUL_SET,
     anchor=PROCESSOR,
     own_service_account=True,
+    ingress=(Peer(PeerKind.MONITORING, tcp(HEALTH_PORT)),),
     claims=frozenset({"state"}),
     volumes=_frozen({"config": Volume("configMap"), "tmp": Volume("emptyDir"), **_CLIENT_VOLUMES}),
     containers=(
@@ -278,6 +328,10 @@ METADATA_VERSION = WorkloadShape(
         ),
     ),
 )
+
+# The names of the RBAC objects (roles and their bindings) the workloads need: none, as no pod
+# mounts a token. A fork whose workload calls the Kubernetes API names them here, with why.
+RBAC_NEEDED: tuple[str, ...] = ()
 
 WORKLOADS = (BROKERS, PROCESSOR_WORKLOAD, TOPIC_RECONCILER, SCRAM_RETIREMENT, METADATA_VERSION)
 

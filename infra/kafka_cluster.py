@@ -47,13 +47,17 @@ from contract.kafka_security import (
     broker_security_configs,
     listeners,
 )
-from contract.workload_shapes import CLIENT_PORT, CONTROLLER_PORT, TLS_DIR
+from contract.workload_shapes import (
+    CLIENT_PORT,
+    CONTROLLER_PORT,
+    INTERNAL_PORT,
+    KAFKA_CLIENT_LABEL,
+    TLS_DIR,
+)
 from infra import bootstrap_grants, cluster_identity, stateful_volumes, workload
 from infra.kafka_credentials import KafkaCredentials
 from infra.stack_settings import KafkaConfig, SecurityConfig, quantity
 
-# Replication between brokers, and the `grant-acls` containers (who connect as the broker).
-INTERNAL_PORT = 9094
 # A restarted broker is ready once back in every ISR: the roll's budget per broker allows this
 # long for its replicas to catch up with what was written while it was down.
 CATCH_UP_SECONDS = 300
@@ -580,7 +584,7 @@ class KafkaCluster(pulumi.ComponentResource):
                     ports=workload.tcp_ports(CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT),
                 ),
                 k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                    from_=[workload.pod_peer(workload.KAFKA_CLIENT_LABEL)],
+                    from_=[workload.pod_peer(KAFKA_CLIENT_LABEL)],
                     ports=workload.tcp_ports(CLIENT_PORT),
                 ),
                 # /metrics (the kubelet's probes are not subject to NetworkPolicies).

@@ -14,6 +14,7 @@ from contract import container_commands
 from contract.container_commands import PROPERTIES_DIR, PROPERTIES_FILE
 from contract.java_properties import format_properties
 from contract.topic_specs import DeploymentNames
+from contract.workload_shapes import KAFKA_CLIENT_LABEL
 from infra import stateful_volumes, workload
 from infra.kafka_cluster import KafkaCluster
 from infra.kafka_credentials import ClientAccess, KafkaCredentials
@@ -182,7 +183,7 @@ class Processor(pulumi.ComponentResource):
         files = workload.config_and_tmp("config", config_map.metadata.name, PROPERTIES_DIR)
         return k8s.core.v1.PodTemplateSpecArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                labels={**component_labels, **workload.KAFKA_CLIENT_LABEL},
+                labels={**component_labels, **KAFKA_CLIENT_LABEL},
                 annotations={
                     **(
                         workload.scrape_annotations(HEALTH_PORT)

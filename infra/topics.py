@@ -24,6 +24,7 @@ from contract.container_commands import (
 )
 from contract.java_properties import format_properties
 from contract.topic_specs import GroupConfigSpec, TopicSpec, dumps
+from contract.workload_shapes import KAFKA_CLIENT_LABEL
 from infra import workload
 from infra.kafka_credentials import KafkaCredentials
 
@@ -176,9 +177,7 @@ def reconciler_job(
             backoff_limit=6,
             active_deadline_seconds=900,
             template=k8s.core.v1.PodTemplateSpecArgs(
-                metadata=k8s.meta.v1.ObjectMetaArgs(
-                    labels={**pod.labels, **workload.KAFKA_CLIENT_LABEL}
-                ),
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels={**pod.labels, **KAFKA_CLIENT_LABEL}),
                 spec=k8s.core.v1.PodSpecArgs(
                     restart_policy="OnFailure",
                     automount_service_account_token=False,

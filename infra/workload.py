@@ -14,19 +14,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from contract.images import is_digest_pinned
+from contract.workload_shapes import (
+    DNS_NAMESPACE,
+    DNS_POD_LABELS,
+    DNS_PORT,
+    NAMESPACE_NAME_LABEL,
+)
 
 PART_OF = "stateful-streaming"
 
-# Pods with this label may reach Kafka's client port (the Kafka NetworkPolicy selects it).
-KAFKA_CLIENT_LABEL = {"stateful-streaming.io/kafka-client": "true"}
-
-# The cluster DNS (CoreDNS or kube-dns, labelled k8s-app=kube-dns on kind, GKE, EKS and AKS):
-# the one destination outside its namespace that every pod's egress policy allows.
-DNS_NAMESPACE = "kube-system"
-DNS_POD_LABELS = {"k8s-app": "kube-dns"}
-DNS_PORT = 53
-# Set by Kubernetes on every namespace (1.22+), immutable: selects a namespace by its name.
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 # Anti-affinity and spread keys: one pod a node, pods spread over zones.
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"

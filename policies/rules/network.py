@@ -16,6 +16,8 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
 
+from contract.workload_shapes import NAMESPACE_NAME_LABEL
+
 from .config import MANDATORY, resource_rule, stack_rule
 from .manifests import (
     NETWORK_POLICY,
@@ -137,10 +139,6 @@ def _network(peer: Any) -> Network | None:
         return ipaddress.ip_network(str(cidr), strict=False)
     except ValueError:
         return None
-
-
-# The label the API server gives every namespace: `Exists` on it selects them all.
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 def _selects_every_namespace(selector: Any) -> bool:

@@ -23,6 +23,7 @@ from contract.processor_keys import (
     PAIR_SIDES,
     TRANSACTIONAL_ID_KEY,
 )
+from contract.workload_shapes import NAMESPACE_NAME_LABEL
 
 from .config import MANDATORY, Threshold, stack_rule
 from .manifests import (
@@ -44,8 +45,6 @@ from .topics import TOPICS_KEY, is_compacted, topics_of
 Finding = tuple[str, str | None]
 
 ZONE_TOPOLOGY = "topology.kubernetes.io/zone"
-# Set by Kubernetes on every namespace: what a namespaceSelector sees of a namespace's name.
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 _ANTI_AFFINITY = "spec.template.spec.affinity.podAntiAffinity"
 _SETTING = "stack setting processor.pair: true renders both sides"
 

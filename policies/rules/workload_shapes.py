@@ -5,12 +5,13 @@ in their lists, each one's env var names with their sources, its ports and its m
 volumes and claims, and its service account; some items only where the brokers' client listener
 is secured. A pod template is the declared workload whose anchor container it runs; anything it
 has that the declaration does not hold is refused, and so is anything declared for this stack
-that it lacks. A workload with no anchor, or with two, is not one the program deploys.
+that it lacks. A workload with no anchor, or with two, is not one the program deploys, and no
+RBAC object is (the declaration holds none).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
@@ -19,9 +20,16 @@ from contract.kafka_security import CLIENT_LISTENER, PLAINTEXT
 from contract.workload_shapes import (
     BROKERS,
     DECLARED_IN,
+    DNS_NAMESPACE,
+    DNS_POD_LABELS,
+    KAFKA_CLIENT_LABEL,
+    NAMESPACE_NAME_LABEL,
+    RBAC_NEEDED,
     VALUE,
     WORKLOADS,
     ContainerShape,
+    Peer,
+    PeerKind,
     Presence,
     WorkloadShape,
 )
@@ -31,9 +39,14 @@ from .config import MANDATORY, stack_rule
 from .kafka_cluster import broker_configs
 from .manifests import get, items, kind, label, name_of, number, pod_spec, pod_spec_path
 from .messages import violation
+from .network import policies_selecting
 from .stack_view import StackView
 
 Finding = tuple[str, str | None]
+RBAC_TYPES = frozenset(
+    f"kubernetes:rbac.authorization.k8s.io/v1:{kind}"
+    for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+)
 _FIX = (
     f"render the workload as {DECLARED_IN} declares it, or declare the change there first, "
     "where review sees every workload's containers, env, ports and mounts in one place"
@@ -56,6 +69,42 @@ def _secured(view: StackView) -> bool:
     return False
 
 
+def _plain(value: Any) -> Any:
+    """The engine's read-only views as dicts and lists, numbers as ints where whole."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+_DNS = {
+    "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: DNS_NAMESPACE}},
+    "podSelector": {"matchLabels": DNS_POD_LABELS},
+}
+
+
+def peer_kind(peer: Any, brokers: Mapping[str, Any] | None) -> PeerKind | None:
+    """What a NetworkPolicy peer selects, if it is one of the program's spellings."""
+    peer = _plain(peer)
+    if peer == _DNS:
+        return PeerKind.CLUSTER_DNS
+    if isinstance(peer, dict) and set(peer) == {"podSelector"}:
+        if peer["podSelector"] == {"matchLabels": KAFKA_CLIENT_LABEL}:
+            return PeerKind.KAFKA_CLIENTS
+        if brokers and peer["podSelector"] == {"matchLabels": dict(brokers)}:
+            return PeerKind.BROKERS
+    if isinstance(peer, dict) and set(peer) == {"namespaceSelector"}:
+        selector = peer["namespaceSelector"]
+        if selector.keys() == {"matchLabels"} and list(selector["matchLabels"]) == [
+            NAMESPACE_NAME_LABEL
+        ]:
+            return PeerKind.MONITORING
+    return None
+
+
 def _where(presence: Presence, secured: bool) -> str:
     declared = "declared for " + presence.value
     return declared if presence.expected(secured) else f"{declared}, and this stack is not one"
@@ -64,7 +113,10 @@ def _where(presence: Presence, secured: bool) -> str:
 class _Judge:
     """The findings on one workload against its shape."""
 
-    def __init__(self, workload: PolicyResource, shape: WorkloadShape, secured: bool) -> None:
+    def __init__(
+        self, view: StackView, workload: PolicyResource, shape: WorkloadShape, secured: bool
+    ) -> None:
+        self.view = view
         self.workload = workload
         self.shape = shape
         self.secured = secured
@@ -88,6 +140,7 @@ class _Judge:
         for key in ("initContainers", "containers", "ephemeralContainers"):
             for container in items(self.spec, key):
                 yield from self._container(container, key)
+        yield from self._peers()
         for declared in shape.containers:
             present = declared.name in _names(self.spec, declared.list_name)
             if declared.presence.expected(self.secured) and not present:
@@ -95,6 +148,54 @@ class _Judge:
                     f"{self.path}.{declared.list_name}[{declared.name}]",
                     "absent",
                     f"present: {_where(declared.presence, self.secured)}",
+                )
+
+    def _peers(self) -> Iterator[str]:
+        brokers = _brokers_selector(self.view)
+        for policy in policies_selecting(self.view, self.workload):
+            at = f"{label(policy.resource_type, policy.props)}"
+            for direction, peers_key, declared in (
+                ("ingress", "from", self.shape.ingress),
+                ("egress", "to", self.shape.egress),
+            ):
+                for i, rule in enumerate(items(policy.props, "spec", direction)):
+                    field = f"{at} spec.{direction}[{i}]"
+                    yield from self._rule(rule, peers_key, declared, brokers, field)
+
+    def _rule(
+        self,
+        rule: Mapping[str, Any],
+        peers_key: str,
+        declared: tuple[Peer, ...],
+        brokers: Mapping[str, Any] | None,
+        field: str,
+    ) -> Iterator[str]:
+        allowed = ", ".join(p.kind.value for p in declared) or "none"
+        ports = [
+            (str(get(p, "protocol", default="TCP")), _plain(get(p, "port")))
+            for p in items(rule, "ports")
+        ]
+        peers = items(rule, peers_key)
+        if not peers:
+            yield self.finding(f"{field}.{peers_key}", "absent (every peer)", allowed)
+        if not ports:
+            yield self.finding(f"{field}.ports", "absent (every port)", "the declared ports")
+        for j, peer in enumerate(peers):
+            kind = peer_kind(peer, brokers)
+            matching = [p for p in declared if p.kind is kind]
+            if kind is None or not matching:
+                shown = _plain(peer)
+                yield self.finding(f"{field}.{peers_key}[{j}]", shown, f"one of: {allowed}")
+                continue
+            extra = sorted(
+                f"{protocol}/{port}"
+                for protocol, port in ports
+                if (protocol, port) not in matching[0].ports
+            )
+            if extra:
+                wanted = ", ".join(sorted(f"{pr}/{po}" for pr, po in matching[0].ports))
+                yield self.finding(
+                    f"{field}.ports for {kind.name.lower()}", ", ".join(extra), f"within {wanted}"
                 )
 
     def _service_account(self) -> Iterator[str]:
@@ -234,6 +335,15 @@ class _Judge:
                 )
 
 
+def _brokers_selector(view: StackView) -> Mapping[str, Any] | None:
+    """The match labels of the brokers' StatefulSet, which a peer selecting them spells."""
+    for workload in view.workloads():
+        spec = pod_spec(workload.resource_type, workload.props)
+        if BROKERS.anchor in _names(spec, "containers"):
+            return _plain(get(workload.props, "spec", "selector", "matchLabels"))
+    return None
+
+
 def check_workload_shapes(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
     """Each workload exactly as declared; each workload declared for the stack present."""
     view = StackView(args.resources)
@@ -264,8 +374,22 @@ def check_workload_shapes(args: StackValidationArgs, _: Mapping[str, Any]) -> It
             continue
         (shape,) = shapes
         present.add(shape.role)
-        for message in _Judge(workload, shape, secured).findings():
+        for message in _Judge(view, workload, shape, secured).findings():
             yield message, workload.urn
+    for resource in view.resources:
+        if resource.resource_type in RBAC_TYPES and name_of(resource.props) not in RBAC_NEEDED:
+            yield (
+                violation(
+                    label(resource.resource_type, resource.props),
+                    "an RBAC object",
+                    "present",
+                    f"one that {DECLARED_IN} declares in RBAC_NEEDED "
+                    f"({', '.join(RBAC_NEEDED) or 'none: no workload calls the Kubernetes API'})",
+                    "remove it, or declare the workload that needs it and the role it needs "
+                    f"in {DECLARED_IN}, in review",
+                ),
+                resource.urn,
+            )
     for shape in WORKLOADS:
         if shape.role not in present and shape.presence.expected(secured):
             yield (

@@ -15,7 +15,7 @@ import pytest
 
 from contract import container_commands as contract
 from contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512
-from infra.kafka_cluster import INTERNAL_PORT
+from contract.workload_shapes import INTERNAL_PORT
 from offline.render import record_stack
 from policies.evaluate import Violation
 from policies.rules.commands import difference

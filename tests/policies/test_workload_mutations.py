@@ -8,8 +8,9 @@ a mount added (every volume of the pod the container does not mount), removed or
 image swapped for a foreign one pinned by digest; the container moved to the other list, removed,
 or copied beside itself. For its pod: a volume added, removed or of another source; a claim
 added; another service account, or a token. For the stack: a workload of another kind running
-the same containers, a workload removed, a DaemonSet added, and each NetworkPolicy opened to
-every namespace.
+the same containers, a workload removed, a DaemonSet added; each NetworkPolicy opened to every
+namespace, and each of its rules given a peer by a pod label, another port, or an address block
+in place of its peer.
 """
 
 from __future__ import annotations
@@ -217,16 +218,37 @@ def _opened(index: int) -> Change:
     )
 
 
+def _rule_edits(peers: str) -> Iterator[tuple[str, Edit]]:
+    """A peer a pod may label itself into, another port, and a peer swapped for an address
+    block, on one NetworkPolicy rule."""
+    yield (
+        "peer by a pod label added",
+        _appended(peers, {"podSelector": {"matchLabels": {"app": "debug"}}}),
+    )
+    yield "port added", _appended("ports", {"protocol": "TCP", "port": 22})
+    yield "peer swapped", _replaced(peers, 0, {"ipBlock": {"cidr": "10.0.0.0/8"}})
+
+
+def _on_rule(index: int, direction: str, rule: int, edit: Edit) -> Change:
+    return lambda resources: edit(resources[index].props["spec"][direction][rule])
+
+
 def _stack_mutations(resources: Resources) -> Iterator[Mutation]:
     for index, shape in _workloads(resources):
         kind = "Deployment" if shape.kind == "StatefulSet" else "CronJob"
         yield f"{shape.role}: as a {kind}", _as_kind(index, kind)
         yield f"{shape.role}: removed", _gone(index)
     yield "a DaemonSet added", _add_daemonset
+    yield "a Role and its binding added", _add_role
     for index, resource in enumerate(resources):
         if resource.type.endswith(":NetworkPolicy"):
             name = resource.props["metadata"]["name"]
             yield f"NetworkPolicy {name}: ingress from every namespace", _opened(index)
+            for direction, peers in (("ingress", "from"), ("egress", "to")):
+                for i in range(len(resource.props["spec"].get(direction, []))):
+                    where = f"NetworkPolicy {name}: {direction}[{i}]"
+                    for change, edit in _rule_edits(peers):
+                        yield f"{where} {change}", _on_rule(index, direction, i, edit)
 
 
 def _add_daemonset(resources: Resources) -> None:
@@ -240,6 +262,28 @@ def _add_daemonset(resources: Resources) -> None:
             template, type="kubernetes:apps/v1:DaemonSet", name="node-agent", urn=urn, props=props
         )
     )
+
+
+def _add_role(resources: Resources) -> None:
+    template = next(r for r in resources if r.type.endswith(":ServiceAccount"))
+    namespace = template.props["metadata"]["namespace"]
+    rules = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]
+    subject = {"kind": "ServiceAccount", "name": "reader", "namespace": namespace}
+    for kind, spec in (
+        ("Role", {"rules": rules}),
+        ("RoleBinding", {"roleRef": {"kind": "Role", "name": "reader"}, "subjects": [subject]}),
+    ):
+        props = {"metadata": {"name": "reader", "namespace": namespace}, **spec}
+        urn = template.urn.replace(template.type, f"kubernetes:rbac.authorization.k8s.io/v1:{kind}")
+        resources.append(
+            dataclasses.replace(
+                template,
+                type=f"kubernetes:rbac.authorization.k8s.io/v1:{kind}",
+                name="reader",
+                urn=urn.replace(template.name, "reader"),
+                props=props,
+            )
+        )
 
 
 def mutations(resources: Resources) -> list[Mutation]:
