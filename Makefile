@@ -130,7 +130,7 @@ cluster-down:
 ## leaves the machine as it was (cluster/node.py says how).
 ## test-node: `pulumi up` of dev onto it, a count checked exactly, a roll by the controller.
 .PHONY: node-packages node-tools node-images node-up node-down test-node node-parts
-NODE_PACKAGES := containerd runc containernetworking-plugins buildah debootstrap iptables
+NODE_PACKAGES := containerd runc containernetworking-plugins buildah debootstrap iptables nftables
 node-packages:
 	@dpkg -s $(NODE_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_PACKAGES); }

@@ -25,7 +25,8 @@ why each setting is what it is):
 - **OOM scores.** The VM lacks CAP_SYS_RESOURCE: containerd keeps pods' scores at or above its
   own (`restrict_oom_score_adj`), the kubelet at 0.
 - **iptables.** The kubelet adds no chains (`makeIPTablesUtilChains: false`); kube-proxy's rules
-  are removed by `kube-proxy --cleanup` at `down`, the node's own chain with it.
+  are removed by `kube-proxy --cleanup` at `down`, the node's own chain with it, and on the
+  nf_tables backend each table the node brought into being goes too (`nft`, once empty).
 - **Images.** Never pulled: containerd's only registry host is a closed local port.
 
 Everything lives under .venv/node/ (NODE_DIR moves it), but for what containerd, CNI and the
@@ -66,12 +67,16 @@ PROCESSES = Processes(RUN, LOGS, STATE)
 running_pid, start, stop = PROCESSES.running_pid, PROCESSES.start, PROCESSES.stop
 CNI_BIN = Path("/usr/lib/cni")
 IPTABLES = ("iptables", "ip6tables")
+BUILT_IN_CHAINS = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
+# The iptables tables there were before `up` (the node's first touch of a table creates it).
+TABLES_BEFORE = STATE / "iptables-tables-before.json"
 # What the node needs of the machine, and where each comes from.
 DEBIAN = {
     "containerd": "containerd",
     "ctr": "containerd",
     "runc": "runc",
     "iptables": "iptables",
+    "nft": "nftables",
     "unshare": "util-linux",
     "ip": "iproute2",
 }
@@ -200,15 +205,62 @@ def network_down() -> None:
     # `kube-proxy --cleanup` leaves KUBE-FIREWALL (the kubelet's once, so kube-proxy keeps it) in
     # INPUT and OUTPUT; `up` refused a machine that had KUBE- chains, so every one left is ours
     for tool in IPTABLES:
-        for table in ("filter", "nat", "mangle"):
+        for table in saved(tool):
             remove_chains(tool, table, "KUBE-")
     sh("ip", "link", "del", BRIDGE, check=False)
+    drop_new_tables()
+
+
+def saved(tool: str) -> dict[str, list[str]]:
+    """Each table `tool` has, with its dump's lines (`iptables-save`: unlike `iptables -t T -S`,
+    reading a table this way does not create it on the nf_tables backend)."""
+    tables: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in sh(f"{tool}-save", check=False).stdout.splitlines():
+        if line.startswith("*"):
+            lines = tables.setdefault(line[1:], [])
+        elif not line.startswith(("#", "COMMIT")):
+            lines.append(line)
+    return tables
 
 
 def chains(tool: str, table: str, prefix: str) -> list[str]:
-    """The chains of `table` whose names start with `prefix`."""
-    listed = sh(tool, "-t", table, "-S", check=False).stdout.splitlines()
-    return [line.split()[1] for line in listed if line.startswith(f"-N {prefix}")]
+    """The chains of `table` whose names start with `prefix` (none where it does not exist)."""
+    return [
+        line[1:].split()[0] for line in saved(tool).get(table, []) if line.startswith(f":{prefix}")
+    ]
+
+
+def _untouched(lines: list[str]) -> bool:
+    """Whether a table's dump is its built-in chains alone, accepting, with no rule."""
+    return all(line.startswith(":") and line.split()[1] == "ACCEPT" for line in lines) and all(
+        line[1:].split()[0] in BUILT_IN_CHAINS for line in lines
+    )
+
+
+def record_tables() -> None:
+    """The iptables tables the machine has before the node first touches one (once per node)."""
+    if not TABLES_BEFORE.exists():
+        TABLES_BEFORE.write_text(json.dumps({tool: sorted(saved(tool)) for tool in IPTABLES}))
+
+
+def drop_new_tables() -> None:
+    """The tables the node brought into being, once nothing is left in them: on the nf_tables
+    backend a table stays after its last rule goes, so `nft` deletes it (on the legacy one a
+    table is a kernel module's, and stays)."""
+    if not TABLES_BEFORE.exists():
+        return
+    before = json.loads(TABLES_BEFORE.read_text())
+    nft = shutil.which("nft")
+    for tool, family in zip(IPTABLES, ("ip", "ip6"), strict=True):
+        for table, lines in saved(tool).items():
+            if table in before.get(tool, []) or not _untouched(lines):
+                continue
+            if nft is None or "nf_tables" not in sh(tool, "-V", check=False).stdout:
+                print(f"warning: {tool} table {table} stays (empty)", file=sys.stderr)
+                continue
+            sh(nft, "delete", "table", family, table, check=False)
+    TABLES_BEFORE.unlink()
 
 
 def remove_chains(tool: str, table: str, prefix: str) -> None:
@@ -621,7 +673,7 @@ def refuse_to_start() -> None:
     foreign = [
         f"{tool} -t {table}: {', '.join(found)}"
         for tool in IPTABLES
-        for table in ("filter", "nat", "mangle")
+        for table in saved(tool)
         if (found := chains(tool, table, "KUBE-"))
     ]
     if foreign:
@@ -635,6 +687,7 @@ def refuse_to_start() -> None:
 
 def up() -> None:
     RUN.mkdir(parents=True, exist_ok=True)
+    record_tables()
     control_plane.fresh_logs(LOGS)
     t0 = time.monotonic()
     times: dict[str, float] = {}

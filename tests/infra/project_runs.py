@@ -100,6 +100,12 @@ def pytest_run(name: str, project: Path, python: Path, paths: Sequence[str]) -> 
     return start(name, project, [*command, *paths])
 
 
+# Run by the main run alone: the mutation tier judges the pack, which a fork or a template
+# project does not change (their renders meet the declaration in their own test_real_stacks),
+# and takes minutes a run.
+MAIN_RUN_ONLY = frozenset({"tests/policies/test_workload_mutations.py"})
+
+
 def infra_and_policy_parts(
     project: Path, excluded: Collection[str], parts: int = PARTS
 ) -> list[list[str]]:
@@ -110,7 +116,7 @@ def infra_and_policy_parts(
         path
         for folder in ("tests/infra", "tests/policies")
         for path in sorted((project / folder).glob("test_*.py"))
-        if path.relative_to(project).as_posix() not in excluded
+        if path.relative_to(project).as_posix() not in {*excluded, *MAIN_RUN_ONLY}
     ]
     groups: list[list[str]] = [[] for _ in range(parts)]
     sizes = [0] * parts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,11 +31,20 @@ def _rules(tool: str) -> list[str]:
     ]
 
 
+def _nft_tables() -> list[str]:
+    """The nf_tables tables (iptables-nft's and any kube-proxy makes in nftables mode)."""
+    if shutil.which("nft") is None:
+        return []
+    listed = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True)
+    return sorted(listed.stdout.splitlines())
+
+
 def snapshot() -> dict[str, object]:
     """The machine's iptables rules, settings, mounts, links and the node's cgroups."""
     return {
         "iptables": _rules("iptables-save"),
         "ip6tables": _rules("ip6tables-save"),
+        "nft tables": _nft_tables(),
         "sysctls": {k: Path(f"/proc/sys/{k}").read_text().strip() for k in SYSCTLS},
         "mounts": sorted(
             line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
