@@ -114,12 +114,18 @@ class _Judge:
     """The findings on one workload against its shape."""
 
     def __init__(
-        self, view: StackView, workload: PolicyResource, shape: WorkloadShape, secured: bool
+        self,
+        view: StackView,
+        workload: PolicyResource,
+        shape: WorkloadShape,
+        secured: bool,
+        brokers: Mapping[str, Any] | None,
     ) -> None:
         self.view = view
         self.workload = workload
         self.shape = shape
         self.secured = secured
+        self.brokers = brokers
         self.subject = label(workload.resource_type, workload.props)
         self.spec = pod_spec(workload.resource_type, workload.props)
         self.path = pod_spec_path(workload.resource_type)
@@ -151,7 +157,6 @@ class _Judge:
                 )
 
     def _peers(self) -> Iterator[str]:
-        brokers = _brokers_selector(self.view)
         for policy in policies_selecting(self.view, self.workload):
             at = f"{label(policy.resource_type, policy.props)}"
             for direction, peers_key, declared in (
@@ -160,7 +165,7 @@ class _Judge:
             ):
                 for i, rule in enumerate(items(policy.props, "spec", direction)):
                     field = f"{at} spec.{direction}[{i}]"
-                    yield from self._rule(rule, peers_key, declared, brokers, field)
+                    yield from self._rule(rule, peers_key, declared, self.brokers, field)
 
     def _rule(
         self,
@@ -348,6 +353,7 @@ def check_workload_shapes(args: StackValidationArgs, _: Mapping[str, Any]) -> It
     """Each workload exactly as declared; each workload declared for the stack present."""
     view = StackView(args.resources)
     secured = _secured(view)
+    brokers = _brokers_selector(view)
     present: set[str] = set()
     for workload in view.workloads():
         spec = pod_spec(workload.resource_type, workload.props)
@@ -374,7 +380,7 @@ def check_workload_shapes(args: StackValidationArgs, _: Mapping[str, Any]) -> It
             continue
         (shape,) = shapes
         present.add(shape.role)
-        for message in _Judge(view, workload, shape, secured).findings():
+        for message in _Judge(view, workload, shape, secured, brokers).findings():
             yield message, workload.urn
     for resource in view.resources:
         if resource.resource_type in RBAC_TYPES and name_of(resource.props) not in RBAC_NEEDED:
