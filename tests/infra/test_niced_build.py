@@ -36,11 +36,15 @@ def test_wait_hands_over_the_builds_log_and_exit_status(tmp_path: Path) -> None:
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroups here")
 def test_the_build_runs_in_an_autogroup_of_its_own_at_nice_19(tmp_path: Path) -> None:
     niced_build(tmp_path, "start", "--", "cat", "/proc/self/autogroup")
-    own = Path("/proc/self/autogroup").read_text().split()[0]
+    # empty in the root autogroup: a process whose ancestors never started a session (CI's)
+    own = Path("/proc/self/autogroup").read_text().strip()
     waited = niced_build(tmp_path, "wait").stdout.splitlines()
-    (line,) = [line for line in waited if line.startswith("/autogroup")]
+    lines = [line for line in waited if line.startswith("/autogroup")]
+    if not lines and not own:
+        pytest.skip("the kernel keeps every session in the root autogroup: nice 19 alone")
+    (line,) = lines
     group, _, niceness = line.split()
-    assert group != own
+    assert group != own.split(" ")[0]
     assert niceness == "19"
 
 
