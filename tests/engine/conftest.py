@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.engine_stack import ROOT, tools_missing
+from cluster.engine_stack import ROOT, tools_missing
 
 CONTROL_PLANE = ROOT / "cluster" / "control_plane.py"
 

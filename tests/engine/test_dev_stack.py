@@ -19,13 +19,13 @@ import pytest
 from pulumi import automation as auto
 
 from app.clients.waiting import wait_until
+from cluster.engine_stack import ROOT, EngineStack, kubectl_json
 from cluster.go_tools import PULUMI_KUBERNETES_RELEASE
 from infra.presets import KAFKA_IMAGE
 from offline.policy_check import preview_skips
 from offline.render import record_stack
 from policies.evaluate import AnalyzerProcess, load_policy_config
 from tests.engine import day2_plans
-from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
 from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, names_of
 
 NAMESPACE = "engine-dev"

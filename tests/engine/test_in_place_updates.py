@@ -20,8 +20,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
+from cluster.engine_stack import EngineStack, kubectl_json
 from infra import stateful_volumes, workload
-from tests.engine.engine_stack import EngineStack, kubectl_json
 
 NAMESPACE = "engine-in-place"
 APP = "brokers"

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.engine.engine_stack import ROOT
+from cluster.engine_stack import ROOT
 from tests.node import machine_state
 
 NODE = ROOT / "cluster" / "node.py"

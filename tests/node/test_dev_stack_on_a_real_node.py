@@ -28,10 +28,10 @@ import pytest
 from app.clients.waiting import wait_until
 from app.devkit.kafka_release import KAFKA_VERSION
 from cluster import images, node
+from cluster.engine_stack import ROOT, EngineStack, kubectl_json
 from contract import container_commands
 from contract.java_properties import load_properties
 from infra.presets import PRESETS
-from tests.engine.engine_stack import ROOT, EngineStack, kubectl_json
 from tests.engine.test_dev_stack import ready_since, stamp, storage_class_expands
 from tests.infra.conftest import names_of
 

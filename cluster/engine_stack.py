@@ -7,14 +7,24 @@ runs as the executable analyzer `policies/analyzer`, which the CLI launches itse
 a file backend of their own, their settings in a copy of the repository's `Pulumi.<stack>.yaml`
 with the test's overrides. Everything a test asserts comes from the engine's own event stream
 (steps, policy events, diagnostics) or from the API server.
+
+The engine tier and the real node's tier import it; the benchmarks on the real node, which run in
+the application's environment, call it as a command (in the program's environment):
+
+    python -m cluster.engine_stack up --workdir DIR --stack dev --kubeconfig FILE \
+        --settings '{"processor": {"replicas": 3}}'
+
+which prints the run as one JSON line (seconds, changes, each StatefulSet's ops, errors).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import runpy
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +38,7 @@ from cluster.go_tools import BIN, GO, pulumi_env
 from contract.stack_pipeline import PROJECT
 from offline.render import load_project_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / "policies" / "analyzer"
 PASSPHRASE = "engine-tier"  # the file backend's secrets; a throw-away stack
 
@@ -254,3 +264,33 @@ def kubectl_json(kubeconfig: str, *args: str) -> Any:
 def tools_missing(*needed: str) -> list[str]:
     """Which of these binaries of `make tools` are not built."""
     return [name for name in needed if not (BIN / name).exists()]
+
+
+def main() -> int:
+    """`up` or `destroy` of a stack in `--workdir`, as one JSON line; exit 1 on an error."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["up", "destroy"])
+    parser.add_argument("--workdir", type=Path, required=True, help="the stack's state, kept")
+    parser.add_argument("--stack", default="dev", help="the Pulumi.<stack>.yaml to start from")
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--settings", type=json.loads, default={}, help="overrides, as JSON")
+    args = parser.parse_args()
+    stack = EngineStack(args.workdir, args.stack, args.kubeconfig, args.settings)
+    try:
+        run = stack.up() if args.command == "up" else stack.destroy(run_program=True)
+    except auto.CommandError as exc:
+        run = stack.last_run or EngineRun(args.command, 0.0)
+        run.diagnostics.append(("error", str(exc).strip()[-4000:]))
+    summary = {
+        "command": args.command,
+        "seconds": round(run.seconds, 1),
+        "changes": run.changes,
+        "statefulsets": {name: sorted(ops) for name, ops in run.ops("StatefulSet").items()},
+        "errors": run.errors(),
+    }
+    print(json.dumps(summary), flush=True)
+    return 1 if run.errors() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
