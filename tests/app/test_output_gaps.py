@@ -1,10 +1,12 @@
 """The longest time without output per partition over a window (a roll, a restart): live in the
 local run (`OutputGaps`, record by record) and after the fact in the benchmarks
-(`zero_output_gaps`, the same measure fed from the kept records)."""
+(`zero_output_gaps`, the same measure fed from the kept records), and placed in time for the
+real node's roll (`longest_gaps`)."""
 
 from __future__ import annotations
 
 from app.devkit.bench.measure import zero_output_gaps
+from app.devkit.bench.node_rollout import longest_gaps
 from app.devkit.local.observe import OutputGaps
 from app.devkit.truth import OutputRecord
 
@@ -25,6 +27,12 @@ def test_a_gap_runs_from_the_last_output_before_the_window_to_the_next_one() -> 
     gaps = zero_output_gaps(records, [0, 1, 2], since_ms=10_000, until_ms=16_000)
     # 0: 1 s -> 14 s; 1: its longest is 12 s -> the window's end; 2: silent throughout.
     assert gaps == {0: 13.0, 1: 4.0, 2: 6.0}
+    # the same lengths, each with where it began (seconds from the window's start)
+    assert longest_gaps(records, 3, since_ms=10_000, until_ms=16_000) == {
+        0: (-9.0, 13.0),
+        1: (2.0, 4.0),
+        2: (0.0, 6.0),
+    }
 
 
 def test_output_after_the_window_and_other_partitions_count_for_nothing() -> None:

@@ -1,4 +1,4 @@
-"""`python -m app.devkit.bench rolling-restart|throughput|tables`: the benchmarks (tables, graphs).
+"""`python -m app.devkit.bench rolling-restart|throughput|node-rollout|tables`: the benchmarks.
 
     python -m app.devkit.bench tables [--only crashes,throughput] [--out build/bench]
     python -m app.devkit.bench rolling-restart
@@ -7,6 +7,10 @@
     python -m app.devkit.bench throughput [--bootstrap-servers HOST:PORT]
         [--configs 5000:1000,20000:250] [--backlog 100000] [--partitions 6] [--keys 10000]
         [--out build/bench]
+    python -m app.devkit.bench node-rollout [--rate 1000] [--replicas 3] [--out build/bench]
+
+`node-rollout` deploys the dev stack onto a real Kubernetes node (`cluster/node.py`) and rolls
+the hand-off processor with `pulumi up` under load (`app.devkit.bench.node_rollout`).
 
 `tables` runs the commands behind the tables of docs/benchmarks.md (`app.devkit.bench.tables`;
 `make bench` runs them all), each into `<out>/<table>/`.
@@ -32,6 +36,7 @@ from pathlib import Path
 
 from app.clients import client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
+from app.devkit.bench import node_rollout
 from app.devkit.bench.restart_cases import CASE_NAMES, CASES, BenchParams
 from app.devkit.bench.rolling_restart import check_scale, run_matrix
 from app.devkit.bench.tables import TABLE_NAMES, TABLES
@@ -219,6 +224,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--restores": "restores of the whole changelog per row, one after another",
         },
     )
+    node = sub.add_parser(
+        "node-rollout",
+        help="the hand-off processor rolled by `pulumi up` on a real node (root; make tools "
+        "node-parts first)",
+    )
+    node_rollout.add_arguments(node)
     tables = sub.add_parser(
         "tables", help="the commands behind the tables of docs/benchmarks.md, one after another"
     )
@@ -263,6 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out.resolve()
     if args.bench == "tables":
         return run_tables(args.only, out)
+    if args.bench == "node-rollout":
+        return node_rollout.run(node_rollout.params_of(args), out)
     try:
         client = ClientConfig.load(args.command_config, os.environ)
     except ClientPropertiesError as exc:

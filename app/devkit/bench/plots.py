@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # the backend is chosen first
 
 from app.devkit.bench.measure import TimelineSample
+from app.devkit.truth import OutputRecord
 
 # The processed rate is the committed offset's slope over this many samples (half a second
 # each): a batch commits every few seconds, so a shorter span shows only spikes.
@@ -52,6 +53,39 @@ def lag_and_output(
     out_ax.set_xlabel("seconds")
     lag_ax.set_title(title, fontsize=10)
     lag_ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def output_per_partition(
+    path: Path,
+    title: str,
+    records: Sequence[OutputRecord],
+    t0: float,
+    marks: Mapping[str, float],
+) -> None:
+    """Output records per second, one line per partition (by the records' own timestamps),
+    against seconds since `t0`, with vertical lines at `marks` (label -> epoch seconds): a gap is
+    where a partition's line sits at 0."""
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    start = min((r.timestamp_ms for r in records), default=int(t0 * 1000)) // 1000
+    end = max((r.timestamp_ms for r in records), default=int(t0 * 1000)) // 1000
+    for p in sorted({r.partition for r in records}):
+        counts = dict.fromkeys(range(start, end + 1), 0)
+        for record in records:
+            if record.partition == p:
+                counts[record.timestamp_ms // 1000] += 1
+        ax.plot([s - t0 for s in counts], list(counts.values()), label=f"partition {p}", lw=1)
+    for label, at in marks.items():
+        ax.axvline(at - t0, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(label, (at - t0, 1), xycoords=("data", "axes fraction"), rotation=90,
+                    va="top", ha="right", fontsize=8)  # fmt: skip
+    ax.set_ylabel("output records per s")
+    ax.set_xlabel("seconds")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
