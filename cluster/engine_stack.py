@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import runpy
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -245,20 +244,6 @@ class EngineStack:
 
     def destroy(self, **kw: Any) -> EngineRun:
         return self._run("destroy", self.stack.destroy, **kw)
-
-
-def kubectl_json(kubeconfig: str, *args: str) -> Any:
-    """`kubectl get ... -o json` against the cluster the stack deploys to."""
-    result = subprocess.run(
-        ["kubectl", "--kubeconfig", kubeconfig, "get", *args, "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"kubectl get {' '.join(args)}: {result.stderr.strip()}")
-    return json.loads(result.stdout)
 
 
 def tools_missing(*needed: str) -> list[str]:

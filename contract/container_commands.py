@@ -59,10 +59,6 @@ PROCESSOR = "processor"
 RECONCILE = "reconcile"
 RETIRE = "retire"
 FINALIZE = "finalize-metadata-version"
-# The brokers' pod's containers that hold the broker's key or every user's password: the broker,
-# its format step and the grant container, all on the broker's image. The pack trusts these
-# names alone (never an image or an env var a change can give any container).
-BROKER_KEY_HOLDERS = (FORMAT_STORAGE, KAFKA, GRANT_ACLS)
 # The stack setting each container's image comes from: a Job that holds a password with ALTER
 # on the cluster, or an init container that writes the brokers' configuration, runs the binary
 # of the image review approved for it, not any image pinned by digest. The program renders

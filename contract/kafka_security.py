@@ -79,6 +79,10 @@ BROKER_PRINCIPAL = f"User:{BROKER_CERTIFICATE_SUBJECT}"
 TLS_CERT_FILE = "tls.crt"
 TLS_KEY_FILE = "tls.key"
 TLS_CA_FILE = "ca.crt"
+# The key of a Kafka user's Secret that holds the current credentials revision's password (and
+# the file name of the password where a user's Secret is mounted); beside it, one key per SCRAM
+# mechanism (`scram_key`).
+PASSWORD_KEY = "password"
 # The private key (PKCS#8, unencrypted) followed by the certificate chain: Kafka's PEM
 # key store reads both from one file.
 TLS_COMBINED_FILE = "tls-combined.pem"

@@ -9,8 +9,10 @@ volume or mount; an env var from another source; a container missing, or one in 
 a service account other than the workload's own; a NetworkPolicy peer or port it does not
 declare. Each item is declared for every stack, or only where the brokers' client listener is
 secured (SASL_SSL: SCRAM users, ACLs and TLS), where it is then required; on a PLAINTEXT cluster
-it must be absent. What each container runs is `container_commands`; the Secret keys a mount may
-read are `secret-mounts`'.
+it must be absent. Each Secret a volume takes is declared by its role (the brokers' TLS Secret,
+a Kafka user's) with the keys it may take; which user's Secret a workload may read is
+`secret-mounts`' (its own, unless it may set every password). What each container runs is
+`container_commands`.
 
 The program renders from the same names (`infra/kafka_cluster.py`, `infra/processor.py`,
 `infra/topics.py`, `infra/metadata_version.py`), and `tests/infra/test_workload_shapes.py` holds
@@ -45,6 +47,7 @@ from contract.container_commands import (
     STATE_DIR,
     USERS_DIR,
 )
+from contract.kafka_security import PASSWORD_KEY, TLS_CA_FILE
 
 DECLARED_IN = "contract/workload_shapes.py"
 
@@ -96,12 +99,39 @@ ALWAYS, SECURED = Presence.ALWAYS, Presence.SECURED
 VALUE = "value"
 
 
+class SecretRole(Enum):
+    """Whose Secret a volume takes, by the name the program gives it after the Kafka cluster."""
+
+    BROKER_TLS = "the brokers' TLS Secret (<cluster>-tls)"
+    USER = "a Kafka user's Secret (<cluster>-user-<user>)"
+
+
+@dataclass(frozen=True)
+class SecretSource:
+    """A Secret a volume takes (a `secret` volume's, or one source of a projected one)."""
+
+    role: SecretRole
+    keys: frozenset[str] | None = None  # None: every key of the Secret
+
+
 @dataclass(frozen=True)
 class Volume:
-    """A pod volume: its source kind, as the pod spec's key names it."""
+    """A pod volume: its source kind, as the pod spec's key names it, and the Secrets it takes
+    (a projected volume: only Secrets, each of a declared role)."""
 
     source: str  # emptyDir | configMap | secret | projected
     presence: Presence = ALWAYS
+    secrets: tuple[SecretSource, ...] = ()
+
+    @property
+    def key_material(self) -> bool:
+        """Whether it holds what only the brokers may: their private key (the whole TLS Secret)
+        or every user's password (a projection of the users' Secrets)."""
+        return any(
+            (s.role is SecretRole.BROKER_TLS and s.keys is None)
+            or (s.role is SecretRole.USER and self.source == "projected")
+            for s in self.secrets
+        )
 
 
 @dataclass(frozen=True)
@@ -169,6 +199,7 @@ class WorkloadShape:
 
     role: str  # how messages name it
     kind: str
+    why: str  # why it is this kind: what a finding on its kind says
     # The container that makes a pod template this workload (its name is the contract's).
     anchor: str
     containers: tuple[ContainerShape, ...]
@@ -196,7 +227,18 @@ def _frozen(mapping: Mapping[str, T]) -> Mapping[str, T]:
 
 
 _TMP = {"tmp": Mount(STATE_DIR)}
-_CLIENT_VOLUMES = {"kafka-user": Volume("secret", SECURED), "kafka-ca": Volume("secret", SECURED)}
+# A client's own user's Secret (which user: `secret-mounts`), and the CA alone of the brokers' TLS.
+_CLIENT_VOLUMES = {
+    "kafka-user": Volume("secret", SECURED, (SecretSource(SecretRole.USER),)),
+    "kafka-ca": Volume(
+        "secret", SECURED, (SecretSource(SecretRole.BROKER_TLS, frozenset({TLS_CA_FILE})),)
+    ),
+}
+# Every user's password, one file per user: the brokers format their storage with them, and
+# the reconciler (which may set any password) creates the users.
+_PASSWORDS = Volume(
+    "projected", SECURED, (SecretSource(SecretRole.USER, frozenset({PASSWORD_KEY})),)
+)
 _CLIENT_MOUNTS = {"kafka-user": Mount(USER_DIR, SECURED), "kafka-ca": Mount(CA_DIR, SECURED)}
 _POD = {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 _NODE = {**_POD, "CLUSTER_ID": VALUE, "KAFKA_NODE_ID": POD_INDEX_FIELD, "SERVER_PROPERTIES": VALUE}
@@ -204,6 +246,8 @@ _NODE = {**_POD, "CLUSTER_ID": VALUE, "KAFKA_NODE_ID": POD_INDEX_FIELD, "SERVER_
 BROKERS = WorkloadShape(
     role="the brokers",
     kind=STATEFUL_SET,
+    why="a broker's node id is its pod's ordinal and its log is on a claim of its own: stable "
+    "pod names and one volume per pod, kept through restarts",
     anchor=KAFKA,
     own_service_account=True,
     ingress=(
@@ -216,10 +260,11 @@ BROKERS = WorkloadShape(
     volumes=_frozen(
         {
             "tmp": Volume("emptyDir"),
-            "tls": Volume("secret", SECURED),
-            "users": Volume("projected", SECURED),
+            # the brokers' private key and certificate
+            "tls": Volume("secret", SECURED, (SecretSource(SecretRole.BROKER_TLS),)),
+            "users": _PASSWORDS,
             "bootstrap": Volume("configMap", SECURED),
-            "bootstrap-users": Volume("projected", SECURED),
+            "bootstrap-users": _PASSWORDS,
             **_CLIENT_VOLUMES,
         }
     ),
@@ -268,6 +313,9 @@ BROKERS = WorkloadShape(
 PROCESSOR_WORKLOAD = WorkloadShape(
     role="the processor",
     kind=STATEFUL_SET,
+    why="static group membership needs stable pod names, and local state one claim per pod: a "
+    "Deployment's pods get new names and share no volume, so every restart would restore the "
+    "whole state from the changelog",
     anchor=PROCESSOR,
     own_service_account=True,
     ingress=(Peer(PeerKind.MONITORING, tcp(HEALTH_PORT)),),
@@ -290,14 +338,16 @@ PROCESSOR_WORKLOAD = WorkloadShape(
     ),
 )
 
+_RUNS_ONCE = "it runs to completion once per change of what it applies, and is not restarted"
 _TOPIC_VOLUMES = {"specs": Volume("configMap"), "tmp": Volume("emptyDir"), **_CLIENT_VOLUMES}
 _TOPIC_MOUNTS = {"specs": Mount(SPECS_DIR), **_TMP, **_CLIENT_MOUNTS}
 
 TOPIC_RECONCILER = WorkloadShape(
     role="the topic reconciler",
     kind=JOB,
+    why=_RUNS_ONCE,
     anchor=RECONCILE,
-    volumes=_frozen({**_TOPIC_VOLUMES, "users": Volume("projected", SECURED)}),
+    volumes=_frozen({**_TOPIC_VOLUMES, "users": _PASSWORDS}),
     containers=(
         ContainerShape(
             RECONCILE, mounts=_frozen({**_TOPIC_MOUNTS, "users": Mount(USERS_DIR, SECURED)})
@@ -308,6 +358,7 @@ TOPIC_RECONCILER = WorkloadShape(
 SCRAM_RETIREMENT = WorkloadShape(
     role="the SCRAM retirement",
     kind=JOB,
+    why=_RUNS_ONCE,
     anchor=RETIRE,
     presence=SECURED,
     volumes=_frozen(_TOPIC_VOLUMES),
@@ -317,6 +368,7 @@ SCRAM_RETIREMENT = WorkloadShape(
 METADATA_VERSION = WorkloadShape(
     role="the metadata.version finalizer",
     kind=JOB,
+    why=_RUNS_ONCE,
     anchor=FINALIZE,
     volumes=_frozen(
         {"tmp": Volume("emptyDir"), "client": Volume("configMap", SECURED), **_CLIENT_VOLUMES}
@@ -340,3 +392,13 @@ def shape_of(container_names: set[str]) -> WorkloadShape | None:
     """The declared workload a pod template is, by the anchor among its containers' names."""
     found = [shape for shape in WORKLOADS if shape.anchor in container_names]
     return found[0] if len(found) == 1 else None
+
+
+def key_holders(shape: WorkloadShape) -> tuple[str, ...]:
+    """The containers of a workload that mount its key material (`Volume.key_material`), in
+    their declared order."""
+    return tuple(
+        c.name
+        for c in shape.containers
+        if any(shape.volumes[v].key_material for v in c.mounts if v in shape.volumes)
+    )

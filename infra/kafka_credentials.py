@@ -26,6 +26,7 @@ import pulumi_tls as tls
 from contract.acl_specs import KafkaUser
 from contract.kafka_security import (
     BROKER_CERTIFICATE_SUBJECT,
+    PASSWORD_KEY,
     TLS_CA_FILE,
     TLS_CERT_FILE,
     TLS_COMBINED_FILE,
@@ -40,9 +41,6 @@ from infra import workload
 from infra.certificate_authority import generated_cas, trust_bundle
 from infra.stack_settings import SecurityConfig
 
-# The Secret key that holds a user's password of the current revision (and the file name of
-# the password in a mounted user Secret, whichever mechanism's it is).
-PASSWORD_KEY = "password"
 # The file of the previous revision's password, in the reconciler's mount of its own Secret.
 PREVIOUS_PASSWORD_FILE = "previous-password"
 # The brokers' certificate is renewed by the first `pulumi up` in its last 30 days (pulumi-tls

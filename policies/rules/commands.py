@@ -18,8 +18,9 @@ pack reads in the stack itself, the way the program renders it:
 Then `command`, `args` and every exec probe must equal the render word for word, no lifecycle
 hook may run a command, no `$(NAME)` the kubelet would fill from the container's env may be in
 its command line unless the contract substitutes it, and every file the contract says it acts
-on must be a key of a ConfigMap of the stack mounted whole at its folder. A container the
-contract does not declare is a finding too.
+on must be a key of a ConfigMap of the stack mounted whole at its folder. Which containers a
+workload may have, and which only on a secured cluster, is the workload declaration's
+(`workload-shapes`): this rule judges what each of the contract's containers runs.
 """
 
 from __future__ import annotations
@@ -67,11 +68,6 @@ _FIX = (
     "credentials (the broker's key, a user's password), so what it runs must be exactly what "
     "the pack judged"
 )
-_DECLARE_FIX = (
-    f"declare what it runs in {CONTRACT}, render it from there and give this rule its inputs "
-    "(policies/rules/commands.py), or remove it: a container the pack does not know runs with "
-    "its pod's credentials unreviewed"
-)
 _INPUT_FIX = (
     "render the Kafka cluster as the program does (infra/kafka_cluster.py), so that its "
     "manifests show what the container's render takes: the pack renders a container from the "
@@ -86,6 +82,11 @@ _REFERENCE = re.compile(r"\$(?:\$|\(([^)]*)\))")
 _LIFECYCLE_HOOKS = ("postStart", "preStop")
 # A long script is shown by its length; the difference names the line.
 _SHOWN_CHARACTERS = 160
+
+
+class NotRendered(Exception):
+    """The contract renders no such container for this cluster (a secured cluster's container on
+    a PLAINTEXT one): `workload-shapes` refuses it, with where it is declared."""
 
 
 class Unrenderable(Exception):
@@ -138,16 +139,10 @@ class ClusterInputs:
             )
         return str(self.mechanism)
 
-    def require_secured(self, name: str) -> None:
-        """Refuse a container the contract runs only on a secured cluster."""
+    def require_secured(self) -> None:
+        """Render nothing of a container the contract runs only on a secured cluster."""
         if not self.secured:
-            raise Unrenderable(
-                f"on a cluster whose {CLIENT_LISTENER} listener is {PLAINTEXT} ({self.label}), "
-                "where the contract runs none",
-                f"no {name} container: the contract runs it only where the brokers have SCRAM "
-                "users and ACLs",
-                f"remove it, or secure the cluster (security.clientListener: SASL_SSL); {_FIX}",
-            )
+            raise NotRendered
 
 
 def cluster_inputs(view: StackView, cluster: PolicyResource) -> ClusterInputs:
@@ -217,7 +212,7 @@ def _broker_readiness(found: ClusterInputs | None, _: Sequence[str]) -> Expected
 
 def _grant_acls(found: ClusterInputs | None, _: Sequence[str]) -> Expected:
     cluster = _required(found)
-    cluster.require_secured(container_commands.GRANT_ACLS)
+    cluster.require_secured()
     port = cluster.port(INTERNAL_LISTENER)
     return Expected(
         container_commands.grant_acls(port),
@@ -226,7 +221,7 @@ def _grant_acls(found: ClusterInputs | None, _: Sequence[str]) -> Expected:
 
 
 def _format_storage(found: ClusterInputs | None, _: Sequence[str]) -> Expected:
-    _required(found).require_secured(container_commands.FORMAT_STORAGE)
+    _required(found).require_secured()
     return Expected(container_commands.format_storage(), "")
 
 
@@ -247,7 +242,7 @@ def _reconcile(found: ClusterInputs | None, args: Sequence[str]) -> Expected:
 
 def _retire(found: ClusterInputs | None, _: Sequence[str]) -> Expected:
     cluster = _required(found)
-    cluster.require_secured(container_commands.RETIRE)
+    cluster.require_secured()
     current = cluster.current_mechanism()
     # Mechanisms alternate with the revision: the one to retire is the other one.
     (retired,) = (m for m in SCRAM_MECHANISMS if m != current)
@@ -349,25 +344,16 @@ class _Container:
         where = f"container {self.name} {field}".rstrip()
         return violation(self.subject, where, found, required, fix)
 
-    def runs(self) -> str:
-        """What the container runs, for a message."""
-        words = _words(self.container.get("command")) + _words(self.container.get("args"))
-        return _shown(words, "the image's own ENTRYPOINT and CMD")
-
     def findings(self, cluster: ClusterInputs | None) -> Iterator[str]:
         """Every way the container departs from the contract's render of it."""
         render = _RENDERS.get(self.name)
         if render is None:
-            yield self.finding(
-                "",
-                f"a container {CONTRACT} does not declare (it runs {self.runs()})",
-                f"one of the contract's containers ({', '.join(_RENDERS)}), running its render",
-                _DECLARE_FIX,
-            )
-            return
+            return  # no container of the contract's: `workload-shapes` refuses it
         try:
             words = _words(self.container.get("command")) + _words(self.container.get("args"))
             expected = render(cluster, words)
+        except NotRendered:
+            return
         except Unrenderable as refused:
             yield self.finding("", refused.found, refused.required, refused.fix)
             return
@@ -536,8 +522,8 @@ POLICIES = [
             "exec probes word for word, no lifecycle hook that runs a command, no $(NAME) the "
             "container's env could fill but the contract's, every file it acts on (grant lines, "
             "ACLs, topic specs, processor properties) a key of a ConfigMap of the stack mounted "
-            "whole, and no container the contract does not declare. A container runs with its "
-            "pod's credentials, so what it runs must be what the pack reviewed."
+            "whole (which containers a workload has is workload-shapes'). A container runs "
+            "with its pod's credentials, so what it runs must be what the pack reviewed."
         ),
         level=MANDATORY,
         check=check_container_commands,

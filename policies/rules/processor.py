@@ -20,7 +20,6 @@ from .manifests import (
     get,
     is_processor,
     items,
-    kind,
     label,
     number,
     pod_spec,
@@ -39,27 +38,6 @@ _CHANGELOG_CHECKPOINTING_KEY = (
 
 def _processor_statefulset(args: ResourceValidationArgs) -> bool:
     return args.resource_type == STATEFUL_SET and is_processor(args.resource_type, args.props)
-
-
-def check_is_statefulset(
-    args: StackValidationArgs, _: Mapping[str, Any]
-) -> Iterator[tuple[str, str | None]]:
-    """A stateful processor runs as a StatefulSet (stable pod name, own PVC)."""
-    for processor in StackView(args.resources).processors():
-        workload = processor.workload
-        if processor.stateful and workload.resource_type != STATEFUL_SET:
-            yield (
-                violation(
-                    label(workload.resource_type, workload.props),
-                    "kind",
-                    kind(workload.resource_type),
-                    "StatefulSet (the processor's properties say stateful=true)",
-                    "run stateful processing as a StatefulSet: a Deployment's pods get new names "
-                    "(so static membership cannot work) and share no per-pod volume (so every "
-                    "restart restores the whole state from the changelog)",
-                ),
-                workload.urn,
-            )
 
 
 def check_min_ready_seconds(args: ResourceValidationArgs, cfg: Mapping[str, Any]) -> Iterator[str]:
@@ -226,15 +204,6 @@ POLICIES = [
         ),
         level=MANDATORY,
         check=check_settings_contract,
-    ),
-    stack_rule(
-        name="processor-is-statefulset",
-        description=(
-            "A stateful processor runs as a StatefulSet, never a Deployment: static group "
-            "membership needs stable pod names, and local state needs one PVC per pod."
-        ),
-        level=MANDATORY,
-        check=check_is_statefulset,
     ),
     resource_rule(
         name="processor-min-ready-seconds",

@@ -1,9 +1,11 @@
 """Each workload reads only its own Kafka credentials: its user's Secret and the CA of the brokers'
 TLS Secret. The brokers alone read their private key and, to format their storage with the SCRAM
-users, every user's password: in a broker's pod, only the broker's own containers, by the names
-the contract gives them (the broker, its format step, the container that grants the bootstrap
-ACLs) and on the broker's image; any other container (the readiness sidecar, whatever its
-image or env) is held to the workloads' rule.
+users, every user's password: in a broker's pod, only the containers the workload declaration
+gives a mount of that key material (`contract.workload_shapes.key_holders`: the broker, its
+format step, the container that grants the bootstrap ACLs), by name, never by an image or an env
+var a change can give any container; any other container (the readiness sidecar) is held to the
+workloads' rule. Which images they run is `image-sources`', which keys of which Secret a volume
+takes `workload-shapes`'.
 
 The Secrets are known the way the Pulumi program names them after the Kafka cluster (its
 StatefulSet `<cluster>`): `<cluster>-tls` (cert-manager's layout: `tls.key`, `tls.crt`,
@@ -18,7 +20,7 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
-from contract.container_commands import BROKER_KEY_HOLDERS, KAFKA
+from contract.workload_shapes import BROKERS, key_holders
 
 from .acls import acls_of
 from .config import MANDATORY, stack_rule
@@ -41,7 +43,8 @@ CA_KEY = "ca.crt"
 CREDENTIAL_ADMIN_OPERATIONS = frozenset({"ALTER", "ALL"})
 
 Finding = tuple[str, str | None]
-_HOLDERS = "the broker's own containers (" + ", ".join(BROKER_KEY_HOLDERS) + ")"
+KEY_HOLDERS = key_holders(BROKERS)
+_HOLDERS = "the broker's own containers (" + ", ".join(KEY_HOLDERS) + ")"
 
 
 @dataclass(frozen=True)
@@ -197,26 +200,18 @@ def _readers(
     """Who in a workload's pods is held to the rule, with the Secret keys each reads.
 
     A workload's whole pod is one reader. In a broker's pod, each container is one but the
-    broker's own (`contract.container_commands.BROKER_KEY_HOLDERS`, on the image of its `kafka`
-    container), which hold its key and, for the format, every password: a name and an image
-    the contract fixes, not an image path or an env var any sidecar can be given.
+    broker's own (`KEY_HOLDERS`), which hold its key and, for the format, every password.
     """
     if not broker:
         yield "", uses
         return
-    containers = all_containers(pod_spec(workload.resource_type, workload.props))
-    broker_image = next(
-        (str(c.get("image", "")) for c in containers if c.get("name") == KAFKA), None
-    )
-    for container in containers:
-        name, image = container.get("name", "?"), str(container.get("image", "?"))
-        if name in BROKER_KEY_HOLDERS and image == broker_image:
-            continue
-        why = "not the broker's" if image != broker_image else f"not one of {_HOLDERS}"
-        yield (
-            f"container {name} (image {image}, {why}): ",
-            [use for use in uses if use.reaches(container)],
-        )
+    for container in all_containers(pod_spec(workload.resource_type, workload.props)):
+        name = container.get("name", "?")
+        if name not in KEY_HOLDERS:
+            yield (
+                f"container {name} (not one of {_HOLDERS}): ",
+                [use for use in uses if use.reaches(container)],
+            )
 
 
 def check_secret_mounts(args: StackValidationArgs, _: Mapping[str, Any]) -> Iterator[Finding]:
@@ -298,8 +293,7 @@ def _findings(
                 f"take only the CA: secret.items: [{{key: {CA_KEY}, path: {CA_KEY}}}]; "
                 "the other keys are the brokers' private key, with which anyone can "
                 "pose as a broker (a super user) or read the cluster's TLS traffic; only "
-                f"{_HOLDERS}, on the broker's image, may hold it (a sidecar connects as a "
-                "SCRAM user of its own)",
+                f"{_HOLDERS} may hold it (a sidecar connects as a SCRAM user of its own)",
             )
 
 
@@ -310,9 +304,9 @@ POLICIES = [
             "Each workload mounts only its own Kafka user's Secret and only ca.crt of the "
             "brokers' TLS Secret: the brokers alone hold their private key and (to format their "
             "storage) every user's password, and in a broker's pod only the broker's own "
-            "containers (format-storage, kafka, grant-acls, on the broker's image; any other "
-            "container is held to the same rule); a user "
-            "that may set passwords (ALTER on the cluster) may read them."
+            "containers (those contract/workload_shapes.py gives a mount of them: "
+            "format-storage, kafka, grant-acls; any other container is held to the same rule); "
+            "a user that may set passwords (ALTER on the cluster) may read them."
         ),
         level=MANDATORY,
         check=check_secret_mounts,

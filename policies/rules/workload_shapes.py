@@ -2,11 +2,11 @@
 
 `contract.workload_shapes` declares each workload the program deploys: its kind, its containers
 in their lists, each one's env var names with their sources, its ports and its mounts, its pod's
-volumes and claims, and its service account; some items only where the brokers' client listener
-is secured. A pod template is the declared workload whose anchor container it runs; anything it
-has that the declaration does not hold is refused, and so is anything declared for this stack
-that it lacks. A workload with no anchor, or with two, is not one the program deploys, and no
-RBAC object is (the declaration holds none).
+volumes (the Secrets each takes, by role and keys) and claims, and its service account; some
+items only where the brokers' client listener is secured. A pod template is the declared
+workload whose anchor container it runs; anything it has that the declaration does not hold is
+refused, and so is anything declared for this stack that it lacks. A workload with no anchor, or
+with two, is not one the program deploys, and no RBAC object is (the declaration holds none).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from contract.workload_shapes import (
     Peer,
     PeerKind,
     Presence,
+    SecretRole,
+    Volume,
     WorkloadShape,
 )
 
@@ -59,13 +61,11 @@ def _names(spec: Mapping[str, Any] | None, key: str) -> list[str]:
 
 def _secured(view: StackView) -> bool:
     """Whether a Kafka cluster of the stack has a secured client listener."""
-    for workload in view.workloads():
-        spec = pod_spec(workload.resource_type, workload.props)
-        if BROKERS.anchor in _names(spec, "containers"):
-            configs = broker_configs(workload.resource_type, workload.props)
-            protocols = protocol_map(configs.get("listener.security.protocol.map", ""))
-            if protocols.get(CLIENT_LISTENER, PLAINTEXT) != PLAINTEXT:
-                return True
+    for workload in _brokers(view):
+        configs = broker_configs(workload.resource_type, workload.props)
+        protocols = protocol_map(configs.get("listener.security.protocol.map", ""))
+        if protocols.get(CLIENT_LISTENER, PLAINTEXT) != PLAINTEXT:
+            return True
     return False
 
 
@@ -105,6 +105,15 @@ def peer_kind(peer: Any, brokers: Mapping[str, Any] | None) -> PeerKind | None:
     return None
 
 
+def _roles(declared: Volume) -> str:
+    """What a volume's declared Secrets are, as a finding requires them."""
+    roles = [
+        s.role.value + ("" if s.keys is None else f", keys {', '.join(sorted(s.keys))}")
+        for s in declared.secrets
+    ]
+    return "a Secret of its declared role: " + ("; ".join(roles) or "none")
+
+
 def _where(presence: Presence, secured: bool) -> str:
     declared = "declared for " + presence.value
     return declared if presence.expected(secured) else f"{declared}, and this stack is not one"
@@ -120,8 +129,10 @@ class _Judge:
         shape: WorkloadShape,
         secured: bool,
         brokers: Mapping[str, Any] | None,
+        clusters: frozenset[str] = frozenset(),
     ) -> None:
         self.view = view
+        self.clusters = clusters
         self.workload = workload
         self.shape = shape
         self.secured = secured
@@ -137,7 +148,9 @@ class _Judge:
     def findings(self) -> Iterator[str]:
         shape = self.shape
         if kind(self.workload.resource_type) != shape.kind:
-            yield self.finding("its kind", kind(self.workload.resource_type), shape.kind)
+            yield self.finding(
+                "its kind", kind(self.workload.resource_type), f"{shape.kind}: {shape.why}"
+            )
         if not shape.presence.expected(self.secured):
             yield self.finding("the workload", "present", _where(shape.presence, self.secured))
         yield from self._service_account()
@@ -234,6 +247,8 @@ class _Judge:
                 yield self.finding(f"{field} source", ", ".join(sources), declared.source)
             elif not declared.presence.expected(self.secured):
                 yield self.finding(field, "present", _where(declared.presence, self.secured))
+            else:
+                yield from self._secrets(volume, declared, field)
         for name, declared in self.shape.volumes.items():
             if name not in found and declared.presence.expected(self.secured):
                 yield self.finding(
@@ -241,6 +256,48 @@ class _Judge:
                     "absent",
                     f"a {declared.source} volume: {_where(declared.presence, self.secured)}",
                 )
+
+    def _secrets(self, volume: Mapping[str, Any], declared: Volume, at: str) -> Iterator[str]:
+        """Each Secret the volume takes: of a declared role, and only the declared keys."""
+        if declared.source == "secret":
+            taken = [(f"{at}.secret", get(volume, "secret"), "secretName")]
+        elif declared.source == "projected":
+            taken = []
+            for i, source in enumerate(items(volume, "projected", "sources")):
+                where = f"{at}.projected.sources[{i}]"
+                kinds = sorted(source) if isinstance(source, Mapping) else []
+                if kinds != ["secret"]:
+                    yield self.finding(where, ", ".join(kinds) or "empty", _roles(declared))
+                else:
+                    taken.append((f"{where}.secret", source["secret"], "name"))
+        else:
+            return
+        for where, ref, name_key in taken:
+            secret = str(get(ref, name_key, default=""))
+            role = self.secret_role(secret)
+            source = next((d for d in declared.secrets if d.role is role), None)
+            if source is None:
+                shown = f"Secret {secret}" + (f", {role.value}" if role else "")
+                yield self.finding(where, shown, _roles(declared))
+                continue
+            listed = items(ref, "items")
+            keys = {str(get(i, "key", default="")) for i in listed} if listed else None
+            if source.keys is not None and (keys is None or not keys <= source.keys):
+                extra = "every key" if keys is None else ", ".join(sorted(keys - source.keys))
+                yield self.finding(
+                    f"{where}.items",
+                    f"Secret {secret}, {extra}",
+                    f"only {', '.join(sorted(source.keys))} of {role.value}",
+                )
+
+    def secret_role(self, secret: str) -> SecretRole | None:
+        """The role a Secret has by its name, after one of the stack's Kafka clusters."""
+        for cluster in self.clusters:
+            if secret == f"{cluster}-tls":
+                return SecretRole.BROKER_TLS
+            if secret.startswith(f"{cluster}-user-"):
+                return SecretRole.USER
+        return None
 
     def _claims(self) -> Iterator[str]:
         found = {
@@ -340,12 +397,19 @@ class _Judge:
                 )
 
 
+def _brokers(view: StackView) -> list[PolicyResource]:
+    """The workloads that run the brokers (by their anchor container)."""
+    return [
+        w
+        for w in view.workloads()
+        if BROKERS.anchor in _names(pod_spec(w.resource_type, w.props), "containers")
+    ]
+
+
 def _brokers_selector(view: StackView) -> Mapping[str, Any] | None:
     """The match labels of the brokers' StatefulSet, which a peer selecting them spells."""
-    for workload in view.workloads():
-        spec = pod_spec(workload.resource_type, workload.props)
-        if BROKERS.anchor in _names(spec, "containers"):
-            return _plain(get(workload.props, "spec", "selector", "matchLabels"))
+    for workload in _brokers(view):
+        return _plain(get(workload.props, "spec", "selector", "matchLabels"))
     return None
 
 
@@ -354,6 +418,7 @@ def check_workload_shapes(args: StackValidationArgs, _: Mapping[str, Any]) -> It
     view = StackView(args.resources)
     secured = _secured(view)
     brokers = _brokers_selector(view)
+    clusters = frozenset(name_of(w.props) for w in _brokers(view))
     present: set[str] = set()
     for workload in view.workloads():
         spec = pod_spec(workload.resource_type, workload.props)
@@ -380,7 +445,7 @@ def check_workload_shapes(args: StackValidationArgs, _: Mapping[str, Any]) -> It
             continue
         (shape,) = shapes
         present.add(shape.role)
-        for message in _Judge(view, workload, shape, secured, brokers).findings():
+        for message in _Judge(view, workload, shape, secured, brokers, clusters).findings():
             yield message, workload.urn
     for resource in view.resources:
         if resource.resource_type in RBAC_TYPES and name_of(resource.props) not in RBAC_NEEDED:

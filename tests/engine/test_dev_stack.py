@@ -19,8 +19,9 @@ import pytest
 from pulumi import automation as auto
 
 from app.clients.waiting import wait_until
-from cluster.engine_stack import ROOT, EngineStack, kubectl_json
+from cluster.engine_stack import ROOT, EngineStack
 from cluster.go_tools import PULUMI_KUBERNETES_RELEASE
+from cluster.kubectl import kubectl_json
 from infra.presets import KAFKA_IMAGE
 from offline.policy_check import preview_skips
 from offline.render import record_stack

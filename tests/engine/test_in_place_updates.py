@@ -20,7 +20,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from cluster.engine_stack import EngineStack, kubectl_json
+from cluster.engine_stack import EngineStack
+from cluster.kubectl import kubectl_json
 from infra import stateful_volumes, workload
 
 NAMESPACE = "engine-in-place"

@@ -17,8 +17,9 @@ import pytest
 from pulumi import automation as auto
 
 from app.clients.waiting import wait_until
-from cluster.engine_stack import EngineStack, kubectl_json
+from cluster.engine_stack import EngineStack
 from cluster.go_tools import GO
+from cluster.kubectl import kubectl_json
 from tests.engine import day2_plans
 from tests.engine.test_dev_stack import stamp
 from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, names_of

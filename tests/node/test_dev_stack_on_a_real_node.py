@@ -28,7 +28,8 @@ import pytest
 from app.clients.waiting import wait_until
 from app.devkit.kafka_release import KAFKA_VERSION
 from cluster import images, node
-from cluster.engine_stack import ROOT, EngineStack, kubectl_json
+from cluster.engine_stack import ROOT, EngineStack
+from cluster.kubectl import kubectl_json
 from contract import container_commands
 from contract.java_properties import load_properties
 from infra.presets import PRESETS

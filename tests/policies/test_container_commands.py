@@ -283,24 +283,37 @@ def test_the_retire_job_may_retire_only_the_mechanism_before_the_current_one(
     )
 
 
-def test_a_container_the_contract_does_not_declare_is_refused(run, recorded_stacks) -> None:
+def _refused_by_the_declaration_alone(
+    run: Evaluate, resources: Sequence[Any], stack: str
+) -> list[str]:
+    """The findings on a container the contract renders nothing for: none of this rule's (it
+    judges what the contract's containers run), every one of `workload-shapes`'."""
+    assert _findings(run, resources, stack) == []
+    found = [v for v in run(resources, stack_config(stack)) if v.policy == "workload-shapes"]
+    assert found and all(v.mandatory for v in found)
+    return [v.message for v in found]
+
+
+def test_a_container_the_contract_does_not_declare_is_refused_by_the_declaration(
+    run, recorded_stacks
+) -> None:
     def add_debug_sidecar(props: Props) -> None:
         kafka = _container(props, contract.KAFKA)
         _pod(props)["containers"].append(
             {**copy.deepcopy(kafka), "name": "debug", "command": ["sh", "-c", "sleep infinity"]}
         )
 
-    message = _only(run, _edited(recorded_stacks, "prod", STS, "kafka", add_debug_sidecar))
-    assert (
-        "StatefulSet streaming/kafka: container debug is a container "
-        "contract/container_commands.py does not declare (it runs sh -c sleep "
-        "infinity); required: one of the contract's containers (format-storage, "
-        "kafka, grant-acls, broker-readiness, processor, reconcile, retire, "
-        "finalize-metadata-version)"
-    ) in message
+    resources = _edited(recorded_stacks, "prod", STS, "kafka", add_debug_sidecar)
+    (message,) = _refused_by_the_declaration_alone(run, resources, "prod")
+    assert message.startswith(
+        "StatefulSet streaming/kafka: spec.template.spec.containers[debug] is present; required: "
+        "only its declared containers: format-storage, kafka, grant-acls, broker-readiness"
+    )
 
 
-def test_a_grant_container_on_a_plaintext_cluster_is_refused(run, recorded_stacks) -> None:
+def test_a_grant_container_on_a_plaintext_cluster_is_refused_by_the_declaration(
+    run, recorded_stacks
+) -> None:
     """Dev's brokers have no SCRAM users or ACLs: the contract runs no grant step there."""
     prod_kafka = next(
         r for r in recorded_stacks["prod"].resources if r.name == "kafka" and r.type.endswith(STS)
@@ -310,9 +323,13 @@ def test_a_grant_container_on_a_plaintext_cluster_is_refused(run, recorded_stack
     def add_grant(props: Props) -> None:
         _pod(props)["containers"].append(grant)
 
-    message = _only(run, _edited(recorded_stacks, "dev", STS, "kafka", add_grant), "dev")
-    assert "container grant-acls is on a cluster whose CLIENT listener is PLAINTEXT" in message
-    assert "required: no grant-acls container" in message
+    resources = _edited(recorded_stacks, "dev", STS, "kafka", add_grant)
+    messages = _refused_by_the_declaration_alone(run, resources, "dev")
+    assert any(
+        "containers[grant-acls] is present; required: declared for a stack whose brokers' "
+        "client listener is secured (SASL_SSL), and this stack is not one" in m
+        for m in messages
+    ), messages
 
 
 def test_an_env_var_that_would_rewrite_the_grant_script_is_refused(run, recorded_stacks) -> None:

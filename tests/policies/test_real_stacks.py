@@ -181,7 +181,7 @@ APPLICATION_ID = "<the stack's application id>"
 
 # (mutation id, resource (type suffix, logical name), edit of its props, rule that must fire)
 MUTATIONS: list[tuple[str, tuple[str, str], Callable[[dict[str, Any]], None] | None, str]] = [
-    ("processor-as-deployment", (":StatefulSet", "processor"), None, "processor-is-statefulset"),
+    ("processor-as-deployment", (":StatefulSet", "processor"), None, "workload-shapes"),
     (
         "min-ready-seconds-0",
         (":StatefulSet", "processor"),

@@ -55,14 +55,6 @@ def _set(path: str, value: Any) -> Callable[[Resource], None]:
     return edit
 
 
-def _as_deployment(r: Resource) -> None:
-    r.type = "kubernetes:apps/v1:Deployment"
-    r.props["kind"] = "Deployment"
-    for key in ("serviceName", "volumeClaimTemplates", "persistentVolumeClaimRetentionPolicy"):
-        r.props["spec"].pop(key)
-    r.props["spec"].pop("updateStrategy")
-
-
 def _format_storage_on_the_processors_image(r: Resource) -> None:
     """An init container of the brokers' (`kafka.image`) on the processor's image."""
     pod = r.props["spec"]["template"]["spec"]
@@ -189,12 +181,6 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
         "topics-specs",
         _topics(lambda t: t[2].update(partitions=12)),
         "page-view-counter-counts-changelog=12",
-    ),
-    (
-        "processor-is-statefulset",
-        "processor",
-        _as_deployment,
-        "Deployment streaming/page-view-counter: kind is Deployment; required: StatefulSet",
     ),
     (
         "processor-min-ready-seconds",
@@ -485,7 +471,6 @@ VIOLATIONS: list[tuple[str, str, Callable[[Resource], None], str]] = [
 ALSO_FIRES = {
     ("kafka-quorum-size", "spec.replicas is 1"): {"statefulset-spread"},
     ("kafka-durability-configs", "is 1; required: >= 2"): set(),
-    ("processor-is-statefulset", "kind is Deployment"): {"statefulset-pdb"},
     ("group-static-membership", "absent for a stateless"): set(),
     ("statefulset-pdb", "maxUnavailable 2"): set(),
 }
@@ -498,7 +483,7 @@ def compliant() -> list[Resource]:
 
 def test_the_handmade_stack_complies_with_every_rule(run, compliant, policies) -> None:
     assert run(compliant) == []
-    assert len(policies) == 52
+    assert len(policies) == 51
 
 
 def test_every_rule_has_a_violating_case(policies) -> None:

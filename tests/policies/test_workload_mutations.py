@@ -6,11 +6,13 @@ For each declared workload the stack renders, and for each of its containers: an
 removed, or taken from another source; a port added, removed, renumbered or bound to the host;
 a mount added (every volume of the pod the container does not mount), removed or moved; the
 image swapped for a foreign one pinned by digest; the container moved to the other list, removed,
-or copied beside itself. For its pod: a volume added, removed or of another source; a claim
-added; another service account, or a token. For the stack: a workload of another kind running
-the same containers, a workload removed, a DaemonSet added; each NetworkPolicy opened to every
-namespace, and each of its rules given a peer by a pod label, another port, or an address block
-in place of its peer.
+or copied beside itself. For its pod: a volume added, removed or of another source; each Secret a
+volume takes swapped for another role's Secret, or given every key or a key more where the
+declaration names its keys; a projected volume given a token; a claim added; another service
+account, or a token. For the stack: a
+workload of another kind running the same containers, a workload removed, a DaemonSet added;
+each NetworkPolicy opened to every namespace, and each of its rules given a peer by a pod label,
+another port, or an address block in place of its peer.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from contract.workload_shapes import WorkloadShape, shape_of
+from contract.workload_shapes import SecretRole, WorkloadShape, shape_of
 from offline.render import record_stack
 from tests.policies.conftest import Evaluate, stack_config
 
@@ -166,6 +168,68 @@ def _container_mutations(
         yield f"{where}: a copy beside it", _copied(index, name, declared.init)
 
 
+def _secret_refs(volume: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """Each Secret a volume takes: (where, its reference, the reference's name field)."""
+    if "secret" in volume:
+        yield "", volume["secret"], "secretName"
+    for j, source in enumerate(volume.get("projected", {}).get("sources", [])):
+        if "secret" in source:
+            yield f" source {j}", source["secret"], "name"
+
+
+def _on_secret(index: int, volume: int, nth: int, edit: Edit) -> Change:
+    def change(resources: Resources) -> None:
+        refs = list(_secret_refs(_pod(resources[index])["volumes"][volume]))
+        edit(refs[nth][1])
+
+    return change
+
+
+def _secret_mutations(
+    index: int, volume_index: int, volume: dict[str, Any], shape: WorkloadShape
+) -> Iterator[Mutation]:
+    """Each Secret a volume takes: another role's Secret, and where the declaration names its
+    keys, every key or a key more; a projected volume given a source other than a Secret (a
+    service account token)."""
+    name, role = volume["name"], shape.role
+    declared = shape.volumes.get(name)
+    for nth, (where, ref, name_field) in enumerate(_secret_refs(volume)):
+        at = f"{role}: volume {name}{where}"
+        taken = SecretRole.BROKER_TLS if ref[name_field].endswith("-tls") else SecretRole.USER
+        keys = [s.keys for s in (declared.secrets if declared else ()) if s.role is taken]
+        if keys and keys[0] is not None:
+            yield f"{at}: every key", _on_secret(index, volume_index, nth, _dropped("items"))
+            key = {"key": "tls.key", "path": "extra"}
+            yield (
+                f"{at}: a key added",
+                _on_secret(index, volume_index, nth, _appended("items", key)),
+            )
+        # the brokers' TLS Secret for a user's, a user's for the TLS one
+        cluster = ref[name_field].split("-tls")[0].split("-user-")[0]
+        other = f"{cluster}-user-observer" if ref[name_field].endswith("-tls") else f"{cluster}-tls"
+        swap = _renamed(name_field, other)
+        yield f"{at}: {other}", _on_secret(index, volume_index, nth, swap)
+    if "projected" in volume:
+        token = {"serviceAccountToken": {"path": "token"}}
+        yield (
+            f"{role}: volume {name}: a token projected",
+            _on_pod(
+                index,
+                lambda p: p["volumes"][volume_index]["projected"]["sources"].append(
+                    copy.deepcopy(token)
+                ),
+            ),
+        )
+
+
+def _renamed(field: str, name: str) -> Edit:
+    return lambda ref: ref.__setitem__(field, name)
+
+
+def _dropped(key: str) -> Edit:
+    return lambda obj: obj.pop(key)
+
+
 def _claim_added(index: int) -> Change:
     def add(resources: Resources) -> None:
         templates = resources[index].props["spec"]["volumeClaimTemplates"]
@@ -188,6 +252,7 @@ def _pod_mutations(index: int, shape: WorkloadShape, resources: Resources) -> It
             f"{role}: volume {name} of another source",
             _on_pod(index, _replaced("volumes", i, other)),
         )
+        yield from _secret_mutations(index, i, volume, shape)
     account = ("serviceAccountName", "cluster-admin-holder")
     yield f"{role}: another service account", _on_pod(index, lambda p: p.__setitem__(*account))
     token = ("automountServiceAccountToken", True)

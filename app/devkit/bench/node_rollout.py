@@ -54,6 +54,7 @@ from app.devkit.local.pipeline import LoadThread
 from app.devkit.truth import OutputRecord, Truth, check_output
 from app.processor.aggregation import load_aggregation
 from cluster import images
+from cluster.kubectl import kubectl_json
 from contract.java_properties import load_properties
 from contract.processor_keys import DEFAULTS
 from contract.topic_specs import PipelineNames
@@ -126,20 +127,6 @@ class NodeParams:
             f"{self.rate:g} views/s over {self.keys:,} pages, {self.partitions} partitions, "
             f"hand-off, {self.replicas} instances, {self.standby_replicas} standbys"
         )
-
-
-def kubectl_json(kubeconfig: str, *args: str) -> Any:
-    """`kubectl get ... -o json`; its document."""
-    done = subprocess.run(
-        ["kubectl", "--kubeconfig", kubeconfig, "get", *args, "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"kubectl get {' '.join(args)}: {done.stderr.strip()[-1000:]}")
-    return json.loads(done.stdout)
 
 
 def engine(command: str, workdir: Path, kubeconfig: str, settings: Mapping[str, Any]) -> dict:

@@ -43,16 +43,26 @@ def lag_and_output(
             if b_at > a_at
         ]
         out_ax.plot([x for x, _ in rates], [y for _, y in rates], style, label=label)
-    for label, at in marks.items():
-        for ax in (lag_ax, out_ax):
-            ax.axvline(at - t0, color="grey", linestyle="--", linewidth=1)
-        lag_ax.annotate(label, (at - t0, 1), xycoords=("data", "axes fraction"), rotation=90,
-                        va="top", ha="right", fontsize=8)  # fmt: skip
+    _marked((lag_ax, out_ax), marks, t0)
     lag_ax.set_ylabel("consumer lag (records)")
     out_ax.set_ylabel(f"records processed per s\n(committed offsets, {RATE_SPAN} samples)")
     out_ax.set_xlabel("seconds")
-    lag_ax.set_title(title, fontsize=10)
-    lag_ax.legend(fontsize=8, loc="upper left")
+    _saved(fig, lag_ax, title, path)
+
+
+def _marked(axes: Sequence[plt.Axes], marks: Mapping[str, float], t0: float) -> None:
+    """Vertical lines at `marks` (label -> epoch seconds) on every axis, labelled on the first."""
+    for label, at in marks.items():
+        for ax in axes:
+            ax.axvline(at - t0, color="grey", linestyle="--", linewidth=1)
+        axes[0].annotate(label, (at - t0, 1), xycoords=("data", "axes fraction"), rotation=90,
+                         va="top", ha="right", fontsize=8)  # fmt: skip
+
+
+def _saved(fig: plt.Figure, top: plt.Axes, title: str, path: Path) -> None:
+    """The title and legend on the top axis, the figure written to `path` and closed."""
+    top.set_title(title, fontsize=10)
+    top.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -78,18 +88,10 @@ def output_per_partition(
             if record.partition == p:
                 counts[record.timestamp_ms // 1000] += 1
         ax.plot([s - t0 for s in counts], list(counts.values()), label=f"partition {p}", lw=1)
-    for label, at in marks.items():
-        ax.axvline(at - t0, color="grey", linestyle="--", linewidth=1)
-        ax.annotate(label, (at - t0, 1), xycoords=("data", "axes fraction"), rotation=90,
-                    va="top", ha="right", fontsize=8)  # fmt: skip
+    _marked((ax,), marks, t0)
     ax.set_ylabel("output records per s")
     ax.set_xlabel("seconds")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _saved(fig, ax, title, path)
 
 
 def throughput_bars(

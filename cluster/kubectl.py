@@ -1,0 +1,22 @@
+"""`kubectl get` as JSON against the local cluster: for the engine and node tiers and the
+benchmarks on the real node alike. Standard library only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+
+def kubectl_json(kubeconfig: str, *args: str) -> Any:
+    """`kubectl get ... -o json` against the cluster `kubeconfig` names; its document."""
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "get", *args, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"kubectl get {' '.join(args)}: {result.stderr.strip()[-2000:]}")
+    return json.loads(result.stdout)
