@@ -299,14 +299,18 @@ def measure(params: NodeParams, kubeconfig: str, workdir: Path, out: Path) -> bo
     print("the roll, pod by pod (seconds from the start of `pulumi up`):")
     for pod in pods:
         print(f"  {_life(pod)}")
-    print("the longest gap per partition: partition:seconds@where it started (s from up)")
-    plots.output_per_partition(
+    print("the longest gap per partition (seconds, and where it started: seconds from `up`):")
+    for p, (start, length) in sorted(gaps.items()):
+        print(f"  partition {p}: {length:.1f} s from {start:.1f} s")
+    marks = {f"{p.name} stopping": t0 + p.terminating for p in pods if p.terminating is not None}
+    marks |= {f"{p.name} Ready": t0 + p.ready for p in pods if p.ready is not None and p.ready > 0}
+    plots.output_gaps(
         out / "node-rollout.png",
-        f"{params.workload}: output records per second per partition through a roll on a node",
-        tail.records,
+        f"pulumi up rolls the processor on a real node ({params.workload})",
+        [r for r in tail.records if t0 - 30 <= r.timestamp_ms / 1000 <= end],
         t0,
-        {f"{p.name} Ready": t0 + p.ready for p in pods if p.ready is not None and p.ready > 0}
-        | {"up returned": t0 + returned},
+        marks | {"up returned": t0 + returned},
+        LATE_S,
     )
     return check.ok
 
@@ -360,17 +364,22 @@ def run(params: NodeParams, out: Path) -> int:
         [sys.executable, str(NODE), "missing"], capture_output=True, text=True, check=False
     )
     if missing.returncode != 0:
-        raise SystemExit(
-            f"node-rollout: the real node cannot start here ({missing.stdout.strip()}); "
-            "build its parts with `make tools node-parts` (as root)"
+        log.error(
+            "the real node cannot start here (%s): build its parts with `make tools node-parts` "
+            "(as root), then run node-rollout again",
+            missing.stdout.strip(),
         )
+        return 2
     workdir = out / "stack"
     shutil.rmtree(workdir, ignore_errors=True)  # a new cluster: no state of an earlier run
     up = subprocess.run(
         [sys.executable, str(NODE), "up"], capture_output=True, text=True, timeout=900, check=False
     )
     if up.returncode != 0:
-        raise SystemExit(f"node-rollout: `cluster/node.py up` failed:\n{up.stderr[-3000:]}")
+        log.error(
+            "`cluster/node.py up` failed (it stopped what it started):\n%s", up.stderr[-3000:]
+        )
+        return 2
     kubeconfig = up.stdout.strip().splitlines()[-1]
     try:
         deployed = engine("up", workdir, kubeconfig, params.settings(roll=0))

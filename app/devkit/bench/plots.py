@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -69,27 +70,30 @@ def _saved(fig: plt.Figure, top: plt.Axes, title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def output_per_partition(
+def output_gaps(
     path: Path,
     title: str,
     records: Sequence[OutputRecord],
     t0: float,
     marks: Mapping[str, float],
+    bar_s: float,
 ) -> None:
-    """Output records per second, one line per partition (by the records' own timestamps),
-    against seconds since `t0`, with vertical lines at `marks` (label -> epoch seconds): a gap is
-    where a partition's line sits at 0."""
+    """Per partition, the seconds since its last output record, sampled every 0.25 s: a
+    sawtooth whose peaks are the partition's gaps (the time a reader of the table saw nothing
+    new), against seconds since `t0`, with `marks` (label -> epoch seconds) and the bar at
+    `bar_s` as lines."""
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    start = min((r.timestamp_ms for r in records), default=int(t0 * 1000)) // 1000
-    end = max((r.timestamp_ms for r in records), default=int(t0 * 1000)) // 1000
-    for p in sorted({r.partition for r in records}):
-        counts = dict.fromkeys(range(start, end + 1), 0)
-        for record in records:
-            if record.partition == p:
-                counts[record.timestamp_ms // 1000] += 1
-        ax.plot([s - t0 for s in counts], list(counts.values()), label=f"partition {p}", lw=1)
+    stamps: dict[int, list[float]] = {}
+    for record in records:
+        stamps.setdefault(record.partition, []).append(record.timestamp_ms / 1000)
+    for p, times in sorted(stamps.items()):
+        times.sort()
+        grid = [times[0] + 0.25 * k for k in range(int((times[-1] - times[0]) * 4) + 1)]
+        ages = [at - times[bisect.bisect_right(times, at) - 1] for at in grid]
+        ax.plot([at - t0 for at in grid], ages, label=f"partition {p}", lw=1)
+    ax.axhline(bar_s, color="red", linestyle=":", linewidth=1)
     _marked((ax,), marks, t0)
-    ax.set_ylabel("output records per s")
+    ax.set_ylabel("seconds since the partition's last output")
     ax.set_xlabel("seconds")
     _saved(fig, ax, title, path)
 

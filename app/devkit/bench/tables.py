@@ -35,6 +35,9 @@ class DocTable:
 # the Kafka Streams case) and the one-instance throughput, restore and memory workload, each
 # beside Kafka Streams on the same brokers.
 TARGETS_HEADING = "The performance targets in one run"
+# The seeds' bar on Kubernetes: the hand-off processor rolled by `pulumi up` on a real node, and
+# the same workload's rollout as local processes beside it.
+NODE_HEADING = "The seeds' bar on a real node"
 
 TABLES: tuple[DocTable, ...] = (
     DocTable(
@@ -187,6 +190,17 @@ TABLES: tuple[DocTable, ...] = (
         "Broker restarts",
         "rolling-restart --cases broker-roll,broker-kill "
         "--instances 2 --partitions 6 --rate 500 --keys 10000",
+    ),
+    DocTable(
+        "node-rollout",
+        NODE_HEADING,
+        "node-rollout --rate 1000 --keys 10000 --partitions 6 --replicas 3 --standby-replicas 2",
+    ),
+    DocTable(
+        "node-rollout-local",
+        NODE_HEADING,
+        "rolling-restart --cases rollout-handoff --instances 3 --partitions 6 --rate 1000 "
+        "--keys 10000 --session-timeout-ms 10000 --standby-replicas 2",
     ),
 )
 TABLE_NAMES = tuple(t.name for t in TABLES)
