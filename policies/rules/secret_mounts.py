@@ -20,7 +20,7 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
-from contract.workload_shapes import BROKERS, key_holders
+from contract.workload_shapes import BROKERS, SecretRole, key_holders
 
 from .acls import acls_of
 from .config import MANDATORY, stack_rule
@@ -158,6 +158,15 @@ class KafkaSecrets:
             prefix = f"{cluster}-user-"
             if secret.startswith(prefix) and len(secret) > len(prefix):
                 return secret[len(prefix) :]
+        return None
+
+    def role_of(self, namespace: str, secret: str) -> SecretRole | None:
+        """Whose Secret it is by its name (`contract.workload_shapes.SecretRole`), if a Kafka
+        cluster's of the namespace."""
+        if self.user_of(namespace, secret) is not None:
+            return SecretRole.USER
+        if any(secret == f"{cluster}-tls" for cluster in self._clusters.get(namespace, ())):
+            return SecretRole.BROKER_TLS
         return None
 
     def user_secret(self, namespace: str, user: str) -> str:

@@ -31,7 +31,6 @@ from contract.workload_shapes import (
     Peer,
     PeerKind,
     Presence,
-    SecretRole,
     Volume,
     WorkloadShape,
 )
@@ -39,9 +38,20 @@ from contract.workload_shapes import (
 from .broker_security import protocol_map
 from .config import MANDATORY, stack_rule
 from .kafka_cluster import broker_configs
-from .manifests import get, items, kind, label, name_of, number, pod_spec, pod_spec_path
+from .manifests import (
+    get,
+    items,
+    kind,
+    label,
+    name_of,
+    namespace_of,
+    number,
+    pod_spec,
+    pod_spec_path,
+)
 from .messages import violation
 from .network import policies_selecting
+from .secret_mounts import KafkaSecrets
 from .stack_view import StackView
 
 Finding = tuple[str, str | None]
@@ -129,10 +139,10 @@ class _Judge:
         shape: WorkloadShape,
         secured: bool,
         brokers: Mapping[str, Any] | None,
-        clusters: frozenset[str] = frozenset(),
+        secrets: KafkaSecrets,
     ) -> None:
         self.view = view
-        self.clusters = clusters
+        self.secrets = secrets
         self.workload = workload
         self.shape = shape
         self.secured = secured
@@ -274,7 +284,7 @@ class _Judge:
             return
         for where, ref, name_key in taken:
             secret = str(get(ref, name_key, default=""))
-            role = self.secret_role(secret)
+            role = self.secrets.role_of(namespace_of(self.workload.props), secret)
             source = next((d for d in declared.secrets if d.role is role), None)
             if source is None:
                 shown = f"Secret {secret}" + (f", {role.value}" if role else "")
@@ -289,15 +299,6 @@ class _Judge:
                     f"Secret {secret}, {extra}",
                     f"only {', '.join(sorted(source.keys))} of {role.value}",
                 )
-
-    def secret_role(self, secret: str) -> SecretRole | None:
-        """The role a Secret has by its name, after one of the stack's Kafka clusters."""
-        for cluster in self.clusters:
-            if secret == f"{cluster}-tls":
-                return SecretRole.BROKER_TLS
-            if secret.startswith(f"{cluster}-user-"):
-                return SecretRole.USER
-        return None
 
     def _claims(self) -> Iterator[str]:
         found = {
@@ -418,7 +419,7 @@ def check_workload_shapes(args: StackValidationArgs, _: Mapping[str, Any]) -> It
     view = StackView(args.resources)
     secured = _secured(view)
     brokers = _brokers_selector(view)
-    clusters = frozenset(name_of(w.props) for w in _brokers(view))
+    secrets = KafkaSecrets(view)
     present: set[str] = set()
     for workload in view.workloads():
         spec = pod_spec(workload.resource_type, workload.props)
@@ -445,7 +446,7 @@ def check_workload_shapes(args: StackValidationArgs, _: Mapping[str, Any]) -> It
             continue
         (shape,) = shapes
         present.add(shape.role)
-        for message in _Judge(view, workload, shape, secured, brokers, clusters).findings():
+        for message in _Judge(view, workload, shape, secured, brokers, secrets).findings():
             yield message, workload.urn
     for resource in view.resources:
         if resource.resource_type in RBAC_TYPES and name_of(resource.props) not in RBAC_NEEDED:
