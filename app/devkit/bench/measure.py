@@ -20,6 +20,8 @@ from app.devkit.local.pipeline import LocalPipeline
 from app.devkit.truth import OutputRecord
 
 SAMPLE_INTERVAL_S = 0.5
+# The field's bar: 99.99 % of aggregates available within 10 seconds (DESIGN.md).
+LATE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,13 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
     return ordered[index]
+
+
+def late_percent(seconds: Sequence[float]) -> float | None:
+    """The share of latencies beyond the bar (`LATE_S`), in percent; None for no latencies."""
+    if not seconds:
+        return None
+    return round(100 * sum(s > LATE_S for s in seconds) / len(seconds), 3)
 
 
 def metric_delta(before: InstanceStatus | None, after: InstanceStatus | None, name: str) -> float:

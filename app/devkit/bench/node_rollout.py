@@ -36,16 +36,15 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from app.clients.waiting import poll_until
 from app.devkit.bench import plots
-from app.devkit.bench.measure import PeriodicSampler, percentile
+from app.devkit.bench.measure import LATE_S, PeriodicSampler, late_percent, percentile
 from app.devkit.bench.restart_cases import BenchParams
-from app.devkit.bench.rolling_restart import LATE_S
 from app.devkit.bench.table import write_table
 from app.devkit.kafka_release import KAFKA_VERSION
 from app.devkit.loadgen import LoadGenerator, LoadSettings, producer_config
@@ -55,6 +54,7 @@ from app.devkit.truth import OutputRecord, Truth, check_output
 from app.processor.aggregation import load_aggregation
 from cluster import images
 from cluster.kubectl import kubectl_json
+from contract.container_commands import PROPERTIES_FILE
 from contract.java_properties import load_properties
 from contract.processor_keys import DEFAULTS
 from contract.topic_specs import PipelineNames
@@ -68,7 +68,6 @@ NAMESPACE = "bench-node"
 CLUSTER_ID = "bN7kq2xRT0uOZlYw3sVh1g"
 PROCESSOR = PipelineNames().application_id
 BROKER_IMAGE = images.broker_image(KAFKA_VERSION)
-PROPERTIES_FILE = "processor.properties"
 PRESETS_GRACE_S = 60  # dev's processor.terminationGracePeriodSeconds
 STEADY_S = 20.0  # every partition's output seen within the last LIVE_S, this long, before the roll
 LIVE_S = 3.0
@@ -287,9 +286,7 @@ def measure(params: NodeParams, kubeconfig: str, workdir: Path, out: Path) -> bo
         "zero output s per partition": " ".join(
             f"{p}:{g:.1f}@{s:.0f}" for p, (s, g) in sorted(gaps.items())
         ),
-        "late > 10 s %": round(100 * sum(s > LATE_S for s in seconds) / len(seconds), 3)
-        if seconds
-        else None,
+        "late > 10 s %": late_percent(seconds),
         "p99 latency s (roll)": percentile(seconds, 0.99),
         "max latency s (roll)": max(seconds, default=None),
         "up returned s": round(returned, 1),
@@ -385,21 +382,11 @@ def run(params: NodeParams, out: Path) -> int:
         deployed = engine("up", workdir, kubeconfig, params.settings(roll=0))
         log.info("the dev stack is up on the node in %.0f s: %s", deployed["seconds"], deployed)
         inner = [sys.executable, "-m", "app.devkit.bench.node_rollout", "--measure", kubeconfig]
-        inner += [*_flags(params), "--out", str(out)]
+        inner += ["--params", json.dumps(asdict(params)), "--out", str(out)]
         done = subprocess.run([sys.executable, str(NODE), "run", "--", *inner], cwd=ROOT)
         return done.returncode
     finally:
         subprocess.run([sys.executable, str(NODE), "down"], timeout=600, check=False)
-
-
-def _flags(params: NodeParams) -> list[str]:
-    return [
-        *("--rate", f"{params.rate:g}", "--keys", str(params.keys)),
-        *("--partitions", str(params.partitions), "--replicas", str(params.replicas)),
-        *("--standby-replicas", str(params.standby_replicas)),
-        *("--processor-cpu", params.processor_cpu, "--broker-cpu", params.broker_cpu),
-        *("--tail-s", f"{params.tail_s:g}"),
-    ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -437,10 +424,11 @@ def main() -> int:
     )
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--measure", metavar="KUBECONFIG", required=True)
-    add_arguments(parser)
+    parser.add_argument("--params", type=json.loads, required=True, help="NodeParams, as JSON")
+    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     out = args.out.resolve()
-    return 0 if measure(params_of(args), args.measure, out / "stack", out) else 1
+    return 0 if measure(NodeParams(**args.params), args.measure, out / "stack", out) else 1
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from app.clients.client_properties import ClientConfig
 from app.devkit.bench import handoff_phases, plots, steady_cost
-from app.devkit.bench.measure import Timeline, metric_delta, zero_output_gaps
+from app.devkit.bench.measure import Timeline, late_percent, metric_delta, zero_output_gaps
 from app.devkit.bench.restart_cases import NEEDS_BROKERS, BenchParams, Case
 from app.devkit.bench.restart_events import Restart, broker_roll, pair_case, restart, rollout, scale
 from app.devkit.bench.settling import first_sample, total_lag, wait_settled
@@ -79,8 +79,6 @@ START_DURATION = "processor_start_duration_seconds"
 # long after it.
 SWITCH_BEFORE_S = 5.0
 SWITCH_AFTER_S = 20.0
-# The field's bar: 99.99 % of aggregates available within 10 seconds (DESIGN.md).
-LATE_S = 10.0
 
 COLUMNS = (
     "case",
@@ -389,11 +387,7 @@ def _row(
         "restarted partitions": " ".join(str(p) for p in event.moved),
         "zero output s (max)": max(gaps.values(), default=None),
         "zero output s per partition": " ".join(f"{p}:{g:.1f}" for p, g in sorted(gaps.items())),
-        "late > 10 s %": (
-            round(100 * sum(lat.seconds > LATE_S for lat in during) / len(during), 3)
-            if during
-            else None
-        ),
+        "late > 10 s %": late_percent([lat.seconds for lat in during]),
         "max latency s (restarted)": max(
             (lat.seconds for lat in during if lat.partition in event.moved), default=None
         ),
