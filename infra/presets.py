@@ -61,9 +61,15 @@ _BASE: dict[str, Any] = {
         "imagePullPolicy": "IfNotPresent",
         "replicas": 2,
         "stateful": True,
-        "membershipMode": "static",
+        # A rollout with static membership stops each restarted pod's partitions for its
+        # whole restart, 10-37 s; a hand-off moves them at once, to their standby copy, 2-5 s
+        # without output (docs/benchmarks.md, "Membership in the dev stack"). A copy on each
+        # other replica (replicas - 1): the assignor does not know where copies are, so with
+        # fewer a moved partition may restore its whole changelog (docs/benchmarks.md, "Warm
+        # copies": the copies double the changelog reads, no measurable CPU).
+        "membershipMode": "handoff",
         "groupProtocol": "classic",
-        "numStandbyReplicas": 0,
+        "numStandbyReplicas": 1,
         "cpu": "1",
         "memory": "2Gi",
         "storageClassName": "standard",
@@ -122,14 +128,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "image": EXAMPLE_PROCESSOR_IMAGE,
             "imagePullPolicy": "Always",
             "replicas": 3,
-            # A rollout with static membership stops each restarted pod's partitions for its
-            # whole restart; a hand-off moves them at once, to their standby copy
-            # (docs/benchmarks.md has the rollout measured both ways). A copy on each other
-            # replica (replicas - 1): the assignor does not know where copies are, so with
-            # fewer a moved partition may restore its whole changelog (docs/benchmarks.md,
-            # "Warm copies": the copies cost changelog reads, no measurable CPU).
-            "membershipMode": "handoff",
-            "numStandbyReplicas": 2,
+            "numStandbyReplicas": 2,  # replicas - 1, as dev's
             "cpu": "2",
             "memory": "4Gi",
             "storageClassName": "",

@@ -68,7 +68,8 @@ def test_the_reconciler_sets_the_groups_session_from_the_restart_budget(stack: s
 
 
 def test_a_static_members_session_and_a_handoff_members_differ_as_their_failure_paths() -> None:
-    static = build_stack_config("dev", KIP848).processor.group_configs
+    static_dev = {**KIP848, "processor.membershipMode": "static"}
+    static = build_stack_config("dev", static_dev).processor.group_configs
     handoff = build_stack_config("prod", KIP848).processor.group_configs
     key = membership.GROUP_SESSION_TIMEOUT_KEY
     # A static member's covers a pod's restart (minutes); a hand-off member's ends soon after
@@ -111,7 +112,12 @@ def test_the_protocol_in_the_properties_instead_of_the_setting_fails_naming_the_
 
 
 def test_a_broker_bound_that_refuses_the_groups_session_fails_naming_the_bound() -> None:
-    narrow = {**KIP848, "kafka.configs": {"group.consumer.max.session.timeout.ms": "60000"}}
+    # A static member's session covers a pod's restart: longer than this bound.
+    narrow = {
+        **KIP848,
+        "processor.membershipMode": "static",
+        "kafka.configs": {"group.consumer.max.session.timeout.ms": "60000"},
+    }
     with pytest.raises(StackConfigError) as raised:
         build_stack_config("dev", narrow)
     message = str(raised.value)

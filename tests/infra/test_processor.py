@@ -62,10 +62,8 @@ def test_pod_name_is_the_instance_id(stack: RecordedStack) -> None:
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     props = properties(stack)
-    # The static member id in dev; prod hands off, a dynamic member (see the membership tests).
-    assert props.get("consumer.group.instance.id") == (
-        "${env:POD_NAME}" if stack.stack == "dev" else None
-    )
+    # Both presets hand off: a dynamic member, no static id (see the membership tests).
+    assert "consumer.group.instance.id" not in props
     assert props["producer.transactional.id"] == "${env:POD_NAME}"
 
 
@@ -147,17 +145,19 @@ def test_a_handoff_members_session_ends_soon_after_a_crash(stack: RecordedStack)
         {"startupProbe": {"periodSeconds": 7, "initialDelaySeconds": 30}},
     ],
 )
-def test_session_timeout_follows_the_statefulset_it_protects(
-    dev: RecordedStack, change: dict[str, Any]
+def test_a_static_members_session_follows_the_statefulset_it_protects(
+    change: dict[str, Any],
 ) -> None:
-    changed = record_stack("dev", {"processor": change})
+    static = {"membershipMode": "static"}
+    before = record_stack("dev", {"processor": static})
+    changed = record_stack("dev", {"processor": {**change, **static}})
     session = int(properties(changed)["consumer.session.timeout.ms"])
     assert session == (restart_budget_seconds(changed) + 15) * 1000
-    assert session > int(properties(dev)["consumer.session.timeout.ms"])
+    assert session > int(properties(before)["consumer.session.timeout.ms"])
 
 
 def test_a_stateless_processor_has_no_static_membership() -> None:
-    stateless = record_stack("dev", {"processor": {"stateful": False}})
+    stateless = record_stack("dev", {"processor": {"stateful": False, "membershipMode": "static"}})
     props = properties(stateless)
     assert props["stateful"] == "false"
     assert "consumer.group.instance.id" not in props
@@ -250,14 +250,19 @@ def test_handoff_mode_renders_a_member_that_leaves_the_group() -> None:
     assert props["producer.transactional.id"] == "${env:POD_NAME}"  # fencing stays per pod
 
 
-def test_static_mode_without_standby_is_dev_and_hand_off_with_one_standby_is_prod(
+def test_both_presets_hand_off_with_a_copy_on_every_other_replica(
     dev: RecordedStack, prod: RecordedStack
 ) -> None:
     dev_props, prod_props = properties(dev), properties(prod)
-    assert (dev_props["membership.mode"], dev_props["num.standby.replicas"]) == ("static", "0")
-    assert dev_props["consumer.group.instance.id"] == "${env:POD_NAME}"
+    assert (dev_props["membership.mode"], dev_props["num.standby.replicas"]) == ("handoff", "1")
     assert (prod_props["membership.mode"], prod_props["num.standby.replicas"]) == ("handoff", "2")
-    assert "consumer.group.instance.id" not in prod_props
+    assert "consumer.group.instance.id" not in dev_props | prod_props
+
+
+def test_static_mode_names_each_pod_its_static_member() -> None:
+    props = properties(record_stack("dev", {"processor": {"membershipMode": "static"}}))
+    assert props["membership.mode"] == "static"
+    assert props["consumer.group.instance.id"] == "${env:POD_NAME}"
 
 
 def test_standby_replicas_are_a_setting() -> None:
@@ -276,7 +281,7 @@ def test_pods_of_the_processor_image_keep_its_entrypoint(stack: RecordedStack) -
         if container["image"] == image
     ]
     names = ["broker-readiness", "processor", "reconcile"]
-    # A secured stack's retire Job ends a SCRAM rotation (infra/topics.py, ScramRetirement).
+    # A secured stack's retire Job ends a SCRAM rotation (infra/scram_retirement.py).
     names += ["retire"] if stack.stack == "prod" else []
     assert sorted(c["name"] for c in containers) == names
     for container in containers:

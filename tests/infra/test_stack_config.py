@@ -153,7 +153,12 @@ from tests.infra.conftest import k8s_object, names_of
         ),
         (
             "dev",
-            {"processor": {"properties": {"consumer.session.timeout.ms": "10000"}}},
+            {
+                "processor": {
+                    "membershipMode": "static",
+                    "properties": {"consumer.session.timeout.ms": "10000"},
+                }
+            },
             ["consumer.session.timeout.ms = '10000'", "at least the restart budget, 195000 ms"],
         ),
         (
@@ -191,7 +196,7 @@ from tests.infra.conftest import k8s_object, names_of
         ),
         (
             "dev",
-            {"processor": {"terminationGracePeriodSeconds": 3600}},
+            {"processor": {"membershipMode": "static", "terminationGracePeriodSeconds": 3600}},
             ["consumer.session.timeout.ms", "group.max.session.timeout.ms (1800000)"],
         ),
         ("dev", {"kafka": {"memory": "lots"}}, ["kafka.memory = 'lots'", "quantity"]),
@@ -211,7 +216,7 @@ from tests.infra.conftest import k8s_object, names_of
         ),
         (
             "dev",
-            {"processor": {"numStandbyReplicas": -1}},
+            {"processor": {"membershipMode": "static", "numStandbyReplicas": -1}},
             ["processor.numStandbyReplicas = -1", "must be 0..1"],
         ),
         (
@@ -250,7 +255,9 @@ def test_presets_are_valid_as_they_are() -> None:
 
 
 def test_strings_from_pulumi_config_set_are_accepted() -> None:
-    config = build_stack_config("dev", {"processor": {"replicas": "3", "stateful": "false"}})
+    config = build_stack_config(
+        "dev", {"processor": {"replicas": "3", "stateful": "false", "membershipMode": "static"}}
+    )
     assert (config.processor.replicas, config.processor.stateful) == (3, False)
 
 
@@ -304,7 +311,7 @@ def test_handoff_with_one_replica_is_refused_naming_the_setting() -> None:
 
 @pytest.mark.parametrize(
     ("stack", "processor"),
-    [("dev", {"membershipMode": "handoff"}), ("prod", {"numStandbyReplicas": 0})],
+    [("dev", {"numStandbyReplicas": 0}), ("prod", {"numStandbyReplicas": 0})],
 )
 def test_handoff_without_a_standby_replica_is_refused_naming_the_setting(
     stack: str, processor: dict[str, Any]
@@ -317,10 +324,10 @@ def test_handoff_without_a_standby_replica_is_refused_naming_the_setting(
     assert "restores its whole changelog" in message
 
 
-def test_presets_keep_standby_state_in_prod_only() -> None:
+def test_presets_hand_off_onto_a_copy_on_every_other_replica() -> None:
     dev, prod = build_stack_config("dev", {}).processor, build_stack_config("prod", {}).processor
-    assert (dev.membership_mode, dev.num_standby_replicas) == ("static", 0)
     # A copy on every other replica: every move lands on one, whatever the assignor decides.
+    assert (dev.membership_mode, dev.num_standby_replicas) == ("handoff", dev.replicas - 1)
     assert (prod.membership_mode, prod.num_standby_replicas) == ("handoff", prod.replicas - 1)
     static_prod = build_stack_config("prod", {"processor": {"membershipMode": "static"}})
     assert static_prod.processor.num_standby_replicas == 2  # standby state helps a failover too

@@ -46,6 +46,13 @@ TABLES: tuple[DocTable, ...] = (
         "rolling-restart --cases static-kept --instances 1 --partitions 4 --rate 20",
     ),
     DocTable(
+        "dev-membership",
+        "Membership in the dev stack",
+        "rolling-restart --cases rollout-static,rollout-handoff --instances 2 --partitions 6 "
+        "--rate 1000 --keys 10000 --session-timeout-ms 60000 --standby-replicas 1 "
+        "--engines processor,kafka-streams",
+    ),
+    DocTable(
         "crashes",
         "Crashes in hand-off mode",
         "rolling-restart --cases rollout-handoff,handoff-crash-restart,handoff-crash-gone "
