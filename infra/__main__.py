@@ -23,14 +23,10 @@ from infra.metadata_version import MetadataVersion, MetadataVersionArgs
 from infra.namespace import restricted_namespace
 from infra.processor import processors_of
 from infra.provider_settings import check_provider_settings
+from infra.reconciler_jobs import RECONCILER_USER
+from infra.scram_retirement import ScramRetirement, ScramRetirementArgs
 from infra.stack_outputs import stack_outputs
-from infra.topics import (
-    RECONCILER_USER,
-    ScramRetirement,
-    ScramRetirementArgs,
-    TopicReconciliation,
-    TopicReconciliationArgs,
-)
+from infra.topics import TopicReconciliation, TopicReconciliationArgs
 
 config = load_stack_config()
 check_provider_settings()
@@ -144,8 +140,8 @@ if credentials is not None:
     )
 
 if config.processor.metrics_scrape == "podMonitor":
-    # Where the PodMonitors go, the alerts on what they scrape go too (dashboards/alerts.yaml).
-    AlertRules("alerts", AlertRulesArgs(namespace=config.namespace), opts=in_namespace)
+    # Where the PodMonitors go, the alerts on what they scrape go too (infra/alert_rules.py).
+    AlertRules("alerts", AlertRulesArgs(config=config), opts=in_namespace)
 
 for name, value in stack_outputs(config, kafka, credentials, topics, finalized, processors).items():
     pulumi.export(name, value)

@@ -31,12 +31,16 @@ the `grant-acls` container beside it, on the broker's own image (`infra/bootstra
 every one of them, the broker is not ready, so the reconciler Job, which starts after the brokers
 are ready, never meets a cluster that refuses it. The only super users stay the brokers.
 
-`/metrics` serves, in Prometheus' text format, when the certificates expire:
-`kafka_tls_certificate_expiration_timestamp_seconds{certificate="broker"}` is the `notAfter` of
-the certificate the broker serves right now (a TLS handshake with its listener, verified with
-the CA: a renewal the broker has not loaded yet does not hide an expiry), `{certificate="ca"}`
-that of the CA in `ssl.ca.location` (the earliest, if the file holds several). A PLAINTEXT
-cluster has neither.
+`/metrics` serves, in Prometheus' text format:
+- `kafka_broker_replicas_out_of_sync`: how many of the partition replicas this broker hosts are
+  not in their ISR (the readiness judgement's count; absent while the broker cannot be asked).
+  A broker that stays out of sync longer than a restart takes is what the
+  `KafkaBrokerReplicasOutOfSync` alert pages for (dashboards/alerts.yaml);
+- when the certificates expire: `kafka_tls_certificate_expiration_timestamp_seconds
+  {certificate="broker"}` is the `notAfter` of the certificate the broker serves right now (a TLS
+  handshake with its listener, verified with the CA: a renewal the broker has not loaded yet does
+  not hide an expiry), `{certificate="ca"}` that of the CA in `ssl.ca.location` (the earliest, if
+  the file holds several). A PLAINTEXT cluster has neither.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app.admin.acl_reconciler import Binding, read_bindings
 from app.clients import LOG_FORMAT, client_properties
@@ -80,6 +86,8 @@ EXPIRY_HELP = (
     "When the certificate expires (notAfter), in seconds since the epoch: broker = the one the "
     "local broker serves on its TLS listener now, ca = the CA the clients trust."
 )
+OUT_OF_SYNC_METRIC = "kafka_broker_replicas_out_of_sync"
+OUT_OF_SYNC_HELP = "Partition replicas this broker hosts that are not in their ISR."
 
 
 @dataclass(frozen=True)
@@ -324,24 +332,45 @@ def ca_expiry(ca_file: str) -> float:
     return float(min(times))
 
 
-def metrics_text(target: tuple[str, int, str] | None) -> str:
-    """The Prometheus text of the certificates' expiry (empty without TLS). A certificate that
-    cannot be read leaves its series out, and says why in the log."""
+def expiry_metrics(target: tuple[str, int, str] | None) -> list[Metric]:
+    """The certificates' expiry (nothing without TLS). A certificate that cannot be read leaves
+    its series out, and says why in the log."""
     if target is None:
-        return ""
+        return []
     host, port, ca_file = target
     readers = {
         "broker": lambda: served_expiry(host, port, ca_file),
         "ca": lambda: ca_expiry(ca_file),
     }
-    lines = [f"# HELP {EXPIRY_METRIC} {EXPIRY_HELP}", f"# TYPE {EXPIRY_METRIC} gauge"]
+    expiry = GaugeMetricFamily(EXPIRY_METRIC, EXPIRY_HELP, labels=["certificate"])
     for certificate, read in readers.items():
         try:
-            lines.append(f'{EXPIRY_METRIC}{{certificate="{certificate}"}} {read():.0f}')
+            expiry.add_metric([certificate], round(read()))
         except (OSError, ValueError) as exc:
             log.warning("the %s certificate's expiry (%s:%d, CA %s): %s",
                         certificate, host, port, ca_file, exc)  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return [expiry]
+
+
+def sync_metrics(readiness: BrokerReadiness) -> list[Metric]:
+    """The replicas out of sync, where the judgement got as far as the partitions."""
+    if not (readiness.ready or readiness.lagging):
+        return []
+    return [GaugeMetricFamily(OUT_OF_SYNC_METRIC, OUT_OF_SYNC_HELP, len(readiness.lagging))]
+
+
+class SidecarMetrics:
+    """The sidecar's series, read when Prometheus scrapes (a prometheus_client collector)."""
+
+    def __init__(
+        self, cache: ReadinessCache, tls_target: Callable[[], tuple[str, int, str] | None]
+    ) -> None:
+        self.cache = cache
+        self.tls_target = tls_target
+
+    def collect(self) -> list[Metric]:
+        """Every series, as of now."""
+        return sync_metrics(self.cache.current()) + expiry_metrics(self.tls_target())
 
 
 def serve(
@@ -351,6 +380,8 @@ def serve(
     tls_target: Callable[[], tuple[str, int, str] | None] = lambda: None,
 ) -> ThreadingHTTPServer:
     """An HTTP server answering /ready, /live and /metrics (call `serve_forever()` on it)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SidecarMetrics(cache, tls_target))
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -360,8 +391,7 @@ def serve(
                 readiness = cache.current()
                 self._answer(200 if readiness.ready else 503, readiness.to_json())
             elif self.path == "/metrics":
-                body = metrics_text(tls_target()).encode()
-                self._answer(200, body, "text/plain; version=0.0.4; charset=utf-8")
+                self._answer(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             else:
                 self._answer(404, b'{"paths": ["/ready", "/live", "/metrics"]}')
 

@@ -18,14 +18,18 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.admin.broker_readiness import (
+    OUT_OF_SYNC_METRIC,
     AdminSource,
     BootstrapAcls,
+    BrokerReadiness,
     ReadinessCache,
+    expiry_metrics,
     judge,
-    metrics_text,
     serve,
+    sync_metrics,
 )
 from app.clients.waiting import wait_until
 from app.devkit.kraft_cluster import HOST, KraftCluster, free_port
@@ -102,8 +106,12 @@ def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) 
         with urllib.request.urlopen(f"{base}/live", timeout=30) as response:
             assert response.status == 200
         with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
-            assert response.status == 200  # no TLS, no certificate to expire: no series
-            assert response.read() == b""
+            assert response.status == 200
+            # In sync; no TLS, so no certificate to expire and no expiry series.
+            families = list(text_string_to_metric_families(response.read().decode()))
+            assert [(f.name, [s.value for s in f.samples]) for f in families] == [
+                (OUT_OF_SYNC_METRIC, [0.0])
+            ]
         unready = serve(ReadinessCache(lambda: admin, 7), "127.0.0.1", 0)
         threading.Thread(target=unready.serve_forever, daemon=True).start()
         port = unready.server_address[1]
@@ -114,6 +122,17 @@ def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) 
         unready.shutdown()
     finally:
         server.shutdown()
+
+
+def test_the_replicas_out_of_sync_are_counted_only_where_the_partitions_were_read() -> None:
+    def exported(readiness: BrokerReadiness) -> list[float]:
+        return [sample.value for m in sync_metrics(readiness) for sample in m.samples]
+
+    assert exported(BrokerReadiness(True, "in sync", 6)) == [0.0]
+    lagging = BrokerReadiness(False, "2 of the 6 ...", 6, ("page-views-0", "page-views-3"))
+    assert exported(lagging) == [2.0]
+    # The broker did not answer: how many are out of sync is unknown, not 0.
+    assert exported(BrokerReadiness(False, "no metadata from the broker: ...")) == []
 
 
 def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(
@@ -173,7 +192,7 @@ def test_a_changed_command_config_is_used_only_once_it_connects(
     config.write_text("client.id=broker-readiness\n")
     source = AdminSource(f"{HOST}:{kraft_cluster.node(NODE_ID).broker_port}", config, env={})
     first = source()
-    assert source.tls_target is None and metrics_text(source.tls_target) == ""
+    assert source.tls_target is None and expiry_metrics(source.tls_target) == []
     # Settings this PLAINTEXT listener refuses (a TLS handshake) stand in for a new password.
     config.write_text("client.id=broker-readiness\nsecurity.protocol=SSL\n")
     assert source() is first

@@ -1,6 +1,7 @@
 """The Grafana dashboard and the alerting rules: valid structure, and every PromQL expression
 names metrics the processor really exports (read from a real `ProcessorMetrics` registry, every
-series present) or the brokers' readiness sidecars do (`app.admin.broker_readiness`)."""
+series present) or the brokers' readiness sidecars do (`app.admin.broker_readiness`); so do the
+series the alerts' promtool cases feed them (`tests/alert_cases.py`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,21 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.admin import broker_readiness
 from app.processor.metrics import ProcessorMetrics
+from contract.pipeline_alerts import AlertThresholds, pipeline_group
+from tests.alert_cases import pipeline_cases, series_names
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "processor.json"
 ALERTS = DASHBOARD.parent / "alerts.yaml"
-METRIC_NAME = re.compile(r"\b((?:processor|kafka_tls)_[a-z_]+)\b")
+METRIC_NAME = re.compile(r"\b((?:processor|kafka_tls|kafka_broker)_[a-z_]+)\b")
+# A stack's thresholds (dev's shape): the names in the rules do not depend on them.
+THRESHOLDS = AlertThresholds(
+    namespace="streaming",
+    partitions=6,
+    replicas=2,
+    deployments=1,
+    restart_budget_s=195,
+    broker_restart_s=370,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +53,11 @@ def exported_names() -> set[str]:
     metrics.set_ready(True)
     metrics.pair_published({0: True})
     text = metrics.exposition().decode("utf-8")
+    in_sync = broker_readiness.BrokerReadiness(True, "in sync", 6)
+    sidecar = {m.name for m in broker_readiness.sync_metrics(in_sync)}
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples} | {
-        broker_readiness.EXPIRY_METRIC
+        broker_readiness.EXPIRY_METRIC,
+        *sidecar,
     }
 
 
@@ -97,7 +112,8 @@ def test_dashboard_is_grafana_json_with_datasource_and_pod_variables(
 
 def _alert_rules() -> list[dict[str, Any]]:
     document = yaml.safe_load(ALERTS.read_text(encoding="utf-8"))
-    return [rule for group in document["groups"] for rule in group["rules"]]
+    groups = [*document["groups"], pipeline_group(THRESHOLDS)]
+    return [rule for group in groups for rule in group["rules"]]
 
 
 def test_every_alert_names_exported_metrics_a_severity_and_what_to_do(
@@ -107,12 +123,21 @@ def test_every_alert_names_exported_metrics_a_severity_and_what_to_do(
     assert {r["alert"] for r in rules} >= {
         "KafkaCertificateExpiresSoon",
         "KafkaCertificateExpiresThisWeek",
+        "ProcessorPartitionStalled",
+        "KafkaBrokerReplicasOutOfSync",
     }
     for rule in rules:
         names = set(METRIC_NAME.findall(rule["expr"]))
         assert names and names <= exported_names, (rule["alert"], names - exported_names)
         assert rule["labels"]["severity"] in ("warning", "critical")
         assert {"summary", "description"} <= rule["annotations"].keys()
+
+
+def test_the_alert_cases_feed_promtool_only_series_that_are_exported(
+    exported_names: set[str],
+) -> None:
+    fed = series_names(pipeline_cases(THRESHOLDS))
+    assert fed and fed <= exported_names, fed - exported_names
 
 
 def test_the_certificate_panel_and_the_alerts_read_the_sidecars_metric(
