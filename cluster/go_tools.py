@@ -69,6 +69,11 @@ COREDNS = "v1.14.7"
 # kind's provisioner: a claim's directory is made by a helper pod, writable by the pod's fsGroup
 # (the in-tree hostPath provisioner makes it root:root 0750, and hostPath ignores fsGroup)
 LOCAL_PATH_PROVISIONER = "v0.0.30"
+# The GitHub workflows' linter (tests/infra/test_ci.py): the workflows cannot run here, so their
+# expressions, action inputs and shell are checked statically
+ACTIONLINT = "v1.7.12"
+# promtool, for `promtool test rules` on the alerting rules (tests/infra/test_alert_rules.py)
+PROMETHEUS = "v0.316.0"  # github.com/prometheus/prometheus: Prometheus 3.x's Go module version
 
 
 # CoreDNS with the plugins the node's Corefile uses and no other, as CoreDNS documents for
@@ -117,6 +122,8 @@ class Target:
     # built only when asked for (`--node`, `make node-tools`): the real node's binaries, which
     # the engine tier and CI do not need
     node: bool = False
+    # build tags (`go build -tags`)
+    tags: list[str] = field(default_factory=list)
 
 
 def _kube_ldflags(version: str) -> list[str]:
@@ -201,6 +208,23 @@ TARGETS = [
         version=KWOK,
         package="sigs.k8s.io/kwok/cmd/kwok",
         ldflags=[f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK}"],
+    ),
+    Target(
+        name="actionlint",
+        module="github.com/rhysd/actionlint",
+        version=ACTIONLINT,
+        package="github.com/rhysd/actionlint/cmd/actionlint",
+        ldflags=[f"-X github.com/rhysd/actionlint.version={ACTIONLINT}"],
+    ),
+    Target(
+        name="promtool",
+        module="github.com/prometheus/prometheus",
+        version=PROMETHEUS,
+        package="github.com/prometheus/prometheus/cmd/promtool",
+        ldflags=[f"-X github.com/prometheus/common/version.Version={PROMETHEUS}"],
+        # Without every cloud's service discovery SDK (Prometheus' own build tag): rule tests
+        # need none of them, and they would double the build
+        tags=["remove_all_sd"],
     ),
 ]
 
@@ -289,13 +313,17 @@ def write_wrapper(t: Target, env: dict[str, str]) -> Path:
     return wdir
 
 
+def _tag_args(t: Target) -> list[str]:
+    return ["-tags", ",".join(t.tags)] if t.tags else []
+
+
 def build(t: Target, env: dict[str, str], download_only: bool = False) -> float:
     start = time.monotonic()
     wdir = write_wrapper(t, env)
     # -mod=mod fills go.sum from the module proxy (checked against the checksum database);
     # listing the package's dependencies fetches just the modules the build needs
     subprocess.run(
-        ["go", "list", "-mod=mod", "-deps", "-f", "{{.ImportPath}}", t.package],
+        ["go", "list", "-mod=mod", *_tag_args(t), "-deps", "-f", "{{.ImportPath}}", t.package],
         cwd=wdir,
         env=env,
         check=True,
@@ -314,6 +342,7 @@ def build(t: Target, env: dict[str, str], download_only: bool = False) -> float:
         "-p",
         JOBS,
         "-trimpath",
+        *_tag_args(t),
         "-ldflags",
         " ".join(["-s", "-w", *t.ldflags]),
         "-o",
