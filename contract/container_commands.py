@@ -3,7 +3,7 @@ and the files it acts on, for the Pulumi program and the policy pack alike.
 
 A container runs with its pod's credentials (the brokers' key, a user's password), so what it
 runs must be exactly what review judged. The program renders every container from the
-functions here (`infra/kafka_cluster.py`, `infra/processor.py`, `infra/topics.py`), and the
+functions here (`infra/kafka_cluster.py`, `infra/processor.py`, `infra/reconciler_jobs.py`), and the
 pack's `container-commands` rule renders each again from the same inputs, read from the stack
 it reviews (the brokers' listeners, the Kafka cluster's address, the credentials revision's
 SCRAM mechanism), and refuses any difference: a line added to a script, another module, an
@@ -62,8 +62,8 @@ FINALIZE = "finalize-metadata-version"
 # The stack setting each container's image comes from: a Job that holds a password with ALTER
 # on the cluster, or an init container that writes the brokers' configuration, runs the binary
 # of the image review approved for it, not any image pinned by digest. The program renders
-# them so (`infra/kafka_cluster.py`, `infra/topics.py`, `infra/metadata_version.py`), and the
-# pack's `image-sources` holds every container to the image its setting's anchor runs.
+# them so (`infra/kafka_cluster.py`, `infra/reconciler_jobs.py`, `infra/metadata_version.py`),
+# and the pack's `image-sources` holds every container to the image its setting's anchor runs.
 KAFKA_IMAGE_SETTING = "kafka.image"
 PROCESSOR_IMAGE_SETTING = "processor.image"
 IMAGE_SOURCES = {
@@ -369,7 +369,7 @@ def processor() -> ContainerCommand:
     )
 
 
-# --- the topic reconciler's and the SCRAM retirement's Jobs (infra/topics.py) -----------------
+# --- the topic reconciler's and the SCRAM retirement's Jobs (infra/reconciler_jobs.py) --------
 
 SPECS_DIR = "/etc/topics"
 SPECS_FILE = "topics.json"

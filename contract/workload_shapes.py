@@ -15,9 +15,10 @@ a Kafka user's) with the keys it may take; which user's Secret a workload may re
 `container_commands`.
 
 The program renders from the same names (`infra/kafka_cluster.py`, `infra/processor.py`,
-`infra/topics.py`, `infra/metadata_version.py`), and `tests/infra/test_workload_shapes.py` holds
-it to the declaration both ways: every rendered stack fits it, and every declared item is
-rendered by some stack. Change a workload here first. Standard library only.
+`infra/reconciler_jobs.py`, `infra/metadata_version.py`), and
+`tests/infra/test_workload_shapes.py` holds it to the declaration both ways: every rendered
+stack fits it, and every declared item is rendered by some stack. Change a workload here
+first. Standard library only.
 """
 
 from __future__ import annotations

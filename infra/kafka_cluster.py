@@ -165,99 +165,10 @@ class KafkaCluster(pulumi.ComponentResource):
             ports=workload.tcp_ports(CLIENT_PORT),
         )
 
-        chosen: pulumi.Input[str]
-        if cfg.cluster_id:
-            # Given by the stack (kafka.clusterId): the id of the volumes it adopts.
-            chosen = cfg.cluster_id
-        else:
-            # Generated at the first `pulumi up` and kept in the stack's state: no keepers, so no
-            # setting can replace it. A new id would make every broker refuse its existing data.
-            chosen = random.RandomId(
-                f"{name}-cluster-id",
-                byte_length=16,
-                opts=pulumi.ResourceOptions(parent=self, protect=args.protect_cluster_id),
-            ).b64_url
-        # A running cluster keeps its id whatever becomes of the setting or the generated one.
-        self.cluster_id = cluster_identity.cluster_id(args.deployed_cluster_id, chosen)
-
-        workload.headless_service(
-            headless,
-            ns,
-            service_labels=component_labels,
-            ports=[
-                ("client", CLIENT_PORT),
-                ("controller", CONTROLLER_PORT),
-                ("internal", INTERNAL_PORT),
-            ],
-            # Nodes find each other before any is ready: the quorum forms from these names.
-            publish_not_ready=True,
-            opts=child,
-        )
-        k8s.core.v1.Service(
-            name,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=ns, labels=component_labels),
-            spec=k8s.core.v1.ServiceSpecArgs(
-                selector=workload.selector(name),
-                ports=[k8s.core.v1.ServicePortArgs(name="client", port=CLIENT_PORT)],
-            ),
-            opts=child,
-        )
-        workload.disruption_budget(name, ns, component_labels, child)
-        workload.service_account(name, ns, component_labels, child)
-        self._network_policy(name, ns, component_labels, args.metrics_namespace, child)
-        if args.metrics_scrape == "podMonitor":
-            workload.pod_monitor(f"{name}-metrics", name, ns, component_labels, "readiness", child)
-
-        voters = ",".join(
-            f"{i}@{pod_dns_name(name, ns, f'{name}-{i}')}:{CONTROLLER_PORT}"
-            for i in range(cfg.replicas)
-        )
-        # $(POD_NAME) is expanded by the kubelet from the variable defined before it.
-        pod_host = pod_dns_name(name, ns, "$(POD_NAME)")
-        # The same three listeners in every stack; only their security protocols differ.
-        node = {
-            "process.roles": "broker,controller",
-            "listeners": listeners(CLIENT_PORT, INTERNAL_PORT, CONTROLLER_PORT),
-            "advertised.listeners": f"{CLIENT_LISTENER}://{pod_host}:{CLIENT_PORT},"
-            f"{INTERNAL_LISTENER}://{pod_host}:{INTERNAL_PORT}",
-            **broker_security_configs(args.security.client_listener, TLS_DIR),
-            "controller.quorum.voters": voters,
-            # A subdirectory: a fresh volume's root may hold lost+found, which Kafka rejects.
-            "log.dirs": f"{DATA_DIR}/logs",
-        }
-        settings = {**node, **args.broker_configs}
-        heap = heap_megabytes(cfg.memory)
-        env = workload.downward_env(
-            k8s.core.v1.EnvVarArgs(name=CLUSTER_ID_VARIABLE, value=self.cluster_id),
-            NODE_ID_ENV,
-            # After POD_NAME, which the kubelet substitutes into the advertised listeners.
-            k8s.core.v1.EnvVarArgs(
-                name=SERVER_PROPERTIES_VARIABLE, value=format_properties(settings)
-            ),
-            k8s.core.v1.EnvVarArgs(name=HEAP_OPTS_VARIABLE, value=f"-Xms{heap}m -Xmx{heap}m"),
-        )
-        bootstrap = None
-        if args.credentials is not None:
-            readiness = args.credentials.client_access(args.readiness_user)
-            bootstrap = k8s.core.v1.ConfigMap(
-                bootstrap_config_map(name),
-                metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=bootstrap_config_map(name), namespace=ns, labels=component_labels
-                ),
-                data={
-                    # Not in the pod template: the grant containers and the sidecars read an
-                    # update without a roll.
-                    BOOTSTRAP_ACLS_FILE: acl_specs.dumps(list(args.bootstrap_users)),
-                    acl_grants.GRANTS_FILE: acl_grants.grant_lines(list(args.bootstrap_users)),
-                    GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(TLS_DIR),
-                    READINESS_CLIENT_FILE: format_properties(readiness.properties),
-                    READINESS_PREVIOUS_CLIENT_FILE: format_properties(
-                        readiness.previous_properties
-                    ),
-                    SCRAM_MECHANISM_FILE: args.credentials.scram_mechanism,
-                },
-                opts=child,
-            )
+        self.cluster_id = self._cluster_id(name, args)
+        self._services(name, headless, args, component_labels, child)
+        env = self._broker_env(name, args)
+        bootstrap = self._bootstrap_config_map(name, args, component_labels, child)
         restart_budget = (
             cfg.termination_grace_period_seconds
             + cfg.startup_probe.budget_seconds
@@ -319,6 +230,123 @@ class KafkaCluster(pulumi.ComponentResource):
             }
         )
 
+    def _cluster_id(self, name: str, args: KafkaClusterArgs) -> pulumi.Output[str]:
+        """The KRaft cluster id: the running cluster's, else the setting, else generated once."""
+        chosen: pulumi.Input[str]
+        if args.config.cluster_id:
+            # Given by the stack (kafka.clusterId): the id of the volumes it adopts.
+            chosen = args.config.cluster_id
+        else:
+            # Generated at the first `pulumi up` and kept in the stack's state: no keepers, so no
+            # setting can replace it. A new id would make every broker refuse its existing data.
+            chosen = random.RandomId(
+                f"{name}-cluster-id",
+                byte_length=16,
+                opts=pulumi.ResourceOptions(parent=self, protect=args.protect_cluster_id),
+            ).b64_url
+        # A running cluster keeps its id whatever becomes of the setting or the generated one.
+        return cluster_identity.cluster_id(args.deployed_cluster_id, chosen)
+
+    def _services(
+        self,
+        name: str,
+        headless: str,
+        args: KafkaClusterArgs,
+        component_labels: dict[str, str],
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """The Services, disruption budget, account, NetworkPolicy and scrape around the pods."""
+        ns = args.namespace
+        workload.headless_service(
+            headless,
+            ns,
+            service_labels=component_labels,
+            ports=[
+                ("client", CLIENT_PORT),
+                ("controller", CONTROLLER_PORT),
+                ("internal", INTERNAL_PORT),
+            ],
+            # Nodes find each other before any is ready: the quorum forms from these names.
+            publish_not_ready=True,
+            opts=child,
+        )
+        k8s.core.v1.Service(
+            name,
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=ns, labels=component_labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                selector=workload.selector(name),
+                ports=[k8s.core.v1.ServicePortArgs(name="client", port=CLIENT_PORT)],
+            ),
+            opts=child,
+        )
+        workload.disruption_budget(name, ns, component_labels, child)
+        workload.service_account(name, ns, component_labels, child)
+        self._network_policy(name, ns, component_labels, args.metrics_namespace, child)
+        if args.metrics_scrape == "podMonitor":
+            workload.pod_monitor(f"{name}-metrics", name, ns, component_labels, "readiness", child)
+
+    def _broker_env(self, name: str, args: KafkaClusterArgs) -> list[k8s.core.v1.EnvVarArgs]:
+        """The broker container's environment: its id, its rendered server.properties, its heap."""
+        cfg, ns = args.config, args.namespace
+        voters = ",".join(
+            f"{i}@{pod_dns_name(name, ns, f'{name}-{i}')}:{CONTROLLER_PORT}"
+            for i in range(cfg.replicas)
+        )
+        # $(POD_NAME) is expanded by the kubelet from the variable defined before it.
+        pod_host = pod_dns_name(name, ns, "$(POD_NAME)")
+        # The same three listeners in every stack; only their security protocols differ.
+        node = {
+            "process.roles": "broker,controller",
+            "listeners": listeners(CLIENT_PORT, INTERNAL_PORT, CONTROLLER_PORT),
+            "advertised.listeners": f"{CLIENT_LISTENER}://{pod_host}:{CLIENT_PORT},"
+            f"{INTERNAL_LISTENER}://{pod_host}:{INTERNAL_PORT}",
+            **broker_security_configs(args.security.client_listener, TLS_DIR),
+            "controller.quorum.voters": voters,
+            # A subdirectory: a fresh volume's root may hold lost+found, which Kafka rejects.
+            "log.dirs": f"{DATA_DIR}/logs",
+        }
+        settings = {**node, **args.broker_configs}
+        heap = heap_megabytes(cfg.memory)
+        return workload.downward_env(
+            k8s.core.v1.EnvVarArgs(name=CLUSTER_ID_VARIABLE, value=self.cluster_id),
+            NODE_ID_ENV,
+            # After POD_NAME, which the kubelet substitutes into the advertised listeners.
+            k8s.core.v1.EnvVarArgs(
+                name=SERVER_PROPERTIES_VARIABLE, value=format_properties(settings)
+            ),
+            k8s.core.v1.EnvVarArgs(name=HEAP_OPTS_VARIABLE, value=f"-Xms{heap}m -Xmx{heap}m"),
+        )
+
+    @staticmethod
+    def _bootstrap_config_map(
+        name: str,
+        args: KafkaClusterArgs,
+        component_labels: dict[str, str],
+        child: pulumi.ResourceOptions,
+    ) -> k8s.core.v1.ConfigMap | None:
+        """What the grant containers and readiness sidecars read on a secured cluster (none on
+        a PLAINTEXT one)."""
+        if args.credentials is None:
+            return None
+        readiness = args.credentials.client_access(args.readiness_user)
+        return k8s.core.v1.ConfigMap(
+            bootstrap_config_map(name),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=bootstrap_config_map(name), namespace=args.namespace, labels=component_labels
+            ),
+            data={
+                # Not in the pod template: the grant containers and the sidecars read an
+                # update without a roll.
+                BOOTSTRAP_ACLS_FILE: acl_specs.dumps(list(args.bootstrap_users)),
+                acl_grants.GRANTS_FILE: acl_grants.grant_lines(list(args.bootstrap_users)),
+                GRANT_CLIENT_FILE: bootstrap_grants.grant_client_properties(TLS_DIR),
+                READINESS_CLIENT_FILE: format_properties(readiness.properties),
+                READINESS_PREVIOUS_CLIENT_FILE: format_properties(readiness.previous_properties),
+                SCRAM_MECHANISM_FILE: args.credentials.scram_mechanism,
+            },
+            opts=child,
+        )
+
     @staticmethod
     def _pod_template(
         cfg: KafkaConfig,
@@ -333,7 +361,6 @@ class KafkaCluster(pulumi.ComponentResource):
         )
         resources = workload.guaranteed_resources(cfg.cpu, cfg.memory)
         security = workload.container_security_context()
-        broker = container_commands.kafka_broker()
         # The root is read-only: the node's server.properties and the tools' files go to /tmp.
         mounts = [k8s.core.v1.VolumeMountArgs(name="tmp", mount_path=STATE_DIR)]
         volumes = [
@@ -366,26 +393,8 @@ class KafkaCluster(pulumi.ComponentResource):
                     ),
                 ),
             ]
-            format_storage = container_commands.format_storage()
             init_containers.append(
-                k8s.core.v1.ContainerArgs(
-                    name=format_storage.name,
-                    image=cfg.image,
-                    image_pull_policy=cfg.image_pull_policy,
-                    command=list(format_storage.command),
-                    # The broker's own settings and identity: it formats what the broker runs.
-                    env=[e for e in env if e.name != HEAP_OPTS_VARIABLE],
-                    resources=resources,
-                    security_context=security,
-                    volume_mounts=[
-                        k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
-                        BOOTSTRAP_MOUNT,
-                        k8s.core.v1.VolumeMountArgs(
-                            name="users", mount_path=USERS_DIR, read_only=True
-                        ),
-                        *mounts,
-                    ],
-                )
+                KafkaCluster._format_storage_container(cfg, env, resources, security, mounts)
             )
             # A renewed certificate rolls the brokers: each reads its key store at start.
             annotations = {"stateful-streaming.io/certificate": credentials.certificate_revision}
@@ -425,56 +434,91 @@ class KafkaCluster(pulumi.ComponentResource):
                 topology_spread_constraints=spread,
                 init_containers=init_containers or None,
                 containers=[
-                    k8s.core.v1.ContainerArgs(
-                        name=broker.name,
-                        image=cfg.image,
-                        image_pull_policy=cfg.image_pull_policy,
-                        command=list(broker.command),
-                        env=env,
-                        ports=[
-                            k8s.core.v1.ContainerPortArgs(
-                                name="client", container_port=CLIENT_PORT
-                            ),
-                            k8s.core.v1.ContainerPortArgs(
-                                name="controller", container_port=CONTROLLER_PORT
-                            ),
-                        ],
-                        resources=resources,
-                        security_context=security,
-                        startup_probe=k8s.core.v1.ProbeArgs(
-                            tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=CONTROLLER_PORT),
-                            initial_delay_seconds=cfg.startup_probe.initial_delay_seconds,
-                            period_seconds=cfg.startup_probe.period_seconds,
-                            failure_threshold=cfg.startup_probe.failure_threshold,
-                        ),
-                        # Ready: an unfenced member of the cluster, in the ISR of every partition
-                        # it hosts, as the sidecar beside it judges
-                        # (`app.admin.broker_readiness`). The StatefulSet controller rolls the next
-                        # broker only then, so a roll never takes a second replica away while the
-                        # first is behind.
-                        readiness_probe=workload.http_probe(
-                            "/ready",
-                            READINESS_PORT,
-                            period_seconds=10,
-                            timeout_seconds=8,
-                            failure_threshold=3,
-                        ),
-                        liveness_probe=k8s.core.v1.ProbeArgs(
-                            tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=CONTROLLER_PORT),
-                            period_seconds=10,
-                            failure_threshold=6,
-                        ),
-                        volume_mounts=[
-                            k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
-                            *mounts,
-                            *tls_mounts,
-                        ],
+                    KafkaCluster._broker_container(
+                        cfg, env, resources, security, [*mounts, *tls_mounts]
                     ),
                     *grant,
                     KafkaCluster._readiness_sidecar(args, security, readiness_mounts),
                 ],
                 volumes=volumes,
             ),
+        )
+
+    @staticmethod
+    def _broker_container(
+        cfg: KafkaConfig,
+        env: list[k8s.core.v1.EnvVarArgs],
+        resources: k8s.core.v1.ResourceRequirementsArgs,
+        security: k8s.core.v1.SecurityContextArgs,
+        mounts: list[k8s.core.v1.VolumeMountArgs],
+    ) -> k8s.core.v1.ContainerArgs:
+        """The broker: the contract's command on the broker's image, its probes and ports."""
+        broker = container_commands.kafka_broker()
+        return k8s.core.v1.ContainerArgs(
+            name=broker.name,
+            image=cfg.image,
+            image_pull_policy=cfg.image_pull_policy,
+            command=list(broker.command),
+            env=env,
+            ports=[
+                k8s.core.v1.ContainerPortArgs(name="client", container_port=CLIENT_PORT),
+                k8s.core.v1.ContainerPortArgs(name="controller", container_port=CONTROLLER_PORT),
+            ],
+            resources=resources,
+            security_context=security,
+            startup_probe=k8s.core.v1.ProbeArgs(
+                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=CONTROLLER_PORT),
+                initial_delay_seconds=cfg.startup_probe.initial_delay_seconds,
+                period_seconds=cfg.startup_probe.period_seconds,
+                failure_threshold=cfg.startup_probe.failure_threshold,
+            ),
+            # Ready: an unfenced member of the cluster, in the ISR of every partition it hosts,
+            # as the sidecar beside it judges (`app.admin.broker_readiness`). The StatefulSet
+            # controller rolls the next broker only then, so a roll never takes a second
+            # replica away while the first is behind.
+            readiness_probe=workload.http_probe(
+                "/ready",
+                READINESS_PORT,
+                period_seconds=10,
+                timeout_seconds=8,
+                failure_threshold=3,
+            ),
+            liveness_probe=k8s.core.v1.ProbeArgs(
+                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=CONTROLLER_PORT),
+                period_seconds=10,
+                failure_threshold=6,
+            ),
+            volume_mounts=[
+                k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
+                *mounts,
+            ],
+        )
+
+    @staticmethod
+    def _format_storage_container(
+        cfg: KafkaConfig,
+        env: list[k8s.core.v1.EnvVarArgs],
+        resources: k8s.core.v1.ResourceRequirementsArgs,
+        security: k8s.core.v1.SecurityContextArgs,
+        mounts: list[k8s.core.v1.VolumeMountArgs],
+    ) -> k8s.core.v1.ContainerArgs:
+        """Formats a new volume with the bootstrap users' SCRAM credentials (secured clusters)."""
+        format_storage = container_commands.format_storage()
+        return k8s.core.v1.ContainerArgs(
+            name=format_storage.name,
+            image=cfg.image,
+            image_pull_policy=cfg.image_pull_policy,
+            command=list(format_storage.command),
+            # The broker's own settings and identity: it formats what the broker runs.
+            env=[e for e in env if e.name != HEAP_OPTS_VARIABLE],
+            resources=resources,
+            security_context=security,
+            volume_mounts=[
+                k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
+                BOOTSTRAP_MOUNT,
+                k8s.core.v1.VolumeMountArgs(name="users", mount_path=USERS_DIR, read_only=True),
+                *mounts,
+            ],
         )
 
     @staticmethod

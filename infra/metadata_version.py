@@ -31,8 +31,8 @@ from contract.kafka_security import java_scram_client_configs
 from contract.stack_pipeline import PROJECT
 from infra import workload
 from infra.kafka_credentials import KafkaCredentials
+from infra.reconciler_jobs import RECONCILER_USER, ReconcilerPod, kafka_client_only, reconciler_job
 from infra.stack_settings import KafkaConfig, StackConfigError
-from infra.topics import RECONCILER_USER, ReconcilerPod, kafka_client_only, reconciler_job
 
 # The stack output that records the finalized release (X.Y).
 DEPLOYED_OUTPUT = "kafkaMetadataVersion"

@@ -1,7 +1,5 @@
 """The pipeline's topics (and, on a secured cluster, its users and ACLs), reconciled into the
-cluster by a Job that runs `python -m app.admin.reconcile`; and the Job that ends a SCRAM
-rotation by retiring the previous revision's credentials (`python -m app.admin.scram_retire`),
-once every workload that logs in with them has rolled."""
+cluster by a Job that runs `python -m app.admin.reconcile`."""
 
 from __future__ import annotations
 
@@ -20,17 +18,17 @@ from contract.container_commands import (
     SPECS_DIR,
     SPECS_FILE,
     USERS_DIR,
-    ContainerCommand,
 )
 from contract.java_properties import format_properties
 from contract.topic_specs import GroupConfigSpec, TopicSpec, dumps
-from contract.workload_shapes import KAFKA_CLIENT_LABEL
 from infra import workload
 from infra.kafka_credentials import KafkaCredentials
-
-# The SCRAM user the Job connects as (one of `contract.acl_specs.pipeline_users`).
-RECONCILER_USER = "topic-reconciler"
-RECONCILER_UID = 10001
+from infra.reconciler_jobs import (
+    RECONCILER_USER,
+    ReconcilerPod,
+    kafka_client_only,
+    reconciler_job,
+)
 
 
 @dataclass(frozen=True)
@@ -123,135 +121,4 @@ class TopicReconciliation(pulumi.ComponentResource):
             child,
         )
         kafka_client_only(name, ns, component_labels, args.kafka_egress, child)
-        self.register_outputs({"jobName": self.job_name})
-
-
-def kafka_client_only(
-    name: str,
-    namespace: str,
-    pod_labels: dict[str, str],
-    kafka_egress: k8s.networking.v1.NetworkPolicyEgressRuleArgs,
-    opts: pulumi.ResourceOptions,
-) -> k8s.networking.v1.NetworkPolicy:
-    """A Job's pods serve nothing: no ingress at all; out, only the brokers and DNS."""
-    return workload.network_policy(
-        name, namespace, pod_labels, ingress=[], egress=[kafka_egress], opts=opts
-    )
-
-
-@dataclass(frozen=True)
-class ReconcilerPod:
-    """What a reconciler Job's metadata and container take besides what it runs and mounts."""
-
-    namespace: str
-    job_name: str
-    labels: dict[str, str]
-    image: str
-    image_pull_policy: str
-    env: Sequence[k8s.core.v1.EnvVarArgs] = ()
-    memory: str = "256Mi"
-
-
-def reconciler_job(
-    name: str,
-    pod: ReconcilerPod,
-    runs: ContainerCommand,
-    mounts: Sequence[k8s.core.v1.VolumeMountArgs],
-    volumes: Sequence[k8s.core.v1.VolumeArgs],
-    opts: pulumi.ResourceOptions,
-) -> k8s.batch.v1.Job:
-    """A Job whose one container runs `runs` (the contract's) once as the reconciler's user
-    (with the reconciler's labels, its pods fall under the same NetworkPolicy)."""
-    return k8s.batch.v1.Job(
-        name,
-        metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=pod.job_name,
-            namespace=pod.namespace,
-            labels=pod.labels,
-            annotations=workload.checkov_skips(
-                workload.image_skips([pod.image], pod.image_pull_policy)
-            ),
-        ),
-        spec=k8s.batch.v1.JobSpecArgs(
-            # Retries cover a cluster that is still electing leaders after a roll.
-            backoff_limit=6,
-            active_deadline_seconds=900,
-            template=k8s.core.v1.PodTemplateSpecArgs(
-                metadata=k8s.meta.v1.ObjectMetaArgs(labels={**pod.labels, **KAFKA_CLIENT_LABEL}),
-                spec=k8s.core.v1.PodSpecArgs(
-                    restart_policy="OnFailure",
-                    automount_service_account_token=False,
-                    security_context=workload.pod_security_context(RECONCILER_UID),
-                    containers=[
-                        k8s.core.v1.ContainerArgs(
-                            name=runs.name,
-                            image=pod.image,
-                            image_pull_policy=pod.image_pull_policy,
-                            # The contract's `args` keep the image's ENTRYPOINT (tini) as
-                            # PID 1; a tool of the Kafka image is its `command`.
-                            command=list(runs.command) or None,
-                            args=list(runs.args) or None,
-                            env=list(pod.env) or None,
-                            resources=workload.guaranteed_resources("250m", pod.memory),
-                            security_context=workload.container_security_context(),
-                            volume_mounts=list(mounts),
-                        )
-                    ],
-                    volumes=list(volumes),
-                ),
-            ),
-        ),
-        # No ttlSecondsAfterFinished: the completed Job is the record that this revision was
-        # applied; a Job deleted behind Pulumi's back would run again.
-        opts=opts,
-    )
-
-
-@dataclass(frozen=True)
-class ScramRetirementArgs:
-    """Inputs of a `ScramRetirement`."""
-
-    reconciliation: TopicReconciliation
-    credentials: KafkaCredentials
-    bootstrap_servers: str
-    namespace: str
-    image: str
-    image_pull_policy: str
-
-
-class ScramRetirement(pulumi.ComponentResource):
-    """The Job that deletes every user's SCRAM credential of the previous revision's mechanism.
-
-    The last step of a rotation: create it with `depends_on` every workload that logs in as a
-    SCRAM user (Pulumi waits for a StatefulSet's roll), so the previous passwords stop working
-    only once no running pod uses them. Named after the reconciler's Job and the mechanism it
-    retires, it runs again whenever that Job does (and then finds nothing to retire).
-    """
-
-    job_name: str
-
-    def __init__(
-        self, name: str, args: ScramRetirementArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("stateful-streaming:topics:ScramRetirement", name, None, opts)
-        reconciliation, credentials = args.reconciliation, args.credentials
-        retired = credentials.previous_scram_mechanism
-        self.job_name = workload.content_name(reconciliation.job_name, f"retire {retired}")
-        # It logs in with the new credential, which the reconciler's Job has set.
-        access = credentials.client_access(RECONCILER_USER, pinned=True)
-        files = reconciliation.specs_files
-        reconciler_job(
-            name,
-            ReconcilerPod(
-                args.namespace,
-                self.job_name,
-                reconciliation.pod_labels,
-                args.image,
-                args.image_pull_policy,
-            ),
-            container_commands.scram_retire(args.bootstrap_servers, retired),
-            [*files.mounts, *access.mounts],
-            [*files.volumes, *access.volumes],
-            pulumi.ResourceOptions(parent=self),
-        )
         self.register_outputs({"jobName": self.job_name})

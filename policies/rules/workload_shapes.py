@@ -297,7 +297,7 @@ class _Judge:
                 yield self.finding(
                     f"{where}.items",
                     f"Secret {secret}, {extra}",
-                    f"only {', '.join(sorted(source.keys))} of {role.value}",
+                    f"only {', '.join(sorted(source.keys))} of {source.role.value}",
                 )
 
     def _claims(self) -> Iterator[str]:
