@@ -46,7 +46,7 @@ are ready, never meets a cluster that refuses it. The only super users stay the 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import logging
 import os
 import socket
@@ -57,17 +57,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import sha256
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app.admin.acl_reconciler import Binding, read_bindings
 from app.clients import LOG_FORMAT, client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
+from app.clients.probe_endpoint import ProbeEndpoint
 from contract import acl_specs
 
 log = logging.getLogger(__name__)
@@ -99,10 +99,10 @@ class BrokerReadiness:
     hosted: int = 0  # partition replicas this broker hosts
     lagging: tuple[str, ...] = ()  # those whose ISR it is not in
 
-    def to_json(self) -> bytes:
+    def body(self) -> dict[str, object]:
         """The probe's answer body."""
         body = {"ready": self.ready, "reason": self.reason, "hosted": self.hosted}
-        return json.dumps({**body, "lagging": list(self.lagging)}).encode()
+        return {**body, "lagging": list(self.lagging)}
 
 
 def judge(
@@ -378,34 +378,18 @@ def serve(
     host: str,
     port: int,
     tls_target: Callable[[], tuple[str, int, str] | None] = lambda: None,
-) -> ThreadingHTTPServer:
-    """An HTTP server answering /ready, /live and /metrics (call `serve_forever()` on it)."""
+) -> ProbeEndpoint:
+    """The endpoint answering /ready, /live and /metrics (`start()` or `serve_forever()` it)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SidecarMetrics(cache, tls_target))
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/live":
-                self._answer(200, b'{"live": true}')
-            elif self.path == "/ready":
-                readiness = cache.current()
-                self._answer(200 if readiness.ready else 503, readiness.to_json())
-            elif self.path == "/metrics":
-                self._answer(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            else:
-                self._answer(404, b'{"paths": ["/ready", "/live", "/metrics"]}')
+    def ready() -> tuple[bool, Mapping[str, object]]:
+        readiness = cache.current()
+        return readiness.ready, readiness.body()
 
-        def _answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # a line per probe is noise; changes of state are logged by the cache
-
-    return ThreadingHTTPServer((host, port), Handler)
+    return ProbeEndpoint(
+        host, port, live=lambda: (True, {"live": True}), ready=ready, registry=registry
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -447,14 +431,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = serve(cache, args.host, args.port, lambda: source.tls_target)
     log.info(
         "broker readiness of node %d (%s) on :%d/ready, /metrics",
-        args.node_id, args.bootstrap_server, server.server_address[1],
+        args.node_id, args.bootstrap_server, server.port,
     )  # fmt: skip
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
     return 0
 
 

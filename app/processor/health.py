@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
-from prometheus_client import CONTENT_TYPE_LATEST
-
+from app.clients.probe_endpoint import ProbeEndpoint
 from app.processor.metrics import ProcessorMetrics
 
 log = logging.getLogger(__name__)
@@ -45,7 +40,7 @@ class ReadinessStatus:
 
 
 class HealthServer:
-    """/live, /ready and /metrics on a daemon thread.
+    """/live, /ready and /metrics on a daemon thread (`app.clients.probe_endpoint`).
 
     `heartbeat()` is called by the process's main loop; `/live` fails once the last beat is older
     than `liveness_timeout_s`. `/ready` asks `readiness` on every request.
@@ -64,31 +59,30 @@ class HealthServer:
         self.readiness = readiness
         self.liveness_timeout_s = liveness_timeout_s
         self._last_beat = time.monotonic()
-        self._server = ThreadingHTTPServer((host, port), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._endpoint = ProbeEndpoint(
+            host,
+            port,
+            live=self.liveness,
+            ready=self.ready_status,
+            registry=metrics.registry,
+            # keeps processor_ready current for every scrape
+            before_scrape=self.ready_status,
+        )
 
     @property
     def port(self) -> int:
         """The bound port (the one picked when constructed with port 0)."""
-        return int(self._server.server_address[1])
+        return self._endpoint.port
 
     def start(self) -> HealthServer:
         """Serve on a daemon thread (it never keeps the process alive)."""
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="health-server", daemon=True
-        )
-        self._thread.start()
+        self._endpoint.start()
         log.info("health endpoint on port %d: /live /ready /metrics", self.port)
         return self
 
     def stop(self) -> None:
         """Stop serving and release the port."""
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._server.server_close()
+        self._endpoint.stop()
 
     def heartbeat(self) -> None:
         """The main loop is alive; call it at least every `liveness_timeout_s`."""
@@ -131,40 +125,3 @@ class HealthServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _handler_for(health: HealthServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/live":
-                self._json(*health.liveness())
-            elif path == "/ready":
-                self._json(*health.ready_status())
-            elif path == "/metrics":
-                health.ready_status()  # keeps processor_ready current for every scrape
-                self._send(HTTPStatus.OK, CONTENT_TYPE_LATEST, health.metrics.exposition())
-            else:
-                body = {"error": f"no endpoint {path}; try /live, /ready or /metrics"}
-                self._send(HTTPStatus.NOT_FOUND, "application/json", _encode(body))
-
-        def _json(self, ok: bool, body: dict[str, object]) -> None:
-            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
-            self._send(status, "application/json", _encode(body))
-
-        def _send(self, status: HTTPStatus, content_type: str, payload: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: object) -> None:
-            # Probes hit these endpoints every few seconds: no access log.
-            pass
-
-    return Handler
-
-
-def _encode(body: Mapping[str, object]) -> bytes:
-    return json.dumps(body).encode() + b"\n"

@@ -9,7 +9,6 @@ bootstrap ACLs, the certificates' expiry) are tested in test_rendered_prod_on_se
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -96,9 +95,8 @@ def test_a_broker_that_does_not_answer_is_not_ready() -> None:
 
 
 def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) -> None:
-    server = serve(ReadinessCache(lambda: admin, NODE_ID), "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
+    server = serve(ReadinessCache(lambda: admin, NODE_ID), "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{server.port}"
     try:
         with urllib.request.urlopen(f"{base}/ready", timeout=30) as response:
             assert response.status == 200
@@ -113,15 +111,12 @@ def test_the_probe_endpoint_answers_as_the_kubelet_reads_it(admin: AdminClient) 
                 (OUT_OF_SYNC_METRIC, [0.0])
             ]
         unready = serve(ReadinessCache(lambda: admin, 7), "127.0.0.1", 0)
-        threading.Thread(target=unready.serve_forever, daemon=True).start()
-        port = unready.server_address[1]
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=30)
+        with unready, pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{unready.port}/ready", timeout=30)
         assert refused.value.code == 503  # the kubelet's "not ready"
         assert "node 7" in json.loads(refused.value.read())["reason"]
-        unready.shutdown()
     finally:
-        server.shutdown()
+        server.stop()
 
 
 def test_the_replicas_out_of_sync_are_counted_only_where_the_partitions_were_read() -> None:

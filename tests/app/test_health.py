@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import time
@@ -168,6 +169,27 @@ def test_metrics_show_every_event_with_its_labels(
         "processor_ready 1.0",
     ]:
         assert line in text.splitlines(), line
+
+
+def test_metrics_answer_openmetrics_gzipped_when_prometheus_asks_for_it(
+    server: HealthServer, metrics: ProcessorMetrics
+) -> None:
+    metrics.transaction(committed=True)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/metrics",
+        headers={
+            # What Prometheus 3 sends on a scrape.
+            "Accept": "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;q=0.4",
+            "Accept-Encoding": "gzip",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        content_type = response.headers["Content-Type"]
+        assert response.headers["Content-Encoding"] == "gzip"
+        text = gzip.decompress(response.read()).decode()
+    assert content_type.startswith("application/openmetrics-text")
+    assert 'processor_transactions_total{result="committed"} 1.0' in text.splitlines()
+    assert text.endswith("# EOF\n")
 
 
 def test_revoked_partitions_leave_the_assignment_and_drop_their_lag(
