@@ -14,7 +14,7 @@ if _ROOT not in sys.path:
 import pulumi
 
 from contract.acl_specs import BROKER_READINESS_USER
-from infra import cluster_identity, deployed_stack, stateful_volumes
+from infra import cluster_identity, deployed_stack, preflight, stateful_volumes
 from infra.alert_rules import AlertRules, AlertRulesArgs
 from infra.config import load_stack_config
 from infra.kafka_cluster import KafkaCluster, KafkaClusterArgs, broker_dns_names
@@ -33,7 +33,8 @@ check_provider_settings()
 # What the last `pulumi up` left (its outputs): some changes are safe only as a step from it.
 deployed = deployed_stack.deployed_outputs()
 deployed_volumes = deployed_stack.deployed_output(deployed, stateful_volumes.DEPLOYED_OUTPUT)
-namespace = restricted_namespace(config, deployed)
+# Every resource waits for the namespace, and the namespace for the pre-flight refusals.
+namespace = restricted_namespace(config, after=preflight.passed(config, deployed))
 in_namespace = pulumi.ResourceOptions(depends_on=[namespace])
 
 # TLS and one SCRAM user per workload, unless the stack runs PLAINTEXT (security.clientListener).
