@@ -4,10 +4,11 @@
         --keys 100 --skew 1.1 [--count N | --duration S] [--malformed-ratio 0.0] \\
         [--aggregation-class module.Class] [--summary-json FILE] [--command-config FILE]
 
-The pipeline's aggregation (`aggregation.class`, the processor's default unless named) makes the
-records: `key_name` the keys, `generate_value` the values. Each record's Kafka timestamp (event
+The input sample written beside the pipeline's aggregation (`aggregation.class`, the processor's
+default unless named; `app.processor.input_sample`) makes the records: `key_name` the keys,
+`generate_value` the values. Each record's Kafka timestamp (event
 time) is its creation time. A `--malformed-ratio` share of the records breaks the input contract
-on purpose (the aggregation's `malformed_values`, rotating through the dead-letter reasons), so
+on purpose (the sample's `malformed_values`, rotating through the dead-letter reasons), so
 the dead-letter path gets exercised.
 
 The rate is a token bucket refilled continuously (capacity: 10 ms of tokens), so the load is
@@ -44,6 +45,7 @@ from app.admin.reconcile import librdkafka_logger
 from app.clients import client_properties
 from app.devkit.truth import Truth
 from app.processor.aggregation import Aggregation, load_aggregation
+from app.processor.input_sample import input_sample_for
 from contract.processor_keys import DEFAULTS
 from contract.topic_specs import PipelineNames
 
@@ -192,6 +194,7 @@ class LoadGenerator:
         self.settings = settings
         truth = truth or Truth(load_aggregation(DEFAULT_AGGREGATION))
         self.aggregation: Aggregation = truth.aggregation
+        self.sample = input_sample_for(self.aggregation)
         self.summary = ProducedSummary(settings.topic, truth)
         self._producer = Producer(
             {
@@ -203,7 +206,7 @@ class LoadGenerator:
             }
         )
         self._random = random.Random(settings.seed)
-        self._keys = [self.aggregation.key_name(i) for i in range(settings.keys)]
+        self._keys = [self.sample.key_name(i) for i in range(settings.keys)]
         self._cumulative = list(itertools.accumulate(zipf_weights(settings.keys, settings.skew)))
         self._malformed_kinds = itertools.cycle(self._malformed_reasons())
         self._progress = progress
@@ -261,8 +264,8 @@ class LoadGenerator:
         if not self.settings.malformed_ratio:
             return []
         key = self._keys[0]
-        examples = self.aggregation.malformed_values(key)
-        name = type(self.aggregation).__name__
+        examples = self.sample.malformed_values(key)
+        name = type(self.sample).__name__
         if not examples:
             raise ValueError(
                 f"malformed_ratio={self.settings.malformed_ratio}: {name}.malformed_values() "
@@ -272,8 +275,9 @@ class LoadGenerator:
             found = self.aggregation.fold(None, key.encode("utf-8"), value)
             if found != reason:
                 raise ValueError(
-                    f"{name}.malformed_values()[{reason!r}] = {value!r}: its fold gives "
-                    f"{found!r}, not {reason!r}; return a value that breaks the contract that way"
+                    f"{name}.malformed_values()[{reason!r}] = {value!r}: the aggregation's "
+                    f"fold gives {found!r}, not {reason!r}; return a value that breaks the "
+                    "contract that way"
                 )
         return sorted(examples)
 
@@ -281,9 +285,9 @@ class LoadGenerator:
         (key,) = self._random.choices(self._keys, cum_weights=self._cumulative)
         now_ms = int(time.time() * 1000)
         if self.settings.malformed_ratio and self._random.random() < self.settings.malformed_ratio:
-            value = self.aggregation.malformed_values(key)[next(self._malformed_kinds)]
+            value = self.sample.malformed_values(key)[next(self._malformed_kinds)]
         else:
-            value = self.aggregation.generate_value(key, self._random, now_ms)
+            value = self.sample.generate_value(key, self._random, now_ms)
         while True:
             try:
                 self._producer.produce(

@@ -14,6 +14,7 @@ import orjson
 
 from app.pipelines.json_input import REASONS, json_object
 from app.processor.aggregation import Aggregation
+from app.processor.input_sample import InputSample
 
 USERS = 1_000  # the load generator's distinct users
 
@@ -64,6 +65,12 @@ class DistinctUsers(Aggregation[set[str], set[str]]):
     def output_value(self, state: set[str]) -> bytes:
         """How many users, a decimal."""
         return str(len(state)).encode("ascii")
+
+
+class ProductVisits(InputSample):
+    """Product events by `USERS` users, and the contract broken three ways."""
+
+    aggregation = DistinctUsers
 
     def key_name(self, index: int) -> str:
         """A product id."""

@@ -19,6 +19,7 @@ import orjson
 
 from app.pipelines.json_input import REASONS
 from app.processor.aggregation import Total
+from app.processor.input_sample import InputSample
 
 USERS = 10_000  # the load generator's distinct users
 
@@ -65,6 +66,12 @@ class PageViewCount(Total):
         ):
             return "page-mismatch"
         return 1 if partial is None else partial + 1
+
+
+class PageViews(InputSample):
+    """Page views by `USERS` users, and the contract broken three ways."""
+
+    aggregation = PageViewCount
 
     def key_name(self, index: int) -> str:
         """A page path."""

@@ -13,6 +13,7 @@ import orjson
 
 from app.pipelines.json_input import REASONS, json_object
 from app.processor.aggregation import Total
+from app.processor.input_sample import InputSample
 
 
 class ProductRevenue(Total):
@@ -32,6 +33,12 @@ class ProductRevenue(Total):
         if type(amount) is not int:  # bool is an int subclass; a float is no cent count
             return "invalid-amount"
         return amount if partial is None else partial + amount
+
+
+class Orders(InputSample):
+    """Orders and refunds, and the contract broken three ways."""
+
+    aggregation = ProductRevenue
 
     def key_name(self, index: int) -> str:
         """A product id."""

@@ -17,10 +17,10 @@ Per key (the record key, as the input topic partitions by it):
   it: a state richer than what is published (a set of users) restores whole.
 - `output_value` is what the output topic gets for the key's new state.
 
-For the dev kit (never called by the processor): `key_name` and `generate_value` make the load
-generator's records, `malformed_values` its records that break the contract on purpose. The
-local run's check and the benchmarks take their truth from this class too, by folding every
-record the broker acknowledged (`app/devkit/truth.py`).
+Its records live apart, in an `InputSample` beside it (`app.processor.input_sample`): the load
+generator, the tests and the class archive's training run make them; the processor never loads
+it. The local run's check and the benchmarks take their truth from the aggregation itself, by
+folding every record the broker acknowledged (`app/devkit/truth.py`).
 
 Re-keying is not part of the interface: a key's state lives in its input partition, so an
 aggregation by another key than the input's needs a repartition step in front of the processor
@@ -30,7 +30,6 @@ aggregation by another key than the input's needs a repartition step in front of
 from __future__ import annotations
 
 import importlib
-import random
 from abc import ABC, abstractmethod
 from typing import ClassVar, Generic, TypeVar
 
@@ -74,25 +73,10 @@ class Aggregation(ABC, Generic[P, S]):
     def output_value(self, state: S) -> bytes:
         """What the output topic gets for the key's new state."""
 
-    def key_name(self, index: int) -> str:
-        """The key of the load generator's key number `index` (0: the most frequent)."""
-        return f"key-{index:04d}"
-
-    @abstractmethod
-    def generate_value(self, key: str, rng: random.Random, ts_ms: int) -> bytes:
-        """A valid input value for `key`, created at `ts_ms` (epoch ms): the load generator's
-        records and the class archive's training row. Draw every random choice from `rng`."""
-
-    def malformed_values(self, key: str) -> dict[str, bytes | None]:
-        """Values for `key` that break the input contract, by the dead-letter reason `fold`
-        gives each: the load generator's `--malformed-ratio` rotates through them."""
-        return {}
-
 
 class Total(Aggregation[int, int]):
     """An integer total per key (a count, a sum): partials and states are ints, and the changelog
-    and the output both get the total as a UTF-8 decimal. A subclass writes `fold` and
-    `generate_value`."""
+    and the output both get the total as a UTF-8 decimal. A subclass writes `fold`."""
 
     def encode_partial(self, partial: int) -> bytes:
         """A decimal."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from app.clients.waiting import poll_until
 from app.processor.aggregation import Aggregation, load_aggregation
 from app.processor.class_archive import default_path
+from app.processor.input_sample import input_sample_for
 from app.processor.kafka_source import SCHEMA
 from app.processor.keyed_state import aggregate
 from app.processor.pipeline import spark_session
@@ -60,14 +61,15 @@ TRAINING_COLUMNS = {
 
 def training_columns(aggregation: Aggregation) -> dict[str, str]:
     """`TRAINING_COLUMNS` with the value every input row carries: the partial the aggregation
-    folds from a generated record (a fork's new aggregation is trained on its own data)."""
-    key = aggregation.key_name(0)
+    folds from a record of its sample (a fork's new aggregation is trained on its own data)."""
+    sample = input_sample_for(aggregation)
+    key = sample.key_name(0)
     partial = aggregation.fold(
-        None, key.encode("utf-8"), aggregation.generate_value(key, random.Random(0), 0)
+        None, key.encode("utf-8"), sample.generate_value(key, random.Random(0), 0)
     )
     if isinstance(partial, str):
         raise ValueError(
-            f"{type(aggregation).__name__}.generate_value() breaks its own input contract "
+            f"{type(sample).__name__}.generate_value() breaks its aggregation's input contract "
             f"({partial}): return a value its fold accepts"
         )
     return {**TRAINING_COLUMNS, "value": f"unhex('{aggregation.encode_partial(partial).hex()}')"}

@@ -20,11 +20,12 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.clients.kafka_retry import FIRST_ASK_S, Retrying
-from app.pipelines.page_view_count import PageViewCount
+from app.pipelines.page_view_count import PageViewCount, PageViews
 from app.processor.combine import INPUT, RESTORE
 from app.processor.kafka_source import KafkaRange, read_ranges
 
 AGGREGATION = PageViewCount()
+SAMPLE = PageViews()
 TIMEOUT_S = 60.0
 Record = tuple[int, bytes, bytes]  # offset, key, value
 
@@ -43,7 +44,7 @@ def topics(kafka_bootstrap: str) -> Iterator[tuple[str, str]]:
     for batch in range(12):
         producer.begin_transaction()
         for i in range(90):
-            key = AGGREGATION.key_name((batch * 7 + i) % 150).encode()
+            key = SAMPLE.key_name((batch * 7 + i) % 150).encode()
             value = AGGREGATION.changelog_value(batch)  # a count's state: the count
             producer.produce(changelog, key=key, value=value, partition=i % 3)
         if batch == 5:
@@ -54,8 +55,8 @@ def topics(kafka_bootstrap: str) -> Iterator[tuple[str, str]]:
     plain = Producer({"bootstrap.servers": kafka_bootstrap})
     rng = random.Random(5)
     for i in range(3000):
-        page = AGGREGATION.key_name(i % 40)
-        value = AGGREGATION.generate_value(page, rng, 1_700_000_000_000 + i)
+        page = SAMPLE.key_name(i % 40)
+        value = SAMPLE.generate_value(page, rng, 1_700_000_000_000 + i)
         plain.produce(input_topic, key=page.encode(), value=value, partition=i % 2)
     assert plain.flush(TIMEOUT_S) == 0
     yield changelog, input_topic
@@ -173,7 +174,7 @@ def test_a_restore_reads_from_each_partitions_log_start_after_deleted_records(
     admin.create_topics([NewTopic(topic, 3, 3)], operation_timeout=30)[topic].result()
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(300):
-        key = AGGREGATION.key_name(i % 25).encode()
+        key = SAMPLE.key_name(i % 25).encode()
         producer.produce(topic, key=key, value=AGGREGATION.changelog_value(i), partition=i % 3)
     assert producer.flush(TIMEOUT_S) == 0
     deleted = {0: 40, 1: 100}  # partition 1: every record (100 a partition)

@@ -3,8 +3,6 @@ to the stored keys, with the restore and stale-state rules of DESIGN.md, "Restor
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from pyspark.sql import Row
 
@@ -38,9 +36,6 @@ class Appended(Aggregation[bytes, bytes]):
 
     def output_value(self, state: bytes) -> bytes:
         return b"o:" + state
-
-    def generate_value(self, key: str, rng: random.Random, ts_ms: int) -> bytes:
-        return b"x"
 
 
 def row(kind: str, key: bytes, value: bytes, offset: int, epoch: int = EPOCH, **extra: int) -> Row:

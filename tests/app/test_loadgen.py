@@ -28,8 +28,8 @@ from app.devkit.loadgen import (
     zipf_weights,
 )
 from app.devkit.truth import Truth
-from app.pipelines.page_view_count import PageViewCount
-from app.pipelines.product_revenue import ProductRevenue
+from app.pipelines.page_view_count import PageViews
+from app.pipelines.product_revenue import Orders, ProductRevenue
 from tests.app.processor_harness import REPO
 
 PARTITIONS = 3
@@ -104,7 +104,7 @@ def test_another_pipelines_aggregation_makes_the_records_and_the_truth(
     totals: Counter[str] = Counter()
     for message in read_all(kafka_bootstrap, topic, 200):
         product = message.key().decode()
-        assert product in {revenue.key_name(i) for i in range(5)}
+        assert product in {Orders().key_name(i) for i in range(5)}
         totals[product] += json.loads(message.value())["amount_cents"]
     assert summary.truth.expected() == {p: str(t).encode() for p, t in totals.items()}
 
@@ -113,7 +113,7 @@ def test_pages_are_skewed_like_zipf(kafka_bootstrap: str, topic: str) -> None:
     summary = generate(kafka_bootstrap, topic, keys=20, skew=1.1, count=1000, seed=3)
     weights = zipf_weights(20, 1.1)
     expected_top = weights[0] / sum(weights) * 1000
-    first = PageViewCount().key_name(0)
+    first = PageViews().key_name(0)
     top = summary.per_key[first]
     assert summary.per_key.most_common(1)[0][0] == first
     assert abs(top - expected_top) < 0.2 * expected_top
@@ -127,7 +127,7 @@ def test_malformed_share_breaks_the_contract_in_each_named_way(
     summary = generate(kafka_bootstrap, topic, keys=5, count=400, malformed_ratio=0.25, seed=5)
     messages = read_all(kafka_bootstrap, topic, 400)
     assert len(messages) == summary.total == 400
-    assert set(summary.malformed) == set(PageViewCount().malformed_values("/p"))
+    assert set(summary.malformed) == set(PageViews().malformed_values("/p"))
     assert 60 <= sum(summary.malformed.values()) <= 140
     seen: Counter[str] = Counter()
     for message in messages:

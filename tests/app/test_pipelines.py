@@ -1,9 +1,9 @@
 """The repository's aggregations keep the promises the machinery relies on: a fold of a range in
 one piece or in two gives the same state, the changelog value restores the state whole, the
-generated records keep the input contract, and every dead-letter reason is documented.
+records of its input sample keep the input contract, and every dead-letter reason is documented.
 
 Every aggregation of `app/pipelines/` is checked, found by its module: a fork's new one is, with
-nothing to add here (its records come from its own `generate_value`, as the load's do)."""
+nothing to add here (its records come from the `InputSample` beside it, as the load's do)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 
 import app.pipelines
 from app.pipelines.distinct_users import DistinctUsers
-from app.processor.aggregation import Aggregation, load_aggregation
+from app.processor.aggregation import Aggregation, Total, load_aggregation
+from app.processor.input_sample import input_sample_for
 from contract.processor_keys import DEFAULTS
 
 
@@ -39,10 +40,10 @@ MALFORMED = [(None, b"{}"), (b"", b"{}"), (b"\xff", b"{}"), (b"k", None), (b"k",
 def _records(aggregation: Aggregation, n: int) -> list[tuple[bytes, bytes]]:
     """`n` records of one key, as the load generator makes them."""
     rnd = random.Random(3)
-    key = aggregation.key_name(0)
+    sample = input_sample_for(aggregation)
+    key = sample.key_name(0)
     return [
-        (key.encode(), aggregation.generate_value(key, rnd, 1_700_000_000_000 + i))
-        for i in range(n)
+        (key.encode(), sample.generate_value(key, rnd, 1_700_000_000_000 + i)) for i in range(n)
     ]
 
 
@@ -83,12 +84,13 @@ def test_the_generated_records_keep_the_input_contract_and_the_malformed_ones_br
     aggregation: Aggregation,
 ) -> None:
     rnd = random.Random(1)
+    sample = input_sample_for(aggregation)
     for index in range(20):
-        key = aggregation.key_name(index)
-        value = aggregation.generate_value(key, rnd, 1_700_000_000_000)
+        key = sample.key_name(index)
+        value = sample.generate_value(key, rnd, 1_700_000_000_000)
         assert not isinstance(aggregation.fold(None, key.encode(), value), str), (key, value)
-        malformed = aggregation.malformed_values(key)
-        assert malformed, f"{type(aggregation).__name__} gives no malformed records"
+        malformed = sample.malformed_values(key)
+        assert malformed, f"{type(sample).__name__} gives no malformed records"
         for reason, bad in malformed.items():
             assert aggregation.fold(None, key.encode(), bad) == reason, (key, bad)
             assert reason in aggregation.reasons
@@ -113,3 +115,19 @@ def test_aggregation_class_names_a_subclass_or_fails_naming_it() -> None:
     for wrong in ("app.pipelines.nope.Nope", "json.JSONDecoder", "nodots"):
         with pytest.raises(ValueError, match=f"aggregation.class='{wrong}'"):
             load_aggregation(wrong)
+
+
+def test_an_aggregation_without_an_input_sample_is_refused_with_what_to_write() -> None:
+    class Unsampled(DistinctUsers):
+        pass
+
+    # A subclass finds the sample of the class it extends...
+    assert type(input_sample_for(Unsampled())).aggregation is DistinctUsers
+
+    class Bare(Total):
+        def fold(self, partial: int | None, key: bytes | None, value: bytes | None) -> int:
+            return (partial or 0) + 1
+
+    # ...and one with none says where it goes and what it names.
+    with pytest.raises(LookupError, match=r"no InputSample for Bare: write one beside it"):
+        input_sample_for(Bare())

@@ -9,7 +9,7 @@
 The pipeline is the stack's (`Pulumi.<stack>.yaml`, dev by default): its application id, its
 topics and its `aggregation.class`, as `pulumi up` would deploy them; `--aggregation-class`
 overrides the aggregation. `--malformed-ratio` sends that fraction of the load as the
-aggregation's malformed records (`Aggregation.malformed_values`): the dead-letter topic gets
+aggregation's malformed records (`InputSample.malformed_values`): the dead-letter topic gets
 them with their reasons, and the final check counts them.
 
 Starts a local Apache Kafka of 3 KRaft nodes (`app.devkit.kraft_cluster`; or uses
@@ -52,6 +52,7 @@ from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
 from app.devkit.local.progress import Sample, format_progress, now
 from app.devkit.local.roll import CatchUpWait, LocalController
 from app.devkit.truth import check_output
+from app.processor.input_sample import input_sample_for
 from contract.processor_keys import (
     DEFAULTS,
     MEMBERSHIP_HANDOFF,
@@ -315,7 +316,8 @@ def run(args: argparse.Namespace, began: float) -> int:
             "Spark, the group, a first batch. Ctrl-C stops.",
             flush=True,
         )
-        busiest = [pipeline.aggregation.key_name(i) for i in range(min(3, args.keys))]
+        keys = input_sample_for(pipeline.aggregation)
+        busiest = [keys.key_name(i) for i in range(min(3, args.keys))]
         started = now()
         first_counts: float | None = None
         previous: Sample | None = None
