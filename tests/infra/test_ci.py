@@ -4,6 +4,7 @@ kind deployment the README's, and each dependency update aimed at a value that e
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -97,15 +98,22 @@ RENOVATE = json.loads((REPO / "renovate.json").read_text())
 MANAGERS = RENOVATE["customManagers"]
 
 
+@functools.cache
+def _tracked_files() -> tuple[str, ...]:
+    """The files Renovate sees: the repository's, not a checkout's environments."""
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    return tuple(listed.splitlines())
+
+
 def _matches(manager: dict[str, Any]) -> list[re.Match[str]]:
     """Where a custom manager's patterns match in the files it names."""
     files = [
-        path
+        REPO / path
         for pattern in manager["managerFilePatterns"]
-        for path in REPO.rglob("*")
-        if path.is_file()
-        and ".venv" not in path.parts
-        and re.search(pattern.strip("/"), path.relative_to(REPO).as_posix())
+        for path in _tracked_files()
+        if re.search(pattern.strip("/"), path)
     ]
     return [
         match

@@ -338,8 +338,8 @@ def _wait_steady(tail: OutputTail, params: NodeParams) -> float:
         if not live:
             since[0] = None
             return None
-        since[0] = since[0] or time.time()
-        return time.time() if time.time() - since[0] >= STEADY_S else None
+        began = since[0] = since[0] or time.time()
+        return time.time() if time.time() - began >= STEADY_S else None
 
     found = poll_until(
         steady,
