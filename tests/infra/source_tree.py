@@ -10,17 +10,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def copy_source_tree(destination: Path) -> Path:
-    """Copy the tracked and the new files (not the ignored ones), as the working tree has them
-    (uncommitted edits included), to `destination`; a tracked file deleted in the working tree
-    is left out."""
+def source_files() -> list[str]:
+    """The tracked and the new files (not the ignored ones: no environment, no build), as paths
+    relative to the repository."""
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         cwd=REPO,
         check=True,
         capture_output=True,
     ).stdout.split(b"\0")
-    for name in filter(None, (item.decode() for item in listed)):
+    return [item.decode() for item in listed if item]
+
+
+def copy_source_tree(destination: Path) -> Path:
+    """Copy the source files as the working tree has them (uncommitted edits included) to
+    `destination`; a tracked file deleted in the working tree is left out."""
+    for name in source_files():
         source = REPO / name
         if source.is_file():
             target = destination / name

@@ -4,7 +4,6 @@ kind deployment the README's, and each dependency update aimed at a value that e
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import subprocess
@@ -16,6 +15,7 @@ import yaml
 
 from cluster.go_tools import BIN as GO_TOOLS_BIN
 from infra.presets import PRESETS
+from tests.infra.source_tree import source_files
 
 REPO = Path(__file__).resolve().parents[2]
 ACTIONLINT = GO_TOOLS_BIN / "actionlint"
@@ -96,15 +96,8 @@ def _java_regex(pattern: str) -> re.Pattern[str]:
 
 RENOVATE = json.loads((REPO / "renovate.json").read_text())
 MANAGERS = RENOVATE["customManagers"]
-
-
-@functools.cache
-def _tracked_files() -> tuple[str, ...]:
-    """The files Renovate sees: the repository's, not a checkout's environments."""
-    listed = subprocess.run(
-        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout
-    return tuple(listed.splitlines())
+# What Renovate sees: the repository's files, not a checkout's environments.
+SOURCE_FILES = source_files()
 
 
 def _matches(manager: dict[str, Any]) -> list[re.Match[str]]:
@@ -112,7 +105,7 @@ def _matches(manager: dict[str, Any]) -> list[re.Match[str]]:
     files = [
         REPO / path
         for pattern in manager["managerFilePatterns"]
-        for path in _tracked_files()
+        for path in SOURCE_FILES
         if re.search(pattern.strip("/"), path)
     ]
     return [
