@@ -3,13 +3,13 @@ and the files it acts on, for the Pulumi program and the policy pack alike.
 
 A container runs with its pod's credentials (the brokers' key, a user's password), so what it
 runs must be exactly what review judged. The program renders every container from the
-functions here (`infra/kafka_cluster.py`, `infra/processor.py`, `infra/reconciler_jobs.py`), and the
-pack's `container-commands` rule renders each again from the same inputs, read from the stack
-it reviews (the brokers' listeners, the Kafka cluster's address, the credentials revision's
-SCRAM mechanism), and refuses any difference: a line added to a script, another module, an
-exec probe or a lifecycle hook the contract does not declare, a `$(NAME)` the kubelet would
-substitute, a file acted on that is not a ConfigMap of the stack, or a container it does not
-know. Change what a container runs here, never in a manifest.
+functions here (`infra/broker_containers.py`, `infra/processor.py`, `infra/reconciler_jobs.py`),
+and the pack's `container-commands` rule renders each again from the same inputs, read from the
+stack it reviews (the brokers' listeners, the Kafka cluster's address, the credentials
+revision's SCRAM mechanism), and refuses any difference: a line added to a script, another
+module, an exec probe or a lifecycle hook the contract does not declare, a `$(NAME)` the kubelet
+would substitute, a file acted on that is not a ConfigMap of the stack, or a container it does
+not know. Change what a container runs here, never in a manifest.
 
 No container depends on an image's own start scripts: the broker, its format step and Kafka's
 tools run as `java -cp '/opt/kafka/libs/*' <main class>`, the command Kafka's `bin/` scripts

@@ -8,8 +8,9 @@ On a secured cluster each broker pod runs three containers: the broker; `grant-a
 broker's image with the broker's certificate, which grants the bootstrap ACLs
 (`infra/bootstrap_grants.py`); and the readiness sidecar on the processor's image
 (`app.admin.broker_readiness`), which connects as its own describe-only SCRAM user and never sees
-the broker's key. What each container runs, and the folders and files its command names, are
-`contract.container_commands`' (the pack renders them again and compares).
+the broker's key (the containers: `infra/broker_containers.py`). What each container runs, and
+the folders and files its command names, are `contract.container_commands`' (the pack renders
+them again and compares).
 """
 
 from __future__ import annotations
@@ -26,12 +27,10 @@ from contract import acl_grants, acl_specs, container_commands
 from contract.acl_specs import KafkaUser
 from contract.container_commands import (
     BOOTSTRAP_ACLS_FILE,
-    BOOTSTRAP_DIR,
     CLUSTER_ID_VARIABLE,
     DATA_DIR,
     GRANT_CLIENT_FILE,
     HEAP_OPTS_VARIABLE,
-    NODE_ID_VARIABLE,
     READINESS_CLIENT_FILE,
     READINESS_PORT,
     READINESS_PREVIOUS_CLIENT_FILE,
@@ -54,32 +53,15 @@ from contract.workload_shapes import (
     KAFKA_CLIENT_LABEL,
     TLS_DIR,
 )
-from infra import bootstrap_grants, cluster_identity, stateful_volumes, workload
+from infra import bootstrap_grants, broker_containers, cluster_identity, stateful_volumes, workload
 from infra.kafka_credentials import KafkaCredentials
 from infra.stack_settings import KafkaConfig, SecurityConfig, quantity
 
 # A restarted broker is ready once back in every ISR: the roll's budget per broker allows this
 # long for its replicas to catch up with what was written while it was down.
 CATCH_UP_SECONDS = 300
-# The bootstrap ConfigMap at `BOOTSTRAP_DIR`, read by the format step, the grant container and
-# the readiness sidecar alike.
-BOOTSTRAP_MOUNT = k8s.core.v1.VolumeMountArgs(
-    name="bootstrap", mount_path=BOOTSTRAP_DIR, read_only=True
-)
 # The image runs as uid 1000 (appuser); its files are world-readable, so any non-root uid works.
 KAFKA_UID = 10001
-
-
-# The pod's ordinal, set by the StatefulSet controller (beta 1.28, GA 1.32): node N is always
-# pod kafka-N, so the voters list needs no script to derive it.
-NODE_ID_ENV = k8s.core.v1.EnvVarArgs(
-    name=NODE_ID_VARIABLE,
-    value_from=k8s.core.v1.EnvVarSourceArgs(
-        field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
-            field_path="metadata.labels['apps.kubernetes.io/pod-index']"
-        )
-    ),
-)
 
 
 def pod_dns_name(name: str, namespace: str, pod: str) -> str:
@@ -309,7 +291,7 @@ class KafkaCluster(pulumi.ComponentResource):
         heap = heap_megabytes(cfg.memory)
         return workload.downward_env(
             k8s.core.v1.EnvVarArgs(name=CLUSTER_ID_VARIABLE, value=self.cluster_id),
-            NODE_ID_ENV,
+            broker_containers.NODE_ID_ENV,
             # After POD_NAME, which the kubelet substitutes into the advertised listeners.
             k8s.core.v1.EnvVarArgs(
                 name=SERVER_PROPERTIES_VARIABLE, value=format_properties(settings)
@@ -385,7 +367,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 ),
                 credentials.users_volume("users"),
                 k8s.core.v1.VolumeArgs(
-                    name=BOOTSTRAP_MOUNT.name,
+                    name=broker_containers.BOOTSTRAP_MOUNT.name,
                     # By its name, not its output: no replacement of the ConfigMap can reach
                     # the StatefulSet's spec (`opts.depends_on` keeps the order).
                     config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
@@ -394,7 +376,7 @@ class KafkaCluster(pulumi.ComponentResource):
                 ),
             ]
             init_containers.append(
-                KafkaCluster._format_storage_container(cfg, env, resources, security, mounts)
+                broker_containers.format_storage(cfg, env, resources, security, mounts)
             )
             # A renewed certificate rolls the brokers: each reads its key store at start.
             annotations = {"stateful-streaming.io/certificate": credentials.certificate_revision}
@@ -408,13 +390,13 @@ class KafkaCluster(pulumi.ComponentResource):
             bootstrap_users = k8s.core.v1.VolumeMountArgs(
                 name="bootstrap-users", mount_path=USERS_DIR, read_only=True
             )
-            grant = [KafkaCluster._grant_container(cfg, [*tls_mounts, *mounts, bootstrap_users])]
+            grant = [broker_containers.grant_acls(cfg, [*tls_mounts, *mounts, bootstrap_users])]
             # The readiness user's password and the CA, never the broker's key. No revision
             # annotation: the sidecar reads a new password itself, and a roll of the brokers
             # waiting on a credential only the reconciler (after the roll) sets would never end.
             readiness = credentials.client_access(args.readiness_user)
             volumes += readiness.volumes
-            readiness_mounts = [*readiness.mounts, BOOTSTRAP_MOUNT]
+            readiness_mounts = [*readiness.mounts, broker_containers.BOOTSTRAP_MOUNT]
         if args.metrics_scrape == "annotations":
             annotations.update(workload.scrape_annotations(READINESS_PORT))
         return k8s.core.v1.PodTemplateSpecArgs(
@@ -434,172 +416,16 @@ class KafkaCluster(pulumi.ComponentResource):
                 topology_spread_constraints=spread,
                 init_containers=init_containers or None,
                 containers=[
-                    KafkaCluster._broker_container(
-                        cfg, env, resources, security, [*mounts, *tls_mounts]
-                    ),
+                    broker_containers.broker(cfg, env, resources, security, [*mounts, *tls_mounts]),
                     *grant,
-                    KafkaCluster._readiness_sidecar(args, security, readiness_mounts),
+                    broker_containers.readiness_sidecar(
+                        args.readiness_image,
+                        args.readiness_image_pull_policy,
+                        security,
+                        readiness_mounts,
+                    ),
                 ],
                 volumes=volumes,
-            ),
-        )
-
-    @staticmethod
-    def _broker_container(
-        cfg: KafkaConfig,
-        env: list[k8s.core.v1.EnvVarArgs],
-        resources: k8s.core.v1.ResourceRequirementsArgs,
-        security: k8s.core.v1.SecurityContextArgs,
-        mounts: list[k8s.core.v1.VolumeMountArgs],
-    ) -> k8s.core.v1.ContainerArgs:
-        """The broker: the contract's command on the broker's image, its probes and ports."""
-        broker = container_commands.kafka_broker()
-        return k8s.core.v1.ContainerArgs(
-            name=broker.name,
-            image=cfg.image,
-            image_pull_policy=cfg.image_pull_policy,
-            command=list(broker.command),
-            env=env,
-            ports=[
-                k8s.core.v1.ContainerPortArgs(name="client", container_port=CLIENT_PORT),
-                k8s.core.v1.ContainerPortArgs(name="controller", container_port=CONTROLLER_PORT),
-            ],
-            resources=resources,
-            security_context=security,
-            startup_probe=k8s.core.v1.ProbeArgs(
-                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=CONTROLLER_PORT),
-                initial_delay_seconds=cfg.startup_probe.initial_delay_seconds,
-                period_seconds=cfg.startup_probe.period_seconds,
-                failure_threshold=cfg.startup_probe.failure_threshold,
-            ),
-            # Ready: an unfenced member of the cluster, in the ISR of every partition it hosts,
-            # as the sidecar beside it judges (`app.admin.broker_readiness`). The StatefulSet
-            # controller rolls the next broker only then, so a roll never takes a second
-            # replica away while the first is behind.
-            readiness_probe=workload.http_probe(
-                "/ready",
-                READINESS_PORT,
-                period_seconds=10,
-                timeout_seconds=8,
-                failure_threshold=3,
-            ),
-            liveness_probe=k8s.core.v1.ProbeArgs(
-                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=CONTROLLER_PORT),
-                period_seconds=10,
-                failure_threshold=6,
-            ),
-            volume_mounts=[
-                k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
-                *mounts,
-            ],
-        )
-
-    @staticmethod
-    def _format_storage_container(
-        cfg: KafkaConfig,
-        env: list[k8s.core.v1.EnvVarArgs],
-        resources: k8s.core.v1.ResourceRequirementsArgs,
-        security: k8s.core.v1.SecurityContextArgs,
-        mounts: list[k8s.core.v1.VolumeMountArgs],
-    ) -> k8s.core.v1.ContainerArgs:
-        """Formats a new volume with the bootstrap users' SCRAM credentials (secured clusters)."""
-        format_storage = container_commands.format_storage()
-        return k8s.core.v1.ContainerArgs(
-            name=format_storage.name,
-            image=cfg.image,
-            image_pull_policy=cfg.image_pull_policy,
-            command=list(format_storage.command),
-            # The broker's own settings and identity: it formats what the broker runs.
-            env=[e for e in env if e.name != HEAP_OPTS_VARIABLE],
-            resources=resources,
-            security_context=security,
-            volume_mounts=[
-                k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
-                BOOTSTRAP_MOUNT,
-                k8s.core.v1.VolumeMountArgs(name="users", mount_path=USERS_DIR, read_only=True),
-                *mounts,
-            ],
-        )
-
-    @staticmethod
-    def _readiness_sidecar(
-        args: KafkaClusterArgs,
-        security: k8s.core.v1.SecurityContextArgs,
-        mounts: list[k8s.core.v1.VolumeMountArgs],
-    ) -> k8s.core.v1.ContainerArgs:
-        """`app.admin.broker_readiness` beside the broker: one admin client, no JVM per probe.
-
-        On a secured cluster (`mounts`: its user's Secret, the CA and the bootstrap ConfigMap)
-        it connects to the broker's CLIENT listener as the readiness user, who may only
-        DESCRIBE: a compromised processor image gets no more than an observer. It answers
-        ready only once the bootstrap ACLs exist (DescribeAcls), so the reconciler Job (which
-        Pulumi starts once every broker is ready) is never refused on a new cluster, and it
-        serves the certificates' expiry on /metrics.
-        """
-        runs = container_commands.broker_readiness(CLIENT_PORT, secured=bool(mounts))
-        return k8s.core.v1.ContainerArgs(
-            name=runs.name,
-            image=args.readiness_image,
-            image_pull_policy=args.readiness_image_pull_policy,
-            # `args`: the image's ENTRYPOINT (tini) stays PID 1.
-            args=list(runs.args),
-            env=[NODE_ID_ENV],
-            volume_mounts=mounts or None,
-            ports=[k8s.core.v1.ContainerPortArgs(name="readiness", container_port=READINESS_PORT)],
-            # Python and one admin client: about 40 MiB resident, a few ms of CPU per probe.
-            resources=workload.guaranteed_resources("100m", "128Mi"),
-            security_context=security,
-            startup_probe=workload.http_probe(
-                "/live", READINESS_PORT, period_seconds=2, failure_threshold=30
-            ),
-            readiness_probe=workload.http_probe(
-                "/live", READINESS_PORT, period_seconds=10, failure_threshold=3
-            ),
-            liveness_probe=workload.http_probe(
-                "/live", READINESS_PORT, period_seconds=10, failure_threshold=3
-            ),
-        )
-
-    @staticmethod
-    def _grant_container(
-        cfg: KafkaConfig, mounts: list[k8s.core.v1.VolumeMountArgs]
-    ) -> k8s.core.v1.ContainerArgs:
-        """`grant-acls`: the bootstrap users' credentials and ACLs, set as the broker from the
-        broker's own image.
-
-        The broker's key stays with the image that runs the broker; the script
-        (`contract.container_commands.grant_script`) needs only busybox sh and Kafka's jars
-        (its `ConfigCommand` and `AclCommand`).
-        `mounts`: the broker's TLS Secret, its writable /tmp and the bootstrap users' passwords.
-        """
-        runs = container_commands.grant_acls(INTERNAL_PORT)
-        # Each round touches the heartbeat; one stuck longer than the contract allows is restarted.
-        alive = k8s.core.v1.ExecActionArgs(command=list(runs.probe))
-        return k8s.core.v1.ContainerArgs(
-            name=runs.name,
-            image=cfg.image,
-            image_pull_policy=cfg.image_pull_policy,
-            command=list(runs.command),
-            volume_mounts=[*mounts, BOOTSTRAP_MOUNT],
-            resources=workload.guaranteed_resources("250m", "384Mi"),
-            security_context=workload.container_security_context(),
-            startup_probe=k8s.core.v1.ProbeArgs(
-                exec_=alive,
-                period_seconds=5,
-                failure_threshold=12,
-            ),
-            # Ready while its loop runs: the pod's readiness waits on the bootstrap ACLs through
-            # the readiness sidecar (DescribeAcls: they exist in the cluster), so a restarted
-            # broker does not wait for its own container to grant them again.
-            readiness_probe=k8s.core.v1.ProbeArgs(
-                exec_=alive,
-                period_seconds=10,
-                failure_threshold=3,
-            ),
-            liveness_probe=k8s.core.v1.ProbeArgs(
-                exec_=alive,
-                period_seconds=60,
-                failure_threshold=3,
             ),
         )
 
