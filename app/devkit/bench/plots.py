@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def _marked(axes: Sequence[plt.Axes], marks: Mapping[str, float], t0: float) -> 
 
 def _saved(fig: plt.Figure, top: plt.Axes, title: str, path: Path) -> None:
     """The title and legend on the top axis, the figure written to `path` and closed."""
-    top.set_title(title, fontsize=10)
+    # A case's description runs longer than the figure is wide.
+    top.set_title(textwrap.fill(title, 110), fontsize=10)
     top.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
