@@ -99,12 +99,12 @@ def format_storage(
     mounts: list[k8s.core.v1.VolumeMountArgs],
 ) -> k8s.core.v1.ContainerArgs:
     """Formats a new volume with the bootstrap users' SCRAM credentials (secured clusters)."""
-    format_storage = container_commands.format_storage()
+    runs = container_commands.format_storage()
     return k8s.core.v1.ContainerArgs(
-        name=format_storage.name,
+        name=runs.name,
         image=cfg.image,
         image_pull_policy=cfg.image_pull_policy,
-        command=list(format_storage.command),
+        command=list(runs.command),
         # The broker's own settings and identity: it formats what the broker runs.
         env=[e for e in env if e.name != HEAP_OPTS_VARIABLE],
         resources=resources,
