@@ -14,6 +14,7 @@ from contract.processor_keys import DEFAULTS
 from infra.processor import PROCESSOR_UID
 from offline.render import RecordedStack
 from tests.infra.conftest import k8s_object, names_of
+from tests.infra.source_tree import parse_module
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
@@ -65,7 +66,7 @@ def walk_imports(modules: tuple[str, ...]) -> tuple[set[str], set[Path]]:
             path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
         )
         files.add(source.relative_to(REPO))
-        for node in ast.walk(ast.parse(source.read_text())):
+        for node in ast.walk(parse_module(source)):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

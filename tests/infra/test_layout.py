@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.infra.source_tree import parse_module
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "contract", "infra", "offline", "policies")
 
@@ -36,7 +38,7 @@ MODULES = _modules()
 def _imports(name: str, path: Path) -> Iterator[str]:
     """The repository modules `name` imports, wherever in the file."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse_module(path)
     typing_only = {
         id(inner)
         for node in ast.walk(tree)
