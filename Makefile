@@ -62,21 +62,28 @@ run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 ## infra environment, with the program and the pack in Pulumi's own engine against a local
 ## Kubernetes control plane (tests/engine) and `pulumi new` from this template (test_template);
 ## then, as root, the dev stack on a real node (tests/node: a session of its own, as the engine
-## tier's control plane stays up for the whole of its session and a node starts its own). The engine and
-## node tiers need the Go tools and the node's parts (`make tools node-parts`: about 30 minutes on
-## a cold machine, a no-op once built; the caches are outside the clone): they build first, in
-## the background, on the CPU the application's tests leave idle (cluster/niced_build.py says
-## how), and the application's tests run first, then the pack's, which need nothing it builds:
-## on a cold machine the build outlasts the application's tests by about 8 minutes. The slowest
-## tests are listed at the end of each run: CI must stay under 75 minutes on 2 cores from a cold
-## machine.
+## tier's control plane stays up for the whole of its session and a node starts its own).
+## The infra and engine tiers need the Go tools, the node tier the node's parts as well (`make
+## tools node-parts`: about 30 minutes on a cold machine, a no-op once built; the caches are
+## outside the clone). They build in the background, on the CPU the tests leave idle
+## (cluster/niced_build.py says how): the tools while the application's tests and then the
+## pack's run (neither needs them), the node's parts while the infra and engine tiers run. The
+## pack's and the program's tests run on TEST_WORKERS pytest-xdist workers, a file at a time,
+## the files of the long tests first (tests/long_first.py); the engine's in one process, as they
+## share the control plane it starts. The slowest tests are listed at the end of each run: CI
+## must stay under 75 minutes on 2 cores from a cold machine.
 NICED_BUILD := $(PYTHON) cluster/niced_build.py
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
-	$(NICED_BUILD) start -- $(MAKE) --no-print-directory tools node-parts
+	$(NICED_BUILD) start -- $(MAKE) --no-print-directory tools
 	$(APP_PY) -m pytest --durations=30 tests/app || { $(NICED_BUILD) stop; exit 1; }
-	$(INFRA_PY) -m pytest --durations=15 tests/policies || { $(NICED_BUILD) stop; exit 1; }
+	$(INFRA_PY) -m pytest $(XDIST) --durations=15 tests/policies || { $(NICED_BUILD) stop; exit 1; }
 	$(NICED_BUILD) wait
-	$(INFRA_PY) -m pytest --durations=15 tests/infra tests/engine
+	$(NICED_BUILD) start -- $(MAKE) --no-print-directory node-parts
+	$(INFRA_PY) -m pytest $(XDIST) --durations=15 tests/infra || { $(NICED_BUILD) stop; exit 1; }
+	$(INFRA_PY) -m pytest --durations=15 tests/engine || { $(NICED_BUILD) stop; exit 1; }
+	$(NICED_BUILD) wait
 	$(INFRA_PY) -m pytest --durations=15 tests/node
 
 render: $(VENV)/infra/.synced

@@ -1,15 +1,18 @@
 """Build in the background, on the CPU the foreground leaves idle.
 
-    python3 cluster/niced_build.py start -- make tools node-parts
+    python3 cluster/niced_build.py start -- make tools
     ... the application's tests ...
     python3 cluster/niced_build.py wait      # its log, then its exit status
     python3 cluster/niced_build.py stop      # when the foreground failed
 
-`make test` builds the Go tools and the node's parts (about half an hour cold) while the
-application's tests run: those wait on Kafka and Spark for a third of their time, and need
-none of it. `nice` alone does not yield that CPU here: with `kernel.sched_autogroup_enabled`
-the scheduler shares the CPU evenly between sessions (the tests' Kafka nodes run in sessions of
-their own), and nice counts only inside a session. So the build runs in a session of its own
+`make test` builds the Go tools (about half an hour cold) while the application's tests run:
+those wait on Kafka and Spark for a third of their time, and need none of it; then, once it
+has waited for them, the node's parts while the tests that need the tools run. One build at a
+time: `start` again once `wait` has handed the last one over.
+
+`nice` alone does not yield the CPU here: with `kernel.sched_autogroup_enabled` the scheduler
+shares the CPU evenly between sessions (the tests' Kafka nodes run in sessions of their own),
+and nice counts only inside a session. So the build runs in a session of its own
 whose autogroup is niced to 19 (`/proc/self/autogroup`, the process's own setting; no sysctl
 changes). Where the kernel has no autogroups it runs at nice 19 as it is.
 

@@ -2,9 +2,10 @@
 `pulumi new` generated) to show they pass there.
 
 The project is made a git repository with the checkout's environments linked in, as a clone is
-after `make setup`, so every test of the suites runs there. Its infra and policy tests and the
-fast application unit tests run as subprocesses side by side, to keep the outer test short
-(`make test` in full starts Apache Kafka and Spark and takes about 25 minutes).
+after `make setup`, so every test of the suites runs there. Its infra and policy tests (on two
+pytest-xdist workers, as `make test` runs them) and the fast application unit tests run as
+subprocesses side by side, to keep the outer test short (`make test` in full starts Apache
+Kafka and Spark).
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ APP_TESTS = (
     "tests/app/test_rendered_stacks_start_check.py",
     "tests/app/test_settings.py",
 )
-# The infra and policy tests run as this many pytest processes of about equal size, beside the
-# application's: on 2 cores the whole run takes about as long as its slowest part.
-PARTS = 2
-# The name of the application's run (its log, its key in the runs).
+# The names of the runs (their logs, their keys in the runs): the infra and policy tests, and the
+# application's.
+INFRA_AND_POLICIES = "infra-and-policies"
 APP = "app"
+# How `make test` spreads a tier over two workers (its XDIST): a file at a time, the files of the
+# long tests first (tests/long_first.py).
+XDIST = ("-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")
 # A hung run fails the test long before CI's own limit.
 RUN_TIMEOUT_S = 600.0
 # Set in every run's environment: a test inside a project run starts no suites of its own (the
@@ -106,48 +109,33 @@ def pytest_run(name: str, project: Path, python: Path, paths: Sequence[str]) -> 
 MAIN_RUN_ONLY = frozenset({"tests/policies/test_workload_mutations.py"})
 
 
-def infra_and_policy_parts(
-    project: Path, excluded: Collection[str], parts: int = PARTS
-) -> list[list[str]]:
+def infra_and_policy_files(project: Path, excluded: Collection[str]) -> list[str]:
     """The project's infra and policy test files but the `excluded` ones (paths relative to the
-    project), in `parts` groups of about equal size (in bytes: a rough measure of their run
-    time, enough to keep any part from dominating)."""
-    files = [
-        path
+    project)."""
+    return [
+        path.relative_to(project).as_posix()
         for folder in ("tests/infra", "tests/policies")
         for path in sorted((project / folder).glob("test_*.py"))
         if path.relative_to(project).as_posix() not in {*excluded, *MAIN_RUN_ONLY}
     ]
-    groups: list[list[str]] = [[] for _ in range(parts)]
-    sizes = [0] * parts
-    for path in sorted(files, key=lambda p: p.stat().st_size, reverse=True):
-        smallest = sizes.index(min(sizes))
-        groups[smallest].append(path.relative_to(project).as_posix())
-        sizes[smallest] += path.stat().st_size
-    return groups
-
-
-def part_name(index: int) -> str:
-    """The name of a part of the infra and policy tests (its run, its log, its test id)."""
-    return f"infra-and-policies-{index + 1}-of-{PARTS}"
 
 
 def suite_names() -> list[str]:
     """The names of the runs `start_suites` starts (the application's if its environment is
     there), known before they start: test ids."""
-    return [*(part_name(index) for index in range(PARTS)), APP]
+    return [INFRA_AND_POLICIES, APP]
 
 
 def start_suites(project: Path, excluded: Collection[str]) -> dict[str, Run]:
-    """Start the project's infra and policy tests (but the `excluded` files) in PARTS runs and,
-    where `make setup` built the application's environment, its fast unit tests (APP_TESTS)."""
+    """Start the project's infra and policy tests (but the `excluded` files) and, where `make
+    setup` built the application's environment, its fast unit tests (APP_TESTS)."""
     if os.environ.get(INSIDE_A_PROJECT_RUN):
         pytest.skip("inside a project run, whose test already runs these suites")
     if not INFRA_PYTHON.exists():
         pytest.skip(f"no infra environment at {INFRA_PYTHON} (make setup)")
+    files = infra_and_policy_files(project, excluded)
     started = {
-        part_name(index): pytest_run(part_name(index), project, INFRA_PYTHON, paths)
-        for index, paths in enumerate(infra_and_policy_parts(project, excluded))
+        INFRA_AND_POLICIES: pytest_run(INFRA_AND_POLICIES, project, INFRA_PYTHON, [*XDIST, *files])
     }
     if APP_PYTHON.exists():
         started[APP] = pytest_run(APP, project, APP_PYTHON, APP_TESTS)

@@ -29,11 +29,10 @@ from contract.topic_specs import PipelineNames
 from tests.infra.project_runs import (
     APP,
     APP_PYTHON,
+    INFRA_AND_POLICIES,
     INFRA_PYTHON,
-    PARTS,
     REPO,
     Run,
-    part_name,
     passed,
     pytest_run,
     set_up_like_a_clone,
@@ -278,9 +277,9 @@ def test_the_fork_keeps_the_components_type_tokens(fork: Path, runs: dict[str, R
         assert registered and registered <= defined, (stack, registered - defined)
 
 
-@pytest.mark.parametrize("part", [part_name(index) for index in range(PARTS)])
-def test_the_forks_infra_and_policy_tests_pass(runs: dict[str, Run], part: str) -> None:
-    passed(runs, part)
+@pytest.mark.long
+def test_the_forks_infra_and_policy_tests_pass(runs: dict[str, Run]) -> None:
+    passed(runs, INFRA_AND_POLICIES)
 
 
 def test_the_forks_application_unit_tests_pass(fork: Path, runs: dict[str, Run]) -> None:

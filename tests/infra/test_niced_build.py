@@ -33,6 +33,17 @@ def test_wait_hands_over_the_builds_log_and_exit_status(tmp_path: Path) -> None:
     assert log[:2] == ["19", "built"]
 
 
+def test_a_build_waited_for_makes_way_for_the_next_with_a_log_of_its_own(tmp_path: Path) -> None:
+    """`make test` builds the tools, waits, then builds the node's parts."""
+    niced_build(tmp_path, "start", "--", "sh", "-c", "echo first-build")
+    assert niced_build(tmp_path, "wait").returncode == 0
+    started = niced_build(tmp_path, "start", "--", "sh", "-c", "echo second-build; exit 4")
+    assert started.returncode == 0, started.stderr
+    waited = niced_build(tmp_path, "wait")
+    assert waited.returncode == 4
+    assert "second-build" in waited.stdout and "first-build" not in waited.stdout
+
+
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroups here")
 def test_the_build_runs_in_an_autogroup_of_its_own_at_nice_19(tmp_path: Path) -> None:
     niced_build(tmp_path, "start", "--", "cat", "/proc/self/autogroup")

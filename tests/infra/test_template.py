@@ -160,6 +160,7 @@ def test_pulumi_new_from_a_clone_renders_under_the_names_given(
 
 
 @needs_cli
+@pytest.mark.long
 @pytest.mark.parametrize("suite", suite_names())
 def test_the_generated_projects_tests_pass(runs: dict[str, Run], suite: str) -> None:
     passed(runs, suite)

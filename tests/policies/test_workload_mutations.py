@@ -361,6 +361,7 @@ def mutations(resources: Resources) -> list[Mutation]:
     return found
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_every_mutation_generated_from_the_declaration_is_refused(
     run: Evaluate, recorded_stacks: dict[str, Any], stack: str
