@@ -76,7 +76,7 @@ NICED_BUILD := $(PYTHON) cluster/niced_build.py
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
-	$(NICED_BUILD) start -- $(MAKE) --no-print-directory tools
+	$(NICED_BUILD) start -- $(MAKE) --no-print-directory tools lint-packages
 	$(APP_PY) -m pytest --durations=30 tests/app || { $(NICED_BUILD) stop; exit 1; }
 	$(INFRA_PY) -m pytest $(XDIST) --durations=15 tests/policies || { $(NICED_BUILD) stop; exit 1; }
 	$(NICED_BUILD) wait
@@ -126,10 +126,19 @@ clean:
 ## uses); then seconds.
 ## A local control plane on 127.0.0.1 with kwok nodes (no containers): cluster-up prints the
 ## KUBECONFIG path; cluster-down stops each process by its pid file (.venv/cluster/run/).
-.PHONY: tools cluster-up cluster-down test-cluster
+.PHONY: tools lint-packages cluster-up cluster-down test-cluster
 GO_TOOLS_JOBS ?= 2
 tools:
 	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) cluster/go_tools.py
+
+## Debian's shellcheck, which actionlint runs over the workflows' `run:` scripts once it is on
+## PATH (as root; elsewhere actionlint lints the workflows without it and says nothing).
+LINT_PACKAGES := shellcheck
+lint-packages:
+	@if dpkg -s $(LINT_PACKAGES) >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends $(LINT_PACKAGES); \
+	else echo "not root: no $(LINT_PACKAGES) installed; actionlint runs without it"; fi
 
 cluster-up:
 	@$(PYTHON) cluster/control_plane.py up

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -62,17 +63,35 @@ def test_the_workflows_pass_actionlint() -> None:
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
-def test_actionlint_refuses_a_workflow_with_an_unknown_context(tmp_path: Path) -> None:
+# Mistakes actionlint must catch in the kind workflow: (what is replaced, by what, what the
+# report names). The second, a `run:` script that word-splits a variable, it reports only
+# through shellcheck (SC2086).
+BREAKAGES = {
+    "an unknown context": ("${{ env.IMAGE }}", "${{ envs.IMAGE }}", "envs"),
+    "an unquoted variable in a script": (
+        'run: kind load docker-image "$IMAGE" --name "$CLUSTER"',
+        "run: kind load docker-image $IMAGE",
+        "SC2086",
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES)
+def test_actionlint_refuses_a_broken_workflow(tmp_path: Path, breakage: str) -> None:
     if not ACTIONLINT.exists():
         pytest.skip("no actionlint (`make tools` builds it)")
+    old, new, named = BREAKAGES[breakage]
+    if named.startswith("SC") and shutil.which("shellcheck") is None:
+        pytest.skip("no shellcheck (`make lint-packages`, as root)")
     broken = tmp_path / ".github" / "workflows" / "broken.yml"
     broken.parent.mkdir(parents=True)
     text = (REPO / ".github" / "workflows" / "kind-deploy.yml").read_text()
-    broken.write_text(text.replace("${{ env.IMAGE }}", "${{ envs.IMAGE }}", 1))
+    assert old in text
+    broken.write_text(text.replace(old, new, 1))
     lint = subprocess.run(
         [str(ACTIONLINT), "-no-color", str(broken)], capture_output=True, text=True, timeout=120
     )
-    assert lint.returncode == 1 and "envs" in lint.stdout, lint.stdout + lint.stderr
+    assert lint.returncode == 1 and named in lint.stdout, lint.stdout + lint.stderr
 
 
 def test_the_kind_workflow_deploys_the_dev_presets_image_and_rolls_the_processor() -> None:
