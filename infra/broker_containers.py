@@ -7,6 +7,8 @@ with; `infra/kafka_cluster.py` puts them in the pod with their volumes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -18,6 +20,7 @@ from contract.container_commands import (
     NODE_ID_VARIABLE,
     READINESS_PORT,
     USERS_DIR,
+    ContainerCommand,
 )
 from contract.workload_shapes import CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT
 from infra import workload
@@ -41,6 +44,19 @@ NODE_ID_ENV = k8s.core.v1.EnvVarArgs(
 )
 
 
+def _on_broker_image(
+    cfg: KafkaConfig, runs: ContainerCommand, **fields: Any
+) -> k8s.core.v1.ContainerArgs:
+    """A container of the broker's image running `runs`, the contract's command for it."""
+    return k8s.core.v1.ContainerArgs(
+        name=runs.name,
+        image=cfg.image,
+        image_pull_policy=cfg.image_pull_policy,
+        command=list(runs.command),
+        **fields,
+    )
+
+
 def broker(
     cfg: KafkaConfig,
     env: list[k8s.core.v1.EnvVarArgs],
@@ -49,12 +65,9 @@ def broker(
     mounts: list[k8s.core.v1.VolumeMountArgs],
 ) -> k8s.core.v1.ContainerArgs:
     """The broker: the contract's command on the broker's image, its probes and ports."""
-    runs = container_commands.kafka_broker()
-    return k8s.core.v1.ContainerArgs(
-        name=runs.name,
-        image=cfg.image,
-        image_pull_policy=cfg.image_pull_policy,
-        command=list(runs.command),
+    return _on_broker_image(
+        cfg,
+        container_commands.kafka_broker(),
         env=env,
         ports=[
             k8s.core.v1.ContainerPortArgs(name="client", container_port=CLIENT_PORT),
@@ -99,12 +112,9 @@ def format_storage(
     mounts: list[k8s.core.v1.VolumeMountArgs],
 ) -> k8s.core.v1.ContainerArgs:
     """Formats a new volume with the bootstrap users' SCRAM credentials (secured clusters)."""
-    runs = container_commands.format_storage()
-    return k8s.core.v1.ContainerArgs(
-        name=runs.name,
-        image=cfg.image,
-        image_pull_policy=cfg.image_pull_policy,
-        command=list(runs.command),
+    return _on_broker_image(
+        cfg,
+        container_commands.format_storage(),
         # The broker's own settings and identity: it formats what the broker runs.
         env=[e for e in env if e.name != HEAP_OPTS_VARIABLE],
         resources=resources,
@@ -172,11 +182,9 @@ def grant_acls(
     runs = container_commands.grant_acls(INTERNAL_PORT)
     # Each round touches the heartbeat; one stuck longer than the contract allows is restarted.
     alive = k8s.core.v1.ExecActionArgs(command=list(runs.probe))
-    return k8s.core.v1.ContainerArgs(
-        name=runs.name,
-        image=cfg.image,
-        image_pull_policy=cfg.image_pull_policy,
-        command=list(runs.command),
+    return _on_broker_image(
+        cfg,
+        runs,
         volume_mounts=[*mounts, BOOTSTRAP_MOUNT],
         resources=workload.guaranteed_resources("250m", "384Mi"),
         security_context=workload.container_security_context(),
