@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -59,7 +59,7 @@ class ProbeEndpoint:
         """The bound port (the one picked when constructed with port 0)."""
         return int(self._server.server_port)
 
-    def start(self) -> ProbeEndpoint:
+    def start(self) -> Self:
         """Serve on a daemon thread (it never keeps the process alive)."""
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="probe-endpoint", daemon=True
@@ -82,7 +82,7 @@ class ProbeEndpoint:
             self._thread = None
         self._server.server_close()
 
-    def __enter__(self) -> ProbeEndpoint:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

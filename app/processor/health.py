@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
+from typing import Self
 
 from app.clients.probe_endpoint import ProbeEndpoint
 from app.processor.metrics import ProcessorMetrics
@@ -39,8 +39,8 @@ class ReadinessStatus:
         return [name for name, held in self.__dict__.items() if not held]
 
 
-class HealthServer:
-    """/live, /ready and /metrics on a daemon thread (`app.clients.probe_endpoint`).
+class HealthServer(ProbeEndpoint):
+    """The processor's /live, /ready and /metrics (`app.clients.probe_endpoint`).
 
     `heartbeat()` is called by the process's main loop; `/live` fails once the last beat is older
     than `liveness_timeout_s`. `/ready` asks `readiness` on every request.
@@ -59,7 +59,7 @@ class HealthServer:
         self.readiness = readiness
         self.liveness_timeout_s = liveness_timeout_s
         self._last_beat = time.monotonic()
-        self._endpoint = ProbeEndpoint(
+        super().__init__(
             host,
             port,
             live=self.liveness,
@@ -69,20 +69,11 @@ class HealthServer:
             before_scrape=self.ready_status,
         )
 
-    @property
-    def port(self) -> int:
-        """The bound port (the one picked when constructed with port 0)."""
-        return self._endpoint.port
-
-    def start(self) -> HealthServer:
+    def start(self) -> Self:
         """Serve on a daemon thread (it never keeps the process alive)."""
-        self._endpoint.start()
+        super().start()
         log.info("health endpoint on port %d: /live /ready /metrics", self.port)
         return self
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        self._endpoint.stop()
 
     def heartbeat(self) -> None:
         """The main loop is alive; call it at least every `liveness_timeout_s`."""
@@ -114,14 +105,3 @@ class HealthServer:
         if not status.ready:
             body["failing"] = status.failing()
         return status.ready, body
-
-    def __enter__(self) -> HealthServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
