@@ -66,13 +66,13 @@ run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 ## The infra and engine tiers need the Go tools, the node tier the node's parts as well (`make
 ## tools node-parts`: about 30 minutes on a cold machine, a no-op once built; the caches are
 ## outside the clone). They build in the background, on the CPU the tests leave idle
-## (cluster/niced_build.py says how): the tools while the application's tests and then the
+## (kube/niced_build.py says how): the tools while the application's tests and then the
 ## pack's run (neither needs them), the node's parts while the infra and engine tiers run. The
 ## pack's and the program's tests run on TEST_WORKERS pytest-xdist workers, a file at a time,
 ## the files of the long tests first (tests/long_first.py); the engine's in one process, as they
 ## share the control plane it starts. The slowest tests are listed at the end of each run: CI
 ## must stay under 75 minutes on 2 cores from a cold machine.
-NICED_BUILD := $(PYTHON) cluster/niced_build.py
+NICED_BUILD := $(PYTHON) kube/niced_build.py
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
@@ -108,7 +108,7 @@ bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra offline policies contract tests/infra tests/policies tests/cluster tests/engine tests/node cluster tests/*.py
+	$(VENV)/infra/bin/mypy infra offline policies contract tests/infra tests/policies tests/kube tests/engine tests/node kube tests/*.py
 	$(VENV)/app/bin/mypy app tests/app
 
 lock: | $(UV)
@@ -117,19 +117,19 @@ lock: | $(UV)
 clean:
 	rm -rf $(VENV) build
 
-## The Go tools of the engine and cluster tiers, built from their Go modules at the versions
-## pinned in cluster/go_tools.py (pulumi, pulumi-resource-kubernetes, kube-apiserver,
+## The Go tools of the engine, kube and node tiers, built from their Go modules at the versions
+## pinned in kube/go_tools.py (pulumi, pulumi-resource-kubernetes, kube-apiserver,
 ## kube-controller-manager, kube-scheduler, etcd, kwok) into ~/.cache/stateful-streaming-go/bin
 ## with the Go caches beside them (GO_TOOLS_HOME moves them; outside the clone, so every checkout
 ## on the machine shares one build); the provider is installed as a plugin under its
 ## pulumi-home/. Cold: about 25 minutes on 2 cores with GO_TOOLS_JOBS=2 (what `make test`
 ## uses); then seconds.
-## A local control plane on 127.0.0.1 with kwok nodes (no containers): cluster-up prints the
-## KUBECONFIG path; cluster-down stops each process by its pid file (.venv/cluster/run/).
-.PHONY: tools lint-packages cluster-up cluster-down test-cluster
+## A local control plane on 127.0.0.1 with kwok nodes (no containers): kube-up prints the
+## KUBECONFIG path; kube-down stops each process by its pid file (.venv/kube/run/).
+.PHONY: tools lint-packages kube-up kube-down test-kube
 GO_TOOLS_JOBS ?= 2
 tools:
-	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) cluster/go_tools.py
+	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) kube/go_tools.py
 
 ## Debian's shellcheck, which actionlint runs over the workflows' `run:` scripts once it is on
 ## PATH (as root; elsewhere actionlint lints the workflows without it and says nothing).
@@ -140,18 +140,18 @@ lint-packages:
 		apt-get install -y -qq --no-install-recommends $(LINT_PACKAGES); \
 	else echo "not root: no $(LINT_PACKAGES) installed; actionlint runs without it"; fi
 
-cluster-up:
-	@$(PYTHON) cluster/control_plane.py up
+kube-up:
+	@$(PYTHON) kube/control_plane.py up
 
-cluster-down:
-	$(PYTHON) cluster/control_plane.py down
+kube-down:
+	$(PYTHON) kube/control_plane.py down
 
 ## A real node beside the control plane: pods in containers of the project's images (root).
 ## node-packages: Debian's containerd, runc, CNI plugins, buildah and debootstrap; node-images:
 ## the base from Debian's packages, the processor image from the Dockerfile, the broker image from
-## the Kafka release's jars, the pause image (cluster/images.py; into ~/.cache/stateful-streaming-node,
+## the Kafka release's jars, the pause image (kube/images.py; into ~/.cache/stateful-streaming-node,
 ## built again only when their inputs change); node-up prints the KUBECONFIG path; node-down
-## leaves the machine as it was (cluster/node.py says how).
+## leaves the machine as it was (kube/node.py says how).
 ## test-node: `pulumi up` of dev onto it, a count checked exactly, a roll by the controller.
 .PHONY: node-packages node-tools node-images node-up node-down test-node node-parts
 NODE_PACKAGES := containerd runc containernetworking-plugins buildah debootstrap iptables nftables
@@ -160,16 +160,16 @@ node-packages:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_PACKAGES); }
 
 node-tools:
-	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) cluster/go_tools.py --node
+	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) kube/go_tools.py --node
 
 node-images: node-packages $(KAFKA_RELEASE)
-	$(PYTHON) cluster/images.py
+	$(PYTHON) kube/images.py
 
 node-up: node-packages node-tools
-	@$(PYTHON) cluster/node.py up
+	@$(PYTHON) kube/node.py up
 
 node-down:
-	$(PYTHON) cluster/node.py down
+	$(PYTHON) kube/node.py down
 
 test-node: setup node-tools node-images
 	$(INFRA_PY) -m pytest --durations=10 tests/node
@@ -180,7 +180,7 @@ node-parts:
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory node-tools node-images; \
 	else echo "not root: no real node here, tests/node will skip"; fi
 
-## The rendered stacks against the cluster KUBECONFIG names (any: cluster-up's, or kind), with
+## The rendered stacks against the cluster KUBECONFIG names (any: kube-up's, or kind), with
 ## kubectl on PATH: server-side validation, Pod Security admission, a StatefulSet roll.
-test-cluster: $(VENV)/infra/.synced
-	$(INFRA_PY) -m pytest tests/cluster
+test-kube: $(VENV)/infra/.synced
+	$(INFRA_PY) -m pytest tests/kube

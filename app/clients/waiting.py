@@ -6,7 +6,7 @@ awaited; `poll_until` answers `None` instead, for callers to whom a timeout is a
 an error, and who say it in their own words. The condition runs at least once (also with a
 timeout of 0) and once more at the deadline.
 
-The standard library only: the tests in tests/cluster import it from an environment without
+The standard library only: the tests in tests/kube import it from an environment without
 the application's packages.
 """
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster.engine_stack import ROOT, tools_missing
+from kube.engine_stack import ROOT, tools_missing
 
-CONTROL_PLANE = ROOT / "cluster" / "control_plane.py"
+CONTROL_PLANE = ROOT / "kube" / "control_plane.py"
 
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[str]:
-    """A cluster for the engine: `KUBECONFIG` if set (kind, a real one), else `cluster-up`'s."""
+    """A cluster for the engine: `KUBECONFIG` if set (kind, a real one), else `kube-up`'s."""
     missing = tools_missing(
         "pulumi", "pulumi-resource-kubernetes", "kube-apiserver", "etcd", "kwok"
     )

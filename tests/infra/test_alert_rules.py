@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.go_tools import BIN as GO_TOOLS_BIN
 from contract.pipeline_alerts import GROUP
 from infra.alert_rules import alert_rules, alert_thresholds
 from infra.config import build_stack_config
+from kube.go_tools import BIN as GO_TOOLS_BIN
 from offline import alert_rules as alert_rules_cli
 from offline.render import RecordedStack, record_stack
 from tests.alert_cases import pipeline_cases, promtool_tests

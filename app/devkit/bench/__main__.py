@@ -9,7 +9,7 @@
         [--out build/bench]
     python -m app.devkit.bench node-rollout [--rate 1000] [--replicas 3] [--out build/bench]
 
-`node-rollout` deploys the dev stack onto a real Kubernetes node (`cluster/node.py`) and rolls
+`node-rollout` deploys the dev stack onto a real Kubernetes node (`kube/node.py`) and rolls
 the hand-off processor with `pulumi up` under load (`app.devkit.bench.node_rollout`).
 
 `tables` runs the commands behind the tables of docs/benchmarks.md (`app.devkit.bench.tables`;

@@ -4,11 +4,11 @@ Kubernetes' own StatefulSet controller, while page views flow.
     python -m app.devkit.bench node-rollout [--rate 1000] [--keys 10000] [--replicas 3]
         [--standby-replicas 2] [--processor-cpu 400m] [--broker-cpu 150m] [--out build/bench]
 
-1. The local control plane and its node (`cluster/node.py up`; `make tools node-parts` builds
+1. The local control plane and its node (`kube/node.py up`; `make tools node-parts` builds
    them): the pods run in containers of the project's images under a kubelet.
-2. The dev stack by `pulumi up` (`cluster/engine_stack.py`, in the program's environment), with
+2. The dev stack by `pulumi up` (`kube/engine_stack.py`, in the program's environment), with
    the processor in hand-off mode (`--replicas`, `--standby-replicas`) and the topics' partitions.
-3. On the machine, through the cluster's DNS (`cluster/node.py run`): the load generator at
+3. On the machine, through the cluster's DNS (`kube/node.py run`): the load generator at
    `--rate` over `--keys` pages, and the output topic read against its truth
    (`app.devkit.truth`). Once every partition's output flows, a processor setting changes and
    `pulumi up` runs again: the StatefulSet controller replaces the pods one at a time, highest
@@ -17,7 +17,7 @@ Kubernetes' own StatefulSet controller, while page views flow.
 4. The row: per partition, the longest time without output from the roll's start to `--tail-s`
    after `up` returned; the share of views later than 10 s (the seeds' bar); whether the output
    ends exact; and the roll's timeline from the API server, each gap placed on it.
-   `cluster/node.py down` at the end, whatever happened.
+   `kube/node.py down` at the end, whatever happened.
 
 The node has the machine's 2 cores, and requests are limits (Guaranteed pods): 3 brokers of
 150m beside their readiness sidecars of 100m, and 3 processors of 400m, 1,950m in all; the table
@@ -52,17 +52,17 @@ from app.devkit.local.observe import OutputTail
 from app.devkit.local.pipeline import LoadThread
 from app.devkit.truth import OutputRecord, Truth, check_output
 from app.processor.aggregation import load_aggregation
-from cluster import images
-from cluster.kubectl import kubectl_json
 from contract.container_commands import PROPERTIES_FILE
 from contract.java_properties import load_properties
 from contract.processor_keys import DEFAULTS
 from contract.topic_specs import PipelineNames
+from kube import images
+from kube.kubectl import kubectl_json
 
 log = logging.getLogger("app.devkit.bench.node_rollout")
 
 ROOT = Path(__file__).resolve().parents[3]
-NODE = ROOT / "cluster" / "node.py"
+NODE = ROOT / "kube" / "node.py"
 PROGRAM_PYTHON = ROOT / ".venv" / "infra" / "bin" / "python"
 NAMESPACE = "bench-node"
 CLUSTER_ID = "bN7kq2xRT0uOZlYw3sVh1g"
@@ -129,8 +129,8 @@ class NodeParams:
 
 
 def engine(command: str, workdir: Path, kubeconfig: str, settings: Mapping[str, Any]) -> dict:
-    """`pulumi up` or `destroy` of the dev stack through `cluster/engine_stack.py`; its summary."""
-    argv = [str(PROGRAM_PYTHON), "-m", "cluster.engine_stack", command, "--workdir", str(workdir)]
+    """`pulumi up` or `destroy` of the dev stack through `kube/engine_stack.py`; its summary."""
+    argv = [str(PROGRAM_PYTHON), "-m", "kube.engine_stack", command, "--workdir", str(workdir)]
     argv += ["--stack", "dev", "--kubeconfig", kubeconfig, "--settings", json.dumps(settings)]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
     lines = done.stdout.strip().splitlines()
@@ -373,9 +373,7 @@ def run(params: NodeParams, out: Path) -> int:
         [sys.executable, str(NODE), "up"], capture_output=True, text=True, timeout=900, check=False
     )
     if up.returncode != 0:
-        log.error(
-            "`cluster/node.py up` failed (it stopped what it started):\n%s", up.stderr[-3000:]
-        )
+        log.error("`kube/node.py up` failed (it stopped what it started):\n%s", up.stderr[-3000:])
         return 2
     kubeconfig = up.stdout.strip().splitlines()[-1]
     try:

@@ -1,9 +1,9 @@
 """Build in the background, on the CPU the foreground leaves idle.
 
-    python3 cluster/niced_build.py start -- make tools
+    python3 kube/niced_build.py start -- make tools
     ... the application's tests ...
-    python3 cluster/niced_build.py wait      # its log, then its exit status
-    python3 cluster/niced_build.py stop      # when the foreground failed
+    python3 kube/niced_build.py wait      # its log, then its exit status
+    python3 kube/niced_build.py stop      # when the foreground failed
 
 `make test` builds the Go tools (about half an hour cold) while the application's tests run:
 those wait on Kafka and Spark for a third of their time, and need none of it; then, once it

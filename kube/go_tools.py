@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the Go tools of the cluster tier from their Go modules, at pinned versions.
+"""Build the Go tools of the engine, kube and node tiers from their Go modules, at pinned versions.
 
 Each binary is built from a small wrapper module (generated under wrappers/NAME of the cache):
 `go install module@version` refuses modules whose go.mod carries `replace` directives, so the
@@ -12,9 +12,9 @@ the clone, so another checkout on the machine reuses them; GO_TOOLS_HOME moves t
 binaries go to its bin/; every build runs under `nice -n 19`, with `-p $GO_TOOLS_JOBS` packages
 at once (1 by default, so a core stays free).
 
-    python3 cluster/go_tools.py            # build every binary that is missing or stale
-    python3 cluster/go_tools.py --list     # the pinned versions
-    python3 cluster/go_tools.py kwok etcd  # only these
+    python3 kube/go_tools.py            # build every binary that is missing or stale
+    python3 kube/go_tools.py --list     # the pinned versions
+    python3 kube/go_tools.py kwok etcd  # only these
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ TARGETS = [
         version=ETCD,
         package="go.etcd.io/etcd/server/v3",
     ),
-    # the real node (cluster/node.py): a kubelet, kube-proxy and CoreDNS beside the control plane
+    # the real node (kube/node.py): a kubelet, kube-proxy and CoreDNS beside the control plane
     replace(_kube("kubelet"), node=True),
     replace(_kube("kube-proxy"), node=True),
     Target(

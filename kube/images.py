@@ -7,18 +7,18 @@ bookworm` (the interpreter also at /usr/local/bin, pip allowed to install). buil
 chroot isolation, its storage under .venv/node/buildah) then builds:
 
 - the processor image from the project's own Dockerfile, with that base as its `PYTHON_IMAGE`;
-- the broker image from cluster/broker.Containerfile: Java and the jars of the Apache Kafka
+- the broker image from kube/broker.Containerfile: Java and the jars of the Apache Kafka
   release the project pins, at /opt/kafka/libs, as in the official apache/kafka image;
 - the pause image, from `build/pause/linux/pause.c` of the Kubernetes module, `gcc -static`.
 
-Each is written as a docker-archive, which `cluster/node.py` imports into the node's containerd,
+Each is written as a docker-archive, which `kube/node.py` imports into the node's containerd,
 into ~/.cache/stateful-streaming-node (NODE_IMAGES_HOME moves it; outside the clone, as the Go
 tools are, so that every checkout on the machine shares them) beside a digest of what it was
 built from: the recipe, the base, and for the processor every file its Dockerfile copies. An
 image whose inputs are unchanged is not built again.
 
-    python3 cluster/images.py                # all of them (cold: about 6 min; then seconds)
-    python3 cluster/images.py broker pause   # only these
+    python3 kube/images.py                # all of them (cold: about 6 min; then seconds)
+    python3 kube/images.py broker pause   # only these
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script: `python3 cluster/images.py`
+sys.path.insert(0, str(ROOT))  # run as a script: `python3 kube/images.py`
 from app.devkit.kafka_release import KAFKA_VERSION  # noqa: E402
-from cluster.go_tools import KUBERNETES, go_env  # noqa: E402  (the Kubernetes module: pause.c)
+from kube.go_tools import KUBERNETES, go_env  # noqa: E402  (the Kubernetes module: pause.c)
 
 STATE = Path(os.environ.get("NODE_DIR", ROOT / ".venv" / "node"))
 CACHE = Path(os.environ.get("NODE_IMAGES_HOME", Path.home() / ".cache" / "stateful-streaming-node"))
@@ -232,7 +232,7 @@ def build_broker() -> None:
             f"{KAFKA_VERSION}, the release the project pins: unset KAFKA_HOME"
         )
     image = broker_image(version)
-    _bud(image, release.home, ROOT / "cluster" / "broker.Containerfile", {"BASE_IMAGE": BASE_IMAGE})
+    _bud(image, release.home, ROOT / "kube" / "broker.Containerfile", {"BASE_IMAGE": BASE_IMAGE})
     _export(image)
 
 
@@ -289,7 +289,7 @@ def inputs(name: str) -> str:
     elif name == "pause":
         parts = [KUBERNETES.encode()]
     else:
-        files = [ROOT / "cluster" / "broker.Containerfile"]
+        files = [ROOT / "kube" / "broker.Containerfile"]
         if name == "processor":
             files = [ROOT / "Dockerfile", *processor_context()]
         parts = [inputs("base").encode(), KAFKA_VERSION.encode()]

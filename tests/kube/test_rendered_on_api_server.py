@@ -1,7 +1,7 @@
-"""The rendered stacks against a real Kubernetes API server: `make test-cluster`.
+"""The rendered stacks against a real Kubernetes API server: `make test-kube`.
 
 Takes any cluster (`KUBECONFIG`, `kubectl` on PATH): the local control plane of
-`make cluster-up` (kube-apiserver and kwok nodes on 127.0.0.1, pods Ready without containers) or
+`make kube-up` (kube-apiserver and kwok nodes on 127.0.0.1, pods Ready without containers) or
 kind. The manifests are the program's own, rendered under Pulumi's mocks, each stack in a
 namespace of its own. What only a real API server checks: the schema and its defaulting,
 Pod Security admission (`restricted`, enforced on every pod the controllers create), and the
@@ -62,8 +62,8 @@ def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
 def cluster() -> None:
     if not os.environ.get("KUBECONFIG") or shutil.which("kubectl") is None:
         pytest.fail(
-            "make test-cluster needs a cluster: KUBECONFIG=... and kubectl on PATH "
-            "(`export KUBECONFIG=$(make -s cluster-up)` starts a local one)"
+            "make test-kube needs a cluster: KUBECONFIG=... and kubectl on PATH "
+            "(`export KUBECONFIG=$(make -s kube-up)` starts a local one)"
         )
     kubectl("get", "--raw", "/readyz")
 
@@ -78,7 +78,7 @@ def rendered(stack: str, namespace: str, tmp: Path, **overrides: Any) -> list[di
 
 def apply(objects: list[dict[str, Any]], *extra: str) -> str:
     return kubectl(
-        "apply", "--server-side", "--field-manager=test-cluster", *extra, "-f", "-",
+        "apply", "--server-side", "--field-manager=test-kube", *extra, "-f", "-",
         stdin=yaml.safe_dump_all(objects),
     )  # fmt: skip
 

@@ -2,12 +2,12 @@
 """A real Kubernetes node beside the local control plane: pods run in containers.
 
 containerd and runc (Debian's), the CNI bridge plugin (Debian's containernetworking-plugins), and
-the kubelet, kube-proxy, CoreDNS and kind's local-path provisioner as built by cluster/go_tools.py,
-each a process of its own, stopped by its pid file. The images come from cluster/images.py.
+the kubelet, kube-proxy, CoreDNS and kind's local-path provisioner as built by kube/go_tools.py,
+each a process of its own, stopped by its pid file. The images come from kube/images.py.
 
-    python3 cluster/node.py up      # the control plane (cluster/control_plane.py) and the node
-    python3 cluster/node.py run -- CMD...   # CMD with the cluster's DNS (a pod's names resolve)
-    python3 cluster/node.py down    # the node, then the control plane; the machine as it was
+    python3 kube/node.py up      # the control plane (kube/control_plane.py) and the node
+    python3 kube/node.py run -- CMD...   # CMD with the cluster's DNS (a pod's names resolve)
+    python3 kube/node.py down    # the node, then the control plane; the machine as it was
 
 This machine is shared, so the node changes nothing that outlives it (../shared/real-node.md has
 why each setting is what it is):
@@ -49,10 +49,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script: `python3 cluster/node.py up`
-from cluster import control_plane, images  # noqa: E402
-from cluster.go_tools import BIN  # noqa: E402
-from cluster.processes import Processes  # noqa: E402
+sys.path.insert(0, str(ROOT))  # run as a script: `python3 kube/node.py up`
+from kube import control_plane, images  # noqa: E402
+from kube.go_tools import BIN  # noqa: E402
+from kube.processes import Processes  # noqa: E402
 
 STATE = images.STATE
 RUN, LOGS = STATE / "run", STATE / "logs"
@@ -122,14 +122,14 @@ def missing() -> list[str]:
         )
     built = [b for b in GO_BUILT if not (BIN / b).exists()]
     if built:
-        problems.append(f"{', '.join(built)}: python3 cluster/go_tools.py {' '.join(built)}")
+        problems.append(f"{', '.join(built)}: python3 kube/go_tools.py {' '.join(built)}")
     archives = [
         n
         for n in (images.PAUSE_IMAGE, images.BASE_IMAGE, images.PROCESSOR_IMAGE)
         if not images.archive(n).exists()
     ]
     if archives:
-        problems.append(f"images {', '.join(archives)}: python3 cluster/images.py")
+        problems.append(f"images {', '.join(archives)}: python3 kube/images.py")
     if not Path("/sys/fs/cgroup/cpu").is_dir():
         problems.append("cgroup v1 hierarchies under /sys/fs/cgroup (this node is made for them)")
     return problems
@@ -681,7 +681,7 @@ def refuse_to_start() -> None:
         raise SystemExit(
             "another Kubernetes node's iptables chains are on this machine, and `down` would "
             "remove them with this node's: " + "; ".join(foreign) + ". Stop that node first (or "
-            "`python3 cluster/node.py down` if it was this one)"
+            "`python3 kube/node.py down` if it was this one)"
         )
 
 

@@ -11,7 +11,7 @@ with the test's overrides. Everything a test asserts comes from the engine's own
 The engine tier and the real node's tier import it; the benchmarks on the real node, which run in
 the application's environment, call it as a command (in the program's environment):
 
-    python -m cluster.engine_stack up --workdir DIR --stack dev --kubeconfig FILE \
+    python -m kube.engine_stack up --workdir DIR --stack dev --kubeconfig FILE \
         --settings '{"processor": {"replicas": 3}}'
 
 which prints the run as one JSON line (seconds, changes, each StatefulSet's ops, errors).
@@ -33,8 +33,8 @@ from typing import Any
 import yaml
 from pulumi import automation as auto
 
-from cluster.go_tools import BIN, GO, pulumi_env
 from contract.stack_pipeline import PROJECT
+from kube.go_tools import BIN, GO, pulumi_env
 from offline.render import load_project_config
 
 ROOT = Path(__file__).resolve().parents[1]

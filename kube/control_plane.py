@@ -2,19 +2,19 @@
 """A Kubernetes control plane on 127.0.0.1 with simulated (kwok) nodes, no containers.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, as built by
-cluster/go_tools.py (into ~/.cache/stateful-streaming-go/bin), each started as a process of its
+kube/go_tools.py (into ~/.cache/stateful-streaming-go/bin), each started as a process of its
 own bound to 127.0.0.1, with the certificates and kubeconfigs this script makes with openssl.
 kwok plays the kubelet of the nodes this script registers (annotation kwok.x-k8s.io/node=fake)
 with the stages kwokctl uses by default (node-initialize, node-heartbeat-with-lease, pod-ready,
 pod-complete, pod-delete, read from kwok's own module), so pods become Running and Ready and
 Jobs complete.
 
-    python3 cluster/control_plane.py up [--nodes 3]   # prints the KUBECONFIG path
-    python3 cluster/control_plane.py status
-    python3 cluster/control_plane.py down             # stops each process by its pid file
-    python3 cluster/control_plane.py check   # namespace (restricted), StatefulSet, Ready pods
+    python3 kube/control_plane.py up [--nodes 3]   # prints the KUBECONFIG path
+    python3 kube/control_plane.py status
+    python3 kube/control_plane.py down             # stops each process by its pid file
+    python3 kube/control_plane.py check   # namespace (restricted), StatefulSet, Ready pods
 
-Everything lives under .venv/cluster/ (pki/, etcd/, logs/, run/*.pid, kubeconfig), but for the
+Everything lives under .venv/kube/ (pki/, etcd/, logs/, run/*.pid, kubeconfig), but for the
 volumes of the default StorageClass `standard`: kube-controller-manager's in-tree hostPath
 provisioner makes /tmp/hostpath_pv/<uid> per claim (no kubelet ever mounts it) and removes it
 when the claim goes; `down` removes those left. `up` starts from an empty etcd; `down` leaves
@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script: `python3 cluster/control_plane.py up`
-from cluster.go_tools import BIN, GO, KWOK  # noqa: E402  (the binaries, their module cache)
-from cluster.processes import Processes  # noqa: E402
+sys.path.insert(0, str(ROOT))  # run as a script: `python3 kube/control_plane.py up`
+from kube.go_tools import BIN, GO, KWOK  # noqa: E402  (the binaries, their module cache)
+from kube.processes import Processes  # noqa: E402
 
-STATE = Path(os.environ.get("CLUSTER_DIR", ROOT / ".venv" / "cluster"))
+STATE = Path(os.environ.get("KUBE_DIR", ROOT / ".venv" / "kube"))
 PKI, LOGS, RUN, ETCD_DATA = STATE / "pki", STATE / "logs", STATE / "run", STATE / "etcd"
 KUBECONFIG = STATE / "kubeconfig"
 PROCESSES = Processes(RUN, LOGS, STATE)
@@ -59,7 +59,7 @@ PORTS = {
     "scheduler": BASE + 59,
     "kwok": BASE + 47,
 }
-# Service addresses: with kwok nodes nothing routes to them; a real node (cluster/node.py) reaches
+# Service addresses: with kwok nodes nothing routes to them; a real node (kube/node.py) reaches
 # them through its kube-proxy, from the pods' bridge only.
 SERVICE_CIDR = "10.96.0.0/16"
 # The order of start; `down` goes the other way.
@@ -401,7 +401,7 @@ def up(nodes: int) -> None:
             "--endpoint-reconciler-type=none",
             f"--cert-dir={STATE / 'certs'}",
             "--profiling=false",
-            # A real node (cluster/node.py) is reached at its InternalIP: by default the API
+            # A real node (kube/node.py) is reached at its InternalIP: by default the API
             # server resolves the node's hostname through the machine's resolver, a query that
             # leaves the machine.
             "--kubelet-preferred-address-types=InternalIP",
