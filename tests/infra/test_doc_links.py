@@ -35,25 +35,37 @@ def test_github_anchors_are_made_as_github_makes_them() -> None:
     assert anchors(text) == {"a-title", "activestandby-pair", "make-run-the-local-run", "a-title-1"}
 
 
-def test_every_relative_link_in_the_docs_leads_to_a_file_and_heading() -> None:
+def broken_links(doc: Path, text: str) -> list[str]:
+    """The relative links of `text` (the document `doc`) that lead to no file or heading."""
     broken = []
-    for doc in DOCS:
-        text = doc.read_text(encoding="utf-8")
-        for target in LINK.findall(FENCE.sub("", text)):
-            if re.match(r"[a-z]+:", target):  # https:, mailto:
-                continue
-            path, _, anchor = target.partition("#")
-            linked = (doc.parent / path).resolve() if path else doc
-            where = f"{doc.relative_to(REPO)}: ({target})"
-            if not linked.exists():
-                broken.append(f"{where}: no file {linked.relative_to(REPO)}")
-            elif (
-                anchor
-                and linked.suffix == ".md"
-                and anchor not in anchors(linked.read_text(encoding="utf-8"))
-            ):
-                broken.append(f"{where}: no heading with the anchor #{anchor}")
+    for target in LINK.findall(FENCE.sub("", text)):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        where = f"{doc.relative_to(REPO)}: ({target})"
+        if not linked.exists():
+            broken.append(f"{where}: no file {linked.relative_to(REPO)}")
+        elif (
+            anchor
+            and linked.suffix == ".md"
+            and anchor not in anchors(text if linked == doc else linked.read_text(encoding="utf-8"))
+        ):
+            broken.append(f"{where}: no heading with the anchor #{anchor}")
+    return broken
+
+
+def test_every_relative_link_in_the_docs_leads_to_a_file_and_heading() -> None:
+    broken = [link for doc in DOCS for link in broken_links(doc, doc.read_text(encoding="utf-8"))]
     assert broken == [], "\n".join(broken)
+
+
+def test_a_planted_link_to_a_readme_section_that_no_longer_exists_is_caught() -> None:
+    design = REPO / "docs" / "DESIGN.md"
+    planted = design.read_text(encoding="utf-8") + "\n[Quick start](../README.md#quick-start)\n"
+    assert broken_links(design, planted) == [
+        "docs/DESIGN.md: (../README.md#quick-start): no heading with the anchor #quick-start"
+    ]
 
 
 def test_no_doc_points_at_an_issue_or_lesson_outside_the_repository() -> None:
@@ -99,16 +111,30 @@ def _referenced(name: str) -> Path | None:
     return None
 
 
+def broken_references(path: Path, text: str) -> list[str]:
+    """The prose references of `text` (the file `path`) to a document or heading that is gone."""
+    broken = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for name, title in PROSE_REFERENCE.findall(line):
+            where = f'{path.relative_to(REPO)}:{number}: {name}, "{title}"'
+            document = _referenced(name)
+            if document is None:
+                broken.append(f"{where}: no document {name}")
+            elif not _has_title(document, title):
+                broken.append(f"{where}: {document.relative_to(REPO)} has no such heading")
+    return broken
+
+
 def test_every_reference_in_prose_names_a_heading_its_document_has() -> None:
     files = DOCS + [p for folder in SOURCES for p in sorted((REPO / folder).rglob("*.py"))]
-    broken = []
-    for path in files:
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            for name, title in PROSE_REFERENCE.findall(line):
-                where = f'{path.relative_to(REPO)}:{number}: {name}, "{title}"'
-                document = _referenced(name)
-                if document is None:
-                    broken.append(f"{where}: no document {name}")
-                elif not _has_title(document, title):
-                    broken.append(f"{where}: {document.relative_to(REPO)} has no such heading")
+    broken = [ref for path in files for ref in broken_references(path, path.read_text("utf-8"))]
     assert broken == [], "\n".join(broken)
+
+
+def test_a_planted_prose_reference_to_a_readme_section_that_no_longer_exists_is_caught() -> None:
+    # Put together here, so that this file's own text holds no such reference.
+    name, title = "README", "Quick start"
+    planted = f'The steps are in the {name}, "{title}".\n'
+    assert broken_references(REPO / "docs" / "operations.md", planted) == [
+        f'docs/operations.md:1: {name}, "{title}": README.md has no such heading'
+    ]
