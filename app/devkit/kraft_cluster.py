@@ -29,18 +29,14 @@ client certificates between brokers and controllers, `StandardAuthorizer`, deny 
 from __future__ import annotations
 
 import atexit
-import base64
 import logging
-import random
 import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,65 +48,26 @@ from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 from app.clients.waiting import wait_until
 from app.devkit.kafka_release import KafkaRelease, java_command
 from app.devkit.kafka_release import ensure as ensure_release
+from app.devkit.kraft_node import (
+    BROKER_LOG4J2,
+    PRODUCTION_BROKER_CONFIGS,
+    TEST_BROKER_CONFIGS,
+    TOOLS_LOG4J2,
+    KraftNode,
+    kafka_uuid,
+    server_properties,
+)
+from app.devkit.kraft_shutdown import ShutdownReport, stop_together
+from app.devkit.local_ports import HOST, free_port
 from app.devkit.local_tls import write_broker_tls
 from contract import container_commands, kafka_security
-from contract.broker_keys import durable_broker_configs
 
 log = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
 # `--initial-controllers` (dynamic quorum, KIP-853) appeared in 3.9.
 MIN_KAFKA_VERSION = (3, 9)
 # Small but enough for tests: three JVMs fit next to Spark on a 2-core, few-GiB machine.
 DEFAULT_HEAP_OPTS = "-Xms256m -Xmx384m"
-# The broker logs to server.log in its node's folder; the storage tool only its warnings.
-BROKER_LOG4J2 = """\
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = ${sys:kafka.logs.dir}/server.log
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-"""
-TOOLS_LOG4J2 = """\
-appender.err.type = Console
-appender.err.name = err
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.err.ref = err
-"""
-
-# The broker configuration of the production design (DESIGN.md, "Kafka cluster"): the contract's
-# durable settings for 3 nodes, and the share coordinator's log (Kafka 4.1 creates it on demand).
-PRODUCTION_BROKER_CONFIGS: Mapping[str, str] = {
-    **durable_broker_configs(replication_factor=3, min_insync_replicas=2),
-    "share.coordinator.state.topic.replication.factor": "3",
-    "share.coordinator.state.topic.min.isr": "2",
-}
-
-# What differs for tests, and why: nothing here changes a semantic the tests check.
-TEST_BROKER_CONFIGS: Mapping[str, str] = {
-    # A test group forms at once; production stacks wait a few seconds for a cold start.
-    "group.initial.rebalance.delay.ms": "0",
-    # Let groups of the consumer protocol (KIP-848) use session timeouts and heartbeats as short
-    # as the classic protocol allows (defaults: at least 45 s and 5 s), to keep tests short.
-    "group.consumer.min.session.timeout.ms": "6000",
-    "group.consumer.min.heartbeat.interval.ms": "250",
-    # The same for Kafka Streams' streams groups (KIP-1071), the benchmarks' reference.
-    "group.streams.min.session.timeout.ms": "6000",
-    "group.streams.min.heartbeat.interval.ms": "250",
-    # The internal topics are created on first use (the first group, the first transaction):
-    # 6 partitions instead of 50 make that a second on a new cluster instead of several.
-    "offsets.topic.num.partitions": "6",
-    "transaction.state.log.num.partitions": "6",
-    # Fewer threads than the defaults (3 network, 8 I/O): three brokers share two cores.
-    "num.network.threads": "2",
-    "num.io.threads": "2",
-}
-
 
 # `close()` and the atexit hook do not run when the test process is killed (SIGTERM, SIGKILL):
 # on Linux the nodes then get SIGKILL from the kernel (the parent-death signal survives the
@@ -126,36 +83,6 @@ _DIE_WITH_PARENT: tuple[str, ...] = (
 START_TIMEOUT_S = 300.0
 # How long `shutdown` lets the nodes stop on their own (about 6 s on a quiet 2-core machine).
 SHUTDOWN_TIMEOUT_S = 60.0
-# How long a node whose quorum has left may still log its approval before it counts as orphaned.
-ORPHAN_GRACE_S = 5.0
-# What BrokerLifecycleManager logs when the controller approves the broker's controlled shutdown.
-SHUTDOWN_APPROVED = "The controller has asked us to exit controlled shutdown"
-
-
-@dataclass
-class ShutdownReport:
-    """How `KraftCluster.shutdown` ended for each node."""
-
-    timeout_s: float
-    stopped: list[int] = field(default_factory=list)  # by its own controlled shutdown
-    orphaned: list[int] = field(default_factory=list)  # killed: its quorum left before approval
-    late: list[int] = field(default_factory=list)  # killed: still running at the deadline
-    took_s: float = 0.0
-
-    def describe(self) -> str:
-        """One line for the log: what stopped, what was killed and why."""
-        parts = [f"{len(self.stopped)} node(s) stopped by controlled shutdown"]
-        if self.orphaned:
-            parts.append(
-                f"node(s) {_ids(self.orphaned)} killed: their controlled shutdown waited for a "
-                "controller quorum that had left with the other nodes"
-            )
-        if self.late:
-            parts.append(
-                f"node(s) {_ids(self.late)} killed: still running {self.timeout_s:.0f} s after "
-                "SIGTERM"
-            )
-        return "; ".join(parts) + f" ({self.took_s:.1f} s)"
 
 
 class KraftClusterError(RuntimeError):
@@ -188,53 +115,6 @@ class ClusterSecurity:
                 )
 
 
-def kafka_uuid() -> str:
-    """A random id in Kafka's text form (base64url of 16 bytes, no padding), as
-    `kafka-storage.sh random-uuid` prints it; like Kafka, never one starting with '-'."""
-    while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not text.startswith("-"):
-            return text
-
-
-def _ephemeral_low() -> int:
-    """The lowest port the kernel gives outgoing connections (Linux; 32768 elsewhere)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-# Ports are picked below the kernel's ephemeral range: a port found free there can still be taken
-# by any client's outgoing connection before the broker binds it (seen: a node failing with
-# "Address already in use" while other clusters' clients connected); below it only an explicit
-# bind competes. Ports handed out by this process are never handed out again.
-_PORTS_FROM = 10_000
-_handed_out: set[int] = set()
-_random_ports = random.Random()
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port on `host` that was free a moment ago, outside the ephemeral range."""
-    low = _ephemeral_low()
-    if low <= _PORTS_FROM:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            return int(sock.getsockname()[1])
-    for _ in range(1000):
-        port = _random_ports.randrange(_PORTS_FROM, low)
-        if port in _handed_out:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise KraftClusterError(f"no free port on {host} in {_PORTS_FROM}-{low - 1} after 1000 tries")
-
-
 def check_release(release: KafkaRelease) -> KafkaRelease:
     """`release` if its Kafka can form this cluster's quorum (3.9+), else a clear error."""
     version = tuple(int(part) for part in release.version.split(".")[:2])
@@ -245,53 +125,6 @@ def check_release(release: KafkaRelease) -> KafkaRelease:
             "(dynamic KRaft quorum): unset KAFKA_HOME to use the project's own release"
         )
     return release
-
-
-@dataclass
-class KraftNode:
-    """One combined broker+controller process and the files that belong to it."""
-
-    node_id: int
-    broker_port: int
-    controller_port: int
-    directory: Path
-    # The INTERNAL (inter-broker, SSL) listener's port of a secured cluster; 0 without security.
-    internal_port: int = 0
-    directory_id: str = field(default_factory=kafka_uuid)
-    process: subprocess.Popen[bytes] | None = None
-    # The release this node runs once `upgrade_node` moved it; None: the cluster's.
-    release: KafkaRelease | None = None
-
-    @property
-    def config_path(self) -> Path:
-        return self.directory / "server.properties"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.directory / "data"
-
-    @property
-    def log_dir(self) -> Path:
-        """Where Kafka's log4j files go (server.log, controller.log, ...)."""
-        return self.directory / "logs"
-
-    @property
-    def console_path(self) -> Path:
-        """The process's stdout and stderr (JVM errors before logging starts land here)."""
-        return self.directory / "console.log"
-
-    @property
-    def controller_endpoint(self) -> str:
-        return f"{HOST}:{self.controller_port}"
-
-    @property
-    def admin_endpoint(self) -> str:
-        """Where the cluster's own checks connect: INTERNAL when secured, else the broker port."""
-        return f"{HOST}:{self.internal_port or self.broker_port}"
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
 
 class KraftCluster:
@@ -439,9 +272,13 @@ class KraftCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._log4j2_path("broker").write_text(BROKER_LOG4J2, encoding="utf-8")
         self._log4j2_path("tools").write_text(TOOLS_LOG4J2, encoding="utf-8")
+        voters = ",".join(n.controller_endpoint for n in self.nodes)
+        tls_dir = self.tls_dir if self.security is not None else None
         for node in self.nodes:
             node.log_dir.mkdir(parents=True, exist_ok=True)
-            node.config_path.write_text(self._server_properties(node))
+            node.config_path.write_text(
+                server_properties(node, voters, self.broker_configs, tls_dir)
+            )
         self._format_storage()
         log.info(
             "storage formatted (cluster id %s) after %.1f s",
@@ -560,39 +397,7 @@ class KraftCluster:
         then, as Kafka's own system tests kill the last nodes of a colocated cluster. On a
         quiet machine every approval comes within a second and no node is killed. A node still
         running after `timeout_s` is killed too."""
-        running = [node for node in self.nodes if node.process is not None]
-        started = time.monotonic()
-        log_offsets = {node.node_id: _size(node.log_dir / "server.log") for node in running}
-        # All at once: one by one, the last node would always outlive its quorum.
-        for node in running:
-            assert node.process is not None
-            node.process.send_signal(signal.SIGTERM)
-        report = ShutdownReport(timeout_s)
-        quorum = len(self.nodes) // 2 + 1
-        alone_since: dict[int, float] = {}
-        while running:
-            now = time.monotonic()
-            live = [node for node in running if node.process and node.process.poll() is None]
-            for node in running:
-                if node not in live:
-                    report.stopped.append(node.node_id)
-                    node.process = None
-            running = live
-            for node in live:
-                # The log is read only once the quorum is gone: until then approval can come.
-                if len(live) < quorum and not _approved_since(node, log_offsets[node.node_id]):
-                    # The grace covers an approval logged a moment after its peers left.
-                    since = alone_since.setdefault(node.node_id, now)
-                    if now - since >= ORPHAN_GRACE_S:
-                        report.orphaned.append(node.node_id)
-                        self._kill(node)
-                elif now - started >= timeout_s:
-                    report.late.append(node.node_id)
-                    self._kill(node)
-            running = [node for node in running if node.process is not None]
-            if running:
-                time.sleep(0.2)
-        report.took_s = time.monotonic() - started
+        report = stop_together(self.nodes, timeout_s, self._kill)
         if report.late:
             log.warning("%s. The nodes' logs end:\n%s", report.describe(), self.log_tails())
         else:
@@ -749,37 +554,6 @@ class KraftCluster:
         return "\n".join(parts)
 
     # -- internals ------------------------------------------------------------------------
-
-    def _server_properties(self, node: KraftNode) -> str:
-        voters = ",".join(n.controller_endpoint for n in self.nodes)
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": str(node.node_id),
-            "controller.quorum.bootstrap.servers": voters,
-            **self._listener_settings(node),
-            "log.dirs": str(node.data_dir),
-            **self.broker_configs,
-        }
-        return "".join(f"{key}={value}\n" for key, value in settings.items())
-
-    def _listener_settings(self, node: KraftNode) -> dict[str, str]:
-        if self.security is None:
-            return {
-                "listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
-                f"CONTROLLER://{node.controller_endpoint}",
-                "advertised.listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
-                f"CONTROLLER://{node.controller_endpoint}",
-                "inter.broker.listener.name": "PLAINTEXT",
-                "controller.listener.names": "CONTROLLER",
-                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            }
-        # What prod renders (contract.kafka_security), on this node's loopback ports.
-        ports = (node.broker_port, node.internal_port, node.controller_port)
-        return {
-            "listeners": kafka_security.listeners(*ports, host=HOST),
-            "advertised.listeners": kafka_security.listeners(*ports, host=HOST),
-            **kafka_security.broker_security_configs(kafka_security.SASL_SSL, str(self.tls_dir)),
-        }
 
     def _scram_arguments(self) -> list[str]:
         if self.security is None:
@@ -945,22 +719,3 @@ def _partitions_where(
         for partition in metadata.partitions.values()
         if matches(partition)
     ]
-
-
-def _ids(node_ids: list[int]) -> str:
-    return ", ".join(str(node_id) for node_id in node_ids)
-
-
-def _size(path: Path) -> int:
-    return path.stat().st_size if path.is_file() else 0
-
-
-def _approved_since(node: KraftNode, offset: int) -> bool:
-    """Whether the node's server.log shows its shutdown approved after `offset` (the log's
-    size at SIGTERM: a node restarted earlier logged an approval before)."""
-    path = node.log_dir / "server.log"
-    if not path.is_file():
-        return False
-    with path.open("rb") as server_log:
-        server_log.seek(offset if path.stat().st_size >= offset else 0)  # rolled over since
-        return SHUTDOWN_APPROVED.encode() in server_log.read()

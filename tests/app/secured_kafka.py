@@ -24,7 +24,8 @@ from functools import partial
 from pathlib import Path
 
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import KraftCluster, free_port
+from app.devkit.kraft_cluster import KraftCluster
+from app.devkit.local_ports import free_port
 from contract import acl_grants, acl_specs
 from contract.acl_specs import KafkaUser
 from contract.container_commands import KAFKA_LIBS, SCRAM_MECHANISM_FILE, USERS_DIR

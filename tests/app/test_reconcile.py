@@ -31,7 +31,7 @@ from app.admin.topic_reconciler import (
     read_cluster,
 )
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import free_port
+from app.devkit.local_ports import free_port
 from contract.membership import kip848_group_configs
 from contract.topic_specs import (
     GroupConfigSpec,

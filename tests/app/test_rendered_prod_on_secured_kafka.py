@@ -11,7 +11,7 @@ with its reason; so a rendered prod setting that the brokers, their pods' helper
 reconciler or the processor would refuse fails here.
 
 Broker settings the render leaves at Kafka's defaults take the local cluster's test values
-(`app.devkit.kraft_cluster.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
+(`app.devkit.kraft_node.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
 2-core machine); every key the render sets overrides them. One cluster serves the module.
 """
 
@@ -48,7 +48,8 @@ from cryptography import x509
 from app.admin.acl_reconciler import Binding, read_bindings
 from app.admin.scram_credentials import authenticates, existing_credentials
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster, free_port
+from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
+from app.devkit.local_ports import free_port
 from contract import acl_specs, container_commands, topic_specs
 from contract.java_properties import load_properties
 from contract.kafka_security import (

@@ -27,10 +27,11 @@ from app.devkit.bench.settling import (
     instance_status,
     judged_ready,
 )
-from app.devkit.kraft_cluster import HOST, KraftCluster
+from app.devkit.kraft_cluster import KraftCluster
 from app.devkit.local.instances import InstanceStatus, ProcessorProcess
 from app.devkit.local.pipeline import LocalPipeline
 from app.devkit.local.roll import RollFailed, RollStep, roll_instances, wait_available
+from app.devkit.local_ports import HOST
 
 log = logging.getLogger("app.devkit.bench")
 

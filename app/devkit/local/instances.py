@@ -24,7 +24,7 @@ from typing import IO
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.devkit.kraft_cluster import free_port
+from app.devkit.local_ports import free_port
 from app.processor import assignment_file
 from app.processor.settings import checkpoint_dir, load_settings
 from app.processor.state_restore import copies_path, read_copies
