@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def sh(*argv: str | Path, check: bool = True) -> subprocess.CompletedProcess:
+    """`argv` run to its end, its output captured as text (`check`: a failure raises)."""
+    return subprocess.run([str(a) for a in argv], check=check, capture_output=True, text=True)
+
+
 @dataclass(frozen=True)
 class Processes:
     """Pid files in `run`, logs in `logs`, every process started in `cwd`."""
