@@ -14,7 +14,7 @@ an up-to-date cluster plans nothing:
   log in with, until `scram_credentials.retire_credentials` (run by
   `python -m app.admin.scram_retire` once every client has moved on) deletes them;
 - every ACL of the specs that the cluster lacks is created, and recorded in the ledger
-  (`ACL_LEDGER_TOPIC`, a compacted topic the reconciler creates);
+  (`ACL_LEDGER_TOPIC`, a compacted topic the reconciler creates: `app.admin.acl_ledger`);
 - an ACL of a managed user that the specs no longer name is deleted only when the ledger says
   the reconciler created it. Any other (granted by hand, by another tool) is REFUSED: left in
   place and reported with the command that removes it by hand. A refusal does not stop the other
@@ -23,7 +23,6 @@ an up-to-date cluster plans nothing:
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import time
@@ -34,12 +33,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
     Producer,
-    TopicPartition,
 )
 from confluent_kafka import admin as kafka_admin
 from confluent_kafka.admin import (
@@ -48,10 +42,10 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
-    NewTopic,
     ResourcePatternType,
 )
 
+from app.admin import acl_ledger
 from app.admin.scram_credentials import (
     Credential,
     await_logins,
@@ -61,7 +55,6 @@ from app.admin.scram_credentials import (
 from app.admin.topic_reconciler import error_text, outcomes, plan_table
 from app.clients.waiting import poll_until
 from contract.acl_specs import (
-    ACL_LEDGER_READER_GROUP,
     ACL_LEDGER_TOPIC,
     AclSpec,
     KafkaUser,
@@ -324,67 +317,6 @@ def read_bindings(
     return frozenset(found)
 
 
-def _ledger_key(spec: AclSpec) -> bytes:
-    return json.dumps(spec.to_dict(), sort_keys=True).encode()
-
-
-def read_ledger(
-    client_config: Mapping[str, str], timeout_s: float = REQUEST_TIMEOUT_S
-) -> frozenset[AclSpec] | None:
-    """The ACLs the ledger records as created (latest record per key, tombstones drop); None
-    when the ledger topic does not exist yet."""
-    consumer = Consumer(
-        {
-            **client_config,
-            # librdkafka's consumer needs a group id and looks up its coordinator even when only
-            # assigned (no join, no commit): the reconciler may DESCRIBE this one group.
-            "group.id": ACL_LEDGER_READER_GROUP,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        metadata = consumer.list_topics(ACL_LEDGER_TOPIC, timeout=timeout_s).topics.get(
-            ACL_LEDGER_TOPIC
-        )
-        if metadata is None or metadata.error is not None:
-            return None
-        ends = {}
-        for partition in metadata.partitions:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(ACL_LEDGER_TOPIC, partition), timeout=timeout_s, cached=False
-            )
-            if high > low:
-                ends[partition] = high
-        entries: dict[bytes, AclSpec | None] = {}
-        consumer.assign([TopicPartition(ACL_LEDGER_TOPIC, p, OFFSET_BEGINNING) for p in ends])
-        deadline = time.monotonic() + timeout_s
-        while ends:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"reading the ACL ledger {ACL_LEDGER_TOPIC}: partitions {sorted(ends)} "
-                    f"not read to their end within {timeout_s:g} s"
-                )
-            for message in consumer.consume(500, 1.0):
-                error = message.error()
-                partition, offset = message.partition(), message.offset()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                if error is None and message.key() is not None:
-                    value = message.value()
-                    entries[message.key() or b""] = (
-                        None if value is None else AclSpec.from_dict(json.loads(value))
-                    )
-                at_end = error is not None or (
-                    offset is not None and offset + 1 >= ends.get(partition or 0, 0)
-                )
-                if partition in ends and at_end:
-                    del ends[partition]
-        return frozenset(spec for spec in entries.values() if spec is not None)
-    finally:
-        consumer.close()
-
-
 def read_state(
     admin: AdminClient,
     client_config: Mapping[str, str],
@@ -394,7 +326,7 @@ def read_state(
 ) -> AclState:
     """What the cluster holds for `users` and for every principal the ledger names
     (credentials of `mechanism` only for users given a password)."""
-    ledger = read_ledger(client_config)
+    ledger = acl_ledger.read_ledger(client_config)
     principals = {u.principal for u in users} | {s.principal for s in ledger or ()}
     return AclState(
         bindings=read_bindings(admin, sorted(principals)),
@@ -529,26 +461,6 @@ def _acl_steps(
 # --- applying --------------------------------------------------------------------------------
 
 
-def ledger_replication(brokers: int) -> int:
-    """The ledger's replication factor: 3, as the pipeline's topics, or all a small cluster has."""
-    return min(3, brokers)
-
-
-def ledger_topic(brokers: int) -> NewTopic:
-    """The ledger topic: compacted (the latest record per ACL is what counts), one partition."""
-    replication = ledger_replication(brokers)
-    return NewTopic(
-        ACL_LEDGER_TOPIC,
-        num_partitions=1,
-        replication_factor=replication,
-        config={
-            "cleanup.policy": "compact",
-            # A write survives one broker lost, and still goes on with one broker down.
-            "min.insync.replicas": str(max(1, replication - 1)),
-        },
-    )
-
-
 def apply(
     admin: AdminClient,
     client_config: Mapping[str, str],
@@ -566,14 +478,14 @@ def apply(
     """
     failures = _set_credentials(admin, the_plan, passwords or {}, timeout_s)
     if the_plan.of(AclAction.CREATE_LEDGER):
-        failures += _create_ledger(admin, brokers, timeout_s)
+        failures += acl_ledger.create_ledger(admin, brokers, timeout_s)
     if failures:
         raise AclReconcileError(failures)
     producer = Producer({**client_config, "acks": "all", "enable.idempotence": True})
     failures += _create_acls(admin, producer, the_plan, timeout_s)
     failures += _delete_acls(admin, producer, the_plan, timeout_s)
     for step in the_plan.of(AclAction.FORGET):
-        _record(producer, step.spec, created=False)
+        acl_ledger.record(producer, step.spec, created=False)
         log.info("forgot %s %s (gone from the cluster)", step.subject, step.detail)
     undelivered = producer.flush(timeout_s)
     if undelivered:
@@ -634,21 +546,6 @@ def _set_credentials(
     return set_credentials(admin, changes, passwords, the_plan.mechanism, timeout_s)
 
 
-def _create_ledger(admin: AdminClient, brokers: int, timeout_s: float) -> list[str]:
-    topic = ledger_topic(brokers)
-    log.info("creating the ACL ledger topic %s", ACL_LEDGER_TOPIC)
-    future = admin.create_topics([topic], request_timeout=timeout_s)[ACL_LEDGER_TOPIC]
-    try:
-        future.result()
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            return [
-                f"ACL ledger {ACL_LEDGER_TOPIC}: create failed ({error_text(exc)}); nothing "
-                "about ACLs was applied. The reconciler needs CREATE on that topic"
-            ]
-    return []
-
-
 def grant(
     admin: AdminClient, specs: Sequence[AclSpec], timeout_s: float = REQUEST_TIMEOUT_S
 ) -> list[str]:
@@ -707,17 +604,9 @@ def _settle(
                 "cluster) and rerun"
             )
             continue
-        _record(producer, step.spec, created=created)
+        acl_ledger.record(producer, step.spec, created=created)
         log.info("%s ACL %s %s", "created" if created else "deleted", step.subject, step.detail)
     return failures
-
-
-def _record(producer: Producer, spec: AclSpec, created: bool) -> None:
-    """Write a ledger record: the spec when created, a tombstone when deleted."""
-    # The spec is its own key: one record per ACL, whose latest value compaction keeps.
-    entry = _ledger_key(spec)
-    producer.produce(ACL_LEDGER_TOPIC, key=entry, value=entry if created else None)
-    producer.poll(0)
 
 
 # --- presenting ------------------------------------------------------------------------------

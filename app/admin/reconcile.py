@@ -36,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from app.admin import acl_reconciler, group_configs, scram_credentials
+from app.admin import acl_ledger, acl_reconciler, group_configs, scram_credentials
 from app.admin.topic_reconciler import ReconcileError, apply, format_table, plan, read_cluster
 from app.clients import LOG_FORMAT, client_properties
 from app.clients.waiting import poll_until
@@ -342,7 +342,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                 state,
                 passwords,
                 bootstrap=args.bootstrap_servers,
-                ledger_replication=acl_reconciler.ledger_replication(len(metadata.brokers)),
+                ledger_replication=acl_ledger.ledger_replication(len(metadata.brokers)),
                 can_check=scram_credentials.can_check_logins(client_config),
                 mechanism=args.scram_mechanism,
             )
