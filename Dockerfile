@@ -25,7 +25,7 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-default-groups --group runtime --python /usr/local/bin/python3.11
 # What runs in the image and nothing else: the processor, the cluster-side jobs and sidecar
 # (app/admin/), the client helpers both use (app/clients/) and the specs they read. The developer
-# kit (app/devkit/: the local run, the load generator, the benchmarks, the local Apache Kafka)
+# kit (devkit/: the local run, the load generator, the benchmarks, the local Apache Kafka)
 # stays out (.dockerignore keeps it out of the build context as well).
 COPY app/__init__.py /app/app/
 COPY app/processor/ /app/app/processor/

@@ -38,13 +38,13 @@ $(CLASS_ARCHIVE): $(VENV)/app/.synced
 		|| echo "no Spark class archive (see $(VENV)/class-archive.log); going on without it"
 
 # Apache Kafka's released jars (org.apache.kafka:kafka_2.13, kafka-tools and kafka-streams at the
-# version app/devkit/kafka_release.py pins, with their runtime dependencies), resolved by Maven from
+# version devkit/kafka_release.py pins, with their runtime dependencies), resolved by Maven from
 # Maven Central and checked: the broker of the local run, the tests and the benchmarks, and the
 # Kafka Streams reference the benchmarks run beside the processor. Checked again at every use; a partial
 # or corrupt cache is fetched again.
 KAFKA_RELEASE := $(VENV)/kafka/.resolved
-$(KAFKA_RELEASE): app/devkit/kafka_release.py $(VENV)/app/.synced
-	$(APP_PY) -m app.devkit.kafka_release
+$(KAFKA_RELEASE): devkit/kafka_release.py $(VENV)/app/.synced
+	$(APP_PY) -m devkit.kafka_release
 	touch $@
 
 .PHONY: setup run test render check policy-pack bench lint lock clean
@@ -55,7 +55,7 @@ setup: $(VENV)/infra/.synced $(VENV)/app/.synced $(VENV)/checkov/.synced $(KAFKA
 ## once mid-run as the StatefulSet controller rolls pods; live progress, Ctrl-C to stop.
 ## Options: make run ARGS="--help".
 run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
-	$(APP_PY) -m app.devkit.local $(ARGS)
+	$(APP_PY) -m devkit.local $(ARGS)
 
 ## All tests: the application in its own environment, on a 3-node Apache Kafka it starts
 ## (KAFKA_BOOTSTRAP_SERVERS: a running one instead); then program, manifests and policies in the
@@ -66,13 +66,13 @@ run: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
 ## The infra and engine tiers need the Go tools, the node tier the node's parts as well (`make
 ## tools node-parts`: about 30 minutes on a cold machine, a no-op once built; the caches are
 ## outside the clone). They build in the background, on the CPU the tests leave idle
-## (kube/niced_build.py says how): the tools while the application's tests and then the
+## (devkit/kube/niced_build.py says how): the tools while the application's tests and then the
 ## pack's run (neither needs them), the node's parts while the infra and engine tiers run. The
 ## pack's and the program's tests run on TEST_WORKERS pytest-xdist workers, a file at a time,
 ## the files of the long tests first (tests/long_first.py); the engine's in one process, as they
 ## share the control plane it starts. The slowest tests are listed at the end of each run: CI
 ## must stay under 75 minutes on 2 cores from a cold machine.
-NICED_BUILD := $(PYTHON) kube/niced_build.py
+NICED_BUILD := $(PYTHON) devkit/kube/niced_build.py
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
@@ -99,17 +99,17 @@ policy-pack:
 
 ## The commands behind every table of docs/benchmarks.md, one after another, alone on the machine
 ## (about three hours on 2 cores; tables and graphs in build/bench/<table>/). One table:
-## make bench ARGS="--only crashes"; the list: app/devkit/bench/tables.py.
+## make bench ARGS="--only crashes"; the list: devkit/bench/tables.py.
 bench: $(VENV)/app/.synced $(KAFKA_RELEASE) $(CLASS_ARCHIVE)
-	$(APP_PY) -m app.devkit.bench tables $(ARGS)
+	$(APP_PY) -m devkit.bench tables $(ARGS)
 
 ## The checks CI runs besides the tests: ruff (lint, format) and mypy, once per environment
 ## (pulumi-policy and pyspark cannot share one; the configuration is in pyproject.toml).
 lint: $(VENV)/infra/.synced $(VENV)/app/.synced
 	$(VENV)/infra/bin/ruff check .
 	$(VENV)/infra/bin/ruff format --check .
-	$(VENV)/infra/bin/mypy infra offline policies contract tests/infra tests/policies tests/kube tests/engine tests/node kube tests/*.py
-	$(VENV)/app/bin/mypy app tests/app
+	$(VENV)/infra/bin/mypy infra offline policies contract tests/infra tests/policies tests/kube tests/engine tests/node devkit/kube tests/*.py
+	$(VENV)/app/bin/mypy app devkit tests/app --exclude "^devkit/kube/"
 
 lock: | $(UV)
 	$(UV) lock
@@ -118,7 +118,7 @@ clean:
 	rm -rf $(VENV) build
 
 ## The Go tools of the engine, kube and node tiers, built from their Go modules at the versions
-## pinned in kube/go_tools.py (pulumi, pulumi-resource-kubernetes, kube-apiserver,
+## pinned in devkit/kube/go_tools.py (pulumi, pulumi-resource-kubernetes, kube-apiserver,
 ## kube-controller-manager, kube-scheduler, etcd, kwok) into ~/.cache/stateful-streaming-go/bin
 ## with the Go caches beside them (GO_TOOLS_HOME moves them; outside the clone, so every checkout
 ## on the machine shares one build); the provider is installed as a plugin under its
@@ -129,7 +129,7 @@ clean:
 .PHONY: tools lint-packages kube-up kube-down test-kube
 GO_TOOLS_JOBS ?= 2
 tools:
-	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) kube/go_tools.py
+	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) devkit/kube/go_tools.py
 
 ## Debian's shellcheck, which actionlint runs over the workflows' `run:` scripts once it is on
 ## PATH (as root; elsewhere actionlint lints the workflows without it and says nothing).
@@ -141,17 +141,17 @@ lint-packages:
 	else echo "not root: no $(LINT_PACKAGES) installed; actionlint runs without it"; fi
 
 kube-up:
-	@$(PYTHON) kube/control_plane.py up
+	@$(PYTHON) devkit/kube/control_plane.py up
 
 kube-down:
-	$(PYTHON) kube/control_plane.py down
+	$(PYTHON) devkit/kube/control_plane.py down
 
 ## A real node beside the control plane: pods in containers of the project's images (root).
 ## node-packages: Debian's containerd, runc, CNI plugins, buildah and debootstrap; node-images:
 ## the base from Debian's packages, the processor image from the Dockerfile, the broker image from
-## the Kafka release's jars, the pause image (kube/images.py; into ~/.cache/stateful-streaming-node,
+## the Kafka release's jars, the pause image (devkit/kube/images.py; into ~/.cache/stateful-streaming-node,
 ## built again only when their inputs change); node-up prints the KUBECONFIG path; node-down
-## leaves the machine as it was (kube/node.py says how).
+## leaves the machine as it was (devkit/kube/node.py says how).
 ## test-node: `pulumi up` of dev onto it, a count checked exactly, a roll by the controller.
 .PHONY: node-packages node-tools node-images node-up node-down test-node node-parts
 NODE_PACKAGES := containerd runc containernetworking-plugins buildah debootstrap iptables nftables
@@ -160,16 +160,16 @@ node-packages:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_PACKAGES); }
 
 node-tools:
-	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) kube/go_tools.py --node
+	GO_TOOLS_JOBS=$(GO_TOOLS_JOBS) $(PYTHON) devkit/kube/go_tools.py --node
 
 node-images: node-packages $(KAFKA_RELEASE)
-	$(PYTHON) kube/images.py
+	$(PYTHON) devkit/kube/images.py
 
 node-up: node-packages node-tools
-	@$(PYTHON) kube/node.py up
+	@$(PYTHON) devkit/kube/node.py up
 
 node-down:
-	$(PYTHON) kube/node.py down
+	$(PYTHON) devkit/kube/node.py down
 
 test-node: setup node-tools node-images
 	$(INFRA_PY) -m pytest --durations=10 tests/node

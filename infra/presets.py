@@ -10,7 +10,7 @@ from contract.topic_specs import (
 )
 
 # The broker image, pinned by digest (the index digest of Docker Hub's apache/kafka:4.3.1, the
-# release whose jars `app/devkit/kafka_release.py` runs locally): a tag can be pushed again, and a
+# release whose jars `devkit/kafka_release.py` runs locally): a tag can be pushed again, and a
 # roll would then run two versions side by side.
 KAFKA_IMAGE = (
     "apache/kafka:4.3.1@sha256:77e3df9054047a88b520d0cc46e16696d3b22022e1d580aeccd2632df6532837"

@@ -4,4 +4,4 @@ SCRAM credentials and ACLs), the Job that retires a rotated SCRAM mechanism's cr
 (`python -m app.admin.scram_retire`) and the brokers' readiness sidecar
 (`python -m app.admin.broker_readiness`). They use the shared client helpers of `app.clients`,
 the specs of `contract.topic_specs` and `contract.acl_specs`, and never the
-developer kit (`app.devkit`)."""
+developer kit (`devkit`)."""

@@ -20,7 +20,7 @@ Per key (the record key, as the input topic partitions by it):
 Its records live apart, in an `InputSample` beside it (`app.processor.input_sample`): the load
 generator, the tests and the class archive's training run make them; the processor never loads
 it. The local run's check and the benchmarks take their truth from the aggregation itself, by
-folding every record the broker acknowledged (`app/devkit/truth.py`).
+folding every record the broker acknowledged (`devkit/truth.py`).
 
 Re-keying is not part of the interface: a key's state lives in its input partition, so an
 aggregation by another key than the input's needs a repartition step in front of the processor

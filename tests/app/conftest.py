@@ -1,6 +1,6 @@
 """Fixtures for the application tests: Apache Kafka itself, never a mock or a stand-in.
 
-One 3-node KRaft cluster of the project's Apache Kafka release (`app.devkit.kafka_release`, resolved
+One 3-node KRaft cluster of the project's Apache Kafka release (`devkit.kafka_release`, resolved
 by `make setup`; `KAFKA_HOME` names another distribution) serves the session, with the production
 broker settings: replication factor 3, `min.insync.replicas=2`. `KAFKA_BOOTSTRAP_SERVERS` points the
 tests that only need a broker at a running Apache Kafka instead; the tests that stop, kill or secure
@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from app.devkit.kraft_cluster import KraftCluster
+from devkit.kraft_cluster import KraftCluster
 from tests.app.processor_harness import CALL_FAILED
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"

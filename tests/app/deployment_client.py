@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from app.devkit.local.observe import OutputTail
+from devkit.local.observe import OutputTail
 
 TIMEOUT_S = 60.0
 

@@ -29,9 +29,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.clients.kafka_retry import Retrying
 from app.clients.waiting import wait_until
-from app.devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS
-from app.devkit.local_ports import free_port
 from contract.topic_specs import PipelineNames
+from devkit.local.instances import LOCAL_SESSION_TIMEOUT_MS
+from devkit.local_ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 30.0

@@ -24,11 +24,11 @@ from functools import partial
 from pathlib import Path
 
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import KraftCluster
-from app.devkit.local_ports import free_port
 from contract import acl_grants, acl_specs
 from contract.acl_specs import KafkaUser
 from contract.container_commands import KAFKA_LIBS, SCRAM_MECHANISM_FILE, USERS_DIR
+from devkit.kraft_cluster import KraftCluster
+from devkit.local_ports import free_port
 from infra import bootstrap_grants
 from tests.app.processor_harness import REPO
 

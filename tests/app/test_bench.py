@@ -19,16 +19,16 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.clients.waiting import wait_until
-from app.devkit.bench.__main__ import parse_args
-from app.devkit.bench.ceiling import measure_ceiling, parse_perf_test
-from app.devkit.bench.measure import PeriodicSampler
-from app.devkit.bench.plots import rate_labels, throughput_bars
-from app.devkit.bench.restart_cases import CASES, BenchParams
-from app.devkit.bench.rolling_restart import check_scale, run_matrix
-from app.devkit.bench.variant import Variant
-from app.devkit.kafka_streams import LABEL as KAFKA_STREAMS
-from app.devkit.kraft_cluster import KraftCluster
-from app.devkit.local.pipeline import ENGINE_KAFKA_STREAMS
+from devkit.bench.__main__ import parse_args
+from devkit.bench.ceiling import measure_ceiling, parse_perf_test
+from devkit.bench.measure import PeriodicSampler
+from devkit.bench.plots import rate_labels, throughput_bars
+from devkit.bench.restart_cases import CASES, BenchParams
+from devkit.bench.rolling_restart import check_scale, run_matrix
+from devkit.bench.variant import Variant
+from devkit.kafka_streams import LABEL as KAFKA_STREAMS
+from devkit.kraft_cluster import KraftCluster
+from devkit.local.pipeline import ENGINE_KAFKA_STREAMS
 
 SHORT = BenchParams(
     instances=2,

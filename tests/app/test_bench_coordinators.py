@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from app.clients.waiting import wait_until
-from app.devkit.bench.coordinators import (
+from devkit.bench.coordinators import (
     GROUP_COORDINATOR,
     NEITHER,
     TRANSACTION_COORDINATOR,

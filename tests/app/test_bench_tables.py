@@ -1,5 +1,5 @@
 """`make bench` reproduces the tables of docs/benchmarks.md: every table names its command there,
-that command is the one `app.devkit.bench.tables` runs, and every command parses."""
+that command is the one `devkit.bench.tables` runs, and every command parses."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from app.devkit.bench.__main__ import parse_args
-from app.devkit.bench.tables import TABLES, DocTable
-from app.devkit.local.instances import REPO_ROOT
+from devkit.bench.__main__ import parse_args
+from devkit.bench.tables import TABLES, DocTable
+from devkit.local.instances import REPO_ROOT
 
 DOCS = (REPO_ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
 COMMAND = re.compile(r'^Command[^:]*: `make bench ARGS="--only ([a-z0-9,-]+)"`(.*)$', re.MULTILINE)
@@ -49,4 +49,4 @@ def test_each_tables_command_parses(table: DocTable) -> None:
 def test_make_bench_runs_every_table_by_default() -> None:
     assert parse_args(["tables"]).only == [t.name for t in TABLES]
     makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
-    assert "-m app.devkit.bench tables $(ARGS)" in makefile
+    assert "-m devkit.bench tables $(ARGS)" in makefile

@@ -3,7 +3,7 @@
 Each section that holds a table (a `Command:` line for each) names one broker release and one day
 per table; earlier runs go to benchmark-history.md, and a link there is not counted. The index at
 the top lists every such section with that release and day, and names the project's release as
-`app/devkit/kafka_release.py` pins it. A planted history line or a contradicting introduction is
+`devkit/kafka_release.py` pins it. A planted history line or a contradicting introduction is
 caught (the tests at the end plant one of each)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from app.devkit.kafka_release import KAFKA_VERSION
-from app.devkit.local.instances import REPO_ROOT
+from devkit.kafka_release import KAFKA_VERSION
+from devkit.local.instances import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "benchmarks.md"
 HISTORY_LINK = re.compile(r"\[[^\]]*\]\(benchmark-history\.md[^)]*\)")

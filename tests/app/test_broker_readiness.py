@@ -31,8 +31,8 @@ from app.admin.broker_readiness import (
     sync_metrics,
 )
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import KraftCluster
-from app.devkit.local_ports import HOST, free_port
+from devkit.kraft_cluster import KraftCluster
+from devkit.local_ports import HOST, free_port
 
 NODE_ID = 1  # the node the judging sidecar sits beside
 DEADLINE_S = 180.0

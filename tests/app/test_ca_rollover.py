@@ -33,9 +33,9 @@ from confluent_kafka.admin import (
 )
 
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
-from app.devkit.local_tls import CertificateAuthority, write_broker_tls
 from contract.kafka_security import TLS_CA_FILE
+from devkit.kraft_cluster import ClusterSecurity, KraftCluster
+from devkit.local_tls import CertificateAuthority, write_broker_tls
 
 pytestmark = [pytest.mark.timeout(900)]
 

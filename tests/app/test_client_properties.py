@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
-from app.devkit.local.__main__ import parse_args
+from devkit.local.__main__ import parse_args
 
 
 def test_settings_are_read_and_env_references_resolved(tmp_path: Path) -> None:

@@ -173,7 +173,7 @@ class ConsumerGroup:
                 f"the cluster refuses consumer.session.timeout.ms={self.session_timeout_s:.0f} s"
                 f" for a KIP-848 group ({exc.args[0].str()}); lower the broker's "
                 "group.consumer.min.session.timeout.ms and group.consumer.min.heartbeat."
-                "interval.ms (the test cluster, app.devkit.kraft_cluster, does)"
+                "interval.ms (the test cluster, devkit.kraft_cluster, does)"
             )
 
 

@@ -6,8 +6,8 @@ import socket
 import threading
 from pathlib import Path
 
-from app.devkit.local.instances import InstanceOptions, ProcessorProcess
 from contract.topic_specs import PipelineNames
+from devkit.local.instances import InstanceOptions, ProcessorProcess
 
 
 def test_a_health_answer_cut_off_by_a_stopping_process_reads_as_no_answer(

@@ -24,7 +24,7 @@ import os
 import threading
 from pathlib import Path
 
-from app.devkit.kraft_cluster import KraftCluster
+from devkit.kraft_cluster import KraftCluster
 
 
 def test_holds_a_broker_until_interrupted():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.devkit import kafka_release
-from app.devkit.kafka_release import (
+from devkit import kafka_release
+from devkit.kafka_release import (
     KAFKA_VERSION,
     MANIFEST,
     KafkaReleaseError,

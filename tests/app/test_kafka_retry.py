@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.clients.kafka_retry import Retrying
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import KraftCluster
-from app.devkit.local_ports import free_port
+from devkit.kraft_cluster import KraftCluster
+from devkit.local_ports import free_port
 
 TOPIC = "retried"
 CALL_TIMEOUT_S = 2.0

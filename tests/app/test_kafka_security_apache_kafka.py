@@ -39,12 +39,6 @@ from confluent_kafka.admin import ResourceType as AdminResourceType
 from app.admin.acl_reconciler import Binding, grant, read_bindings
 from app.clients.client_properties import ClientConfig
 from app.clients.waiting import wait_until
-from app.devkit.bench.ceiling import measure_ceiling
-from app.devkit.bench.throughput import ThroughputParams, produce_backlog
-from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
-from app.devkit.loadgen import LoadSettings
-from app.devkit.local.instances import InstanceOptions
-from app.devkit.local.pipeline import LocalPipeline, PipelineSetup
 from contract.acl_specs import (
     ACL_LEDGER_TOPIC,
     BROKER_READINESS_USER,
@@ -60,6 +54,12 @@ from contract.java_properties import load_properties
 from contract.kafka_security import SCRAM_SHA_512
 from contract.topic_specs import PipelineNames, pipeline_topics
 from contract.topic_specs import dumps as dump_topics
+from devkit.bench.ceiling import measure_ceiling
+from devkit.bench.throughput import ThroughputParams, produce_backlog
+from devkit.kraft_cluster import ClusterSecurity, KraftCluster
+from devkit.loadgen import LoadSettings
+from devkit.local.instances import InstanceOptions
+from devkit.local.pipeline import LocalPipeline, PipelineSetup
 from tests.app.processor_harness import (
     REPO,
     Pipeline,
@@ -490,7 +490,7 @@ def _add_operator(secured: Secured) -> Path:
 def test_the_local_run_and_the_bench_clients_take_command_config(
     secured: Secured, tmp_path: Path
 ) -> None:
-    """`python -m app.devkit.local --command-config` and the benchmarks: the reconciler, the load
+    """`python -m devkit.local --command-config` and the benchmarks: the reconciler, the load
     generator, the observers and a processor instance all connect with the file's settings,
     and the instance's properties file keeps the password a reference."""
     client = ClientConfig.load(_add_operator(secured), os.environ)

@@ -1,4 +1,4 @@
-"""The benchmarks' Kafka Streams reference (`app.devkit.kafka_streams`) runs with the
+"""The benchmarks' Kafka Streams reference (`devkit.kafka_streams`) runs with the
 configuration the comparison names and refuses what it would not honour; `test_bench.py` runs it
 through the bench on the same brokers as the processor."""
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app.devkit import kafka_streams
-from app.devkit.bench.__main__ import parse_args
-from app.devkit.local.instances import InstanceOptions
-from app.devkit.local.pipeline import ENGINE_KAFKA_STREAMS, ENGINE_PROCESSOR, PipelineSetup
 from contract.processor_keys import MEMBERSHIP_HANDOFF, PROTOCOL_CONSUMER
 from contract.topic_specs import PipelineNames
+from devkit import kafka_streams
+from devkit.bench.__main__ import parse_args
+from devkit.local.instances import InstanceOptions
+from devkit.local.pipeline import ENGINE_KAFKA_STREAMS, ENGINE_PROCESSOR, PipelineSetup
 
 
 def streams_instance(tmp_path: Path, options: InstanceOptions) -> kafka_streams.StreamsProcess:

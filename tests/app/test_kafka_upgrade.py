@@ -16,9 +16,9 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.clients.waiting import wait_until
-from app.devkit.kafka_release import KAFKA_VERSION, PREVIOUS_VERSION
-from app.devkit.kafka_release import ensure as ensure_release
-from app.devkit.kraft_cluster import KraftCluster, KraftClusterError
+from devkit.kafka_release import KAFKA_VERSION, PREVIOUS_VERSION
+from devkit.kafka_release import ensure as ensure_release
+from devkit.kraft_cluster import KraftCluster, KraftClusterError
 from tests.app.processor_harness import read_committed
 
 PARTITIONS = 3

@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigEntry, ConfigResource, NewTopic
 
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import SHUTDOWN_TIMEOUT_S, KraftCluster
-from app.devkit.kraft_shutdown import SHUTDOWN_APPROVED
+from devkit.kraft_cluster import SHUTDOWN_TIMEOUT_S, KraftCluster
+from devkit.kraft_shutdown import SHUTDOWN_APPROVED
 
 
 def create_topic(admin: AdminClient, partitions: int) -> str:

@@ -19,17 +19,17 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.devkit import loadgen
-from app.devkit.loadgen import (
+from app.pipelines.page_view_count import PageViews
+from app.pipelines.product_revenue import Orders, ProductRevenue
+from devkit import loadgen
+from devkit.loadgen import (
     LoadGenerator,
     LoadSettings,
     TokenBucket,
     producer_config,
     zipf_weights,
 )
-from app.devkit.truth import Truth
-from app.pipelines.page_view_count import PageViews
-from app.pipelines.product_revenue import Orders, ProductRevenue
+from devkit.truth import Truth
 from tests.app.processor_harness import REPO
 
 PARTITIONS = 3
@@ -207,7 +207,7 @@ def test_sigterm_at_any_point_stops_the_command_line_within_a_deadline(
         log_path = tmp_path / f"loadgen-{run}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "app.devkit.loadgen", "--bootstrap-servers", kafka_bootstrap,
+                [sys.executable, "-m", "devkit.loadgen", "--bootstrap-servers", kafka_bootstrap,
                  "--topic", topic, "--rate", str(rnd.choice([200, 2000, 20000])), "--keys", "50"],
                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
             )  # fmt: skip
@@ -223,7 +223,7 @@ def test_sigterm_at_any_point_stops_the_command_line_within_a_deadline(
                 process.kill()
                 process.wait()
                 pytest.fail(
-                    f"run {run} (seed {seed}): python -m app.devkit.loadgen still running "
+                    f"run {run} (seed {seed}): python -m devkit.loadgen still running "
                     f"{EXIT_DEADLINE_S:.0f} s after {signals} SIGTERM(s); its log:\n"
                     f"{log_path.read_text(errors='replace')[-3000:]}"
                 )

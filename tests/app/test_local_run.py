@@ -1,4 +1,4 @@
-"""The README's main command, `python -m app.devkit.local`, run as a newcomer runs it (its own
+"""The README's main command, `python -m devkit.local`, run as a newcomer runs it (its own
 3-node Apache Kafka, instances in hand-off mode rolled once mid-run), smaller and with another
 pipeline's aggregation (distinct users per product: a set as the state, a size that repeats as
 the output): the roll completes, the final check passes and the report and logs exist.
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from app.devkit.local.instances import REPO_ROOT
 from contract.stack_pipeline import PROJECT, read_stack_pipeline, stack_file
 from contract.topic_specs import PipelineNames
+from devkit.local.instances import REPO_ROOT
 
 # The local run's pipeline: the dev stack's, as the run reads it (a fork renames it there).
 APP = read_stack_pipeline(stack_file(REPO_ROOT, "dev")).names.application_id
@@ -35,7 +35,7 @@ def _rolled_run(state: Path, *options: str) -> tuple[str, dict[str, Any]]:
     say the run was exact and the roll complete."""
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
     run = subprocess.run(
-        [sys.executable, "-m", "app.devkit.local", "--instances", "2", "--partitions", "2",
+        [sys.executable, "-m", "devkit.local", "--instances", "2", "--partitions", "2",
          "--rate", "50", "--keys", "20", "--roll-after", "2", "--min-ready-s", "2",
          "--until-rolled", "--state-dir", str(state), *options],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
@@ -106,7 +106,7 @@ def test_a_kip848_group_rolls_exactly_with_its_own_session_set_on_the_broker(
 def test_more_instances_than_partitions_is_refused_with_the_reason(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from app.devkit.local.__main__ import EXIT_USAGE, parse_args
+    from devkit.local.__main__ import EXIT_USAGE, parse_args
 
     with pytest.raises(SystemExit) as exited:
         parse_args(["--instances", "5", "--partitions", "4"])
@@ -119,7 +119,7 @@ def test_more_instances_than_partitions_is_refused_with_the_reason(
 def test_local_run_runs_the_stacks_pipeline_unless_told_another_aggregation(
     tmp_path: Path,
 ) -> None:
-    from app.devkit.local.__main__ import parse_args
+    from devkit.local.__main__ import parse_args
 
     revenue = "app.pipelines.product_revenue.ProductRevenue"
     stack = tmp_path / "Pulumi.shop.yaml"
@@ -141,7 +141,7 @@ def test_local_run_runs_the_stacks_pipeline_unless_told_another_aggregation(
 def test_an_unknown_stack_is_refused_naming_the_stacks_there_are(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from app.devkit.local.__main__ import EXIT_USAGE, parse_args
+    from devkit.local.__main__ import EXIT_USAGE, parse_args
 
     with pytest.raises(SystemExit) as exited:
         parse_args(["--stack", "nope"])
@@ -150,13 +150,13 @@ def test_an_unknown_stack_is_refused_naming_the_stacks_there_are(
 
 
 def test_local_run_defaults_to_the_dev_stacks_partitions() -> None:
-    from app.devkit.local.__main__ import parse_args
+    from devkit.local.__main__ import parse_args
 
     assert parse_args([]).partitions == 6
 
 
 def test_local_run_keeps_a_copy_on_every_other_instance_as_prod_does() -> None:
-    from app.devkit.local.__main__ import parse_args
+    from devkit.local.__main__ import parse_args
 
     assert parse_args([]).standby_replicas == 2
     assert parse_args(["--instances", "2"]).standby_replicas == 1
@@ -171,7 +171,7 @@ def test_local_run_keeps_a_copy_on_every_other_instance_as_prod_does() -> None:
 def test_a_ctrl_c_at_any_moment_of_the_start_stops_cleanly(marker: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
     run = subprocess.Popen(
-        [sys.executable, "-m", "app.devkit.local", "--instances", "2", "--partitions", "2",
+        [sys.executable, "-m", "devkit.local", "--instances", "2", "--partitions", "2",
          "--rate", "30", "--keys", "10", "--state-dir", str(tmp_path / "local")],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # the Ctrl-C goes to it alone

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from app.clients.waiting import wait_until
-from app.devkit.bench.memory import MemorySampler, process_tree, pss_bytes, tree_pss_bytes
+from devkit.bench.memory import MemorySampler, process_tree, pss_bytes, tree_pss_bytes
 
 # A child that starts a grandchild holding 64 MiB of its own memory, then waits.
 HOLDER = (

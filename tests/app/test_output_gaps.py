@@ -5,10 +5,10 @@ real node's roll (`longest_gaps`)."""
 
 from __future__ import annotations
 
-from app.devkit.bench.measure import zero_output_gaps
-from app.devkit.bench.node_rollout import longest_gaps
-from app.devkit.local.observe import OutputGaps
-from app.devkit.truth import OutputRecord
+from devkit.bench.measure import zero_output_gaps
+from devkit.bench.node_rollout import longest_gaps
+from devkit.local.observe import OutputGaps
+from devkit.truth import OutputRecord
 
 
 def _record(partition: int, at_ms: int) -> OutputRecord:

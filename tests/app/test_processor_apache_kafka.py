@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import KraftCluster
+from devkit.kraft_cluster import KraftCluster
 from tests.app.processor_harness import (
     Pipeline,
     ProcessorProcess,

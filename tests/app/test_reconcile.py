@@ -31,7 +31,6 @@ from app.admin.topic_reconciler import (
     read_cluster,
 )
 from app.clients.waiting import wait_until
-from app.devkit.local_ports import free_port
 from contract.membership import kip848_group_configs
 from contract.topic_specs import (
     GroupConfigSpec,
@@ -40,6 +39,7 @@ from contract.topic_specs import (
     dumps,
     pipeline_topics,
 )
+from devkit.local_ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000

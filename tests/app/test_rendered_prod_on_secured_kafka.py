@@ -11,7 +11,7 @@ with its reason; so a rendered prod setting that the brokers, their pods' helper
 reconciler or the processor would refuse fails here.
 
 Broker settings the render leaves at Kafka's defaults take the local cluster's test values
-(`app.devkit.kraft_node.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
+(`devkit.kraft_node.TEST_BROKER_CONFIGS`: fewer threads and internal-topic partitions for a
 2-core machine); every key the render sets overrides them. One cluster serves the module.
 """
 
@@ -48,8 +48,6 @@ from cryptography import x509
 from app.admin.acl_reconciler import Binding, read_bindings
 from app.admin.scram_credentials import authenticates, existing_credentials
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
-from app.devkit.local_ports import free_port
 from contract import acl_specs, container_commands, topic_specs
 from contract.java_properties import load_properties
 from contract.kafka_security import (
@@ -59,6 +57,8 @@ from contract.kafka_security import (
     TLS_COMBINED_FILE,
     TLS_KEY_FILE,
 )
+from devkit.kraft_cluster import ClusterSecurity, KraftCluster
+from devkit.local_ports import free_port
 from tests.app.processor_harness import (
     REPO,
     ProcessorProcess,
@@ -99,7 +99,7 @@ BROKER_KEYS_DROPPED = {
     "log.dirs": "the pod's data volume; each node has a folder of the cluster's",
 }
 # Rendered keys the test rewrites, and why: the brokers read their TLS files from the kafka-tls
-# Secret mounted here; the cluster writes files of the same names (`app.devkit.local_tls`) into its
+# Secret mounted here; the cluster writes files of the same names (`devkit.local_tls`) into its
 # `tls_dir`, with a certificate for 127.0.0.1 and the subject prod's certificate has.
 BROKER_TLS_MOUNT = PurePosixPath("/etc/kafka/tls")
 CLUSTER_TLS_FILES = frozenset({TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE, TLS_COMBINED_FILE})
@@ -283,7 +283,7 @@ def broker_configs(rendered: Mapping[str, str], tls_dir: Path) -> dict[str, str]
     supers = {p.strip() for p in rendered.get("super.users", "").split(";")}
     assert BROKER_PRINCIPAL in supers, (
         f"the rendered super.users={rendered.get('super.users')!r} does not name "
-        f"{BROKER_PRINCIPAL}, the principal of the brokers' certificate (app.devkit.local_tls, and "
+        f"{BROKER_PRINCIPAL}, the principal of the brokers' certificate (devkit.local_tls, and "
         "prod's from infra/kafka_credentials.py): the brokers would refuse each other on the "
         "INTERNAL and CONTROLLER listeners"
     )

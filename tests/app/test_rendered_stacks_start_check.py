@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from app.devkit.local_tls import write_broker_tls
 from app.processor.settings import parse_settings
+from devkit.local_tls import write_broker_tls
 from tests.app.rendered_manifests import Manifests, render
 
 STACKS = sorted(p.name.split(".")[1] for p in Path(__file__).parents[2].glob("Pulumi.*.yaml"))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from app.devkit.kafka_release import ensure as ensure_release
 from contract.container_commands import KAFKA_LIBS, SERVER_PROPERTIES_VARIABLE
 from contract.java_properties import format_properties, load_properties
+from devkit.kafka_release import ensure as ensure_release
 from tests.app.rendered_manifests import Manifests, render
 
 # Where the rendered pod mounts them; the test puts each under its own temporary folder.

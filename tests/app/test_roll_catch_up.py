@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.devkit.local.__main__ import parse_args
-from app.devkit.local.roll import CATCH_UP_HINT_AFTER_S, CatchUpWait, RollFailed
+from devkit.local.__main__ import parse_args
+from devkit.local.roll import CATCH_UP_HINT_AFTER_S, CatchUpWait, RollFailed
 
 BAR = 2_100  # the bar at 1,000 records/s: two batches, and some
 

@@ -38,11 +38,11 @@ from confluent_kafka.admin import (
 from app.admin.acl_reconciler import grant
 from app.admin.scram_credentials import SCRAM_ITERATIONS, admin_mechanism, authenticates
 from app.clients.waiting import wait_until
-from app.devkit.kraft_cluster import ClusterSecurity, KraftCluster
 from contract.acl_specs import KafkaUser, dumps, pipeline_users
 from contract.kafka_security import SCRAM_SHA_256, SCRAM_SHA_512, scram_mechanism
 from contract.topic_specs import TopicRole, pipeline_topics
 from contract.topic_specs import dumps as dump_topics
+from devkit.kraft_cluster import ClusterSecurity, KraftCluster
 from tests.app.processor_harness import REPO
 
 pytestmark = [pytest.mark.timeout(900)]

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.devkit.local.instances import REPO_ROOT, InstanceOptions, instance_properties
 from contract.java_properties import format_properties
 from contract.topic_specs import PipelineNames
+from devkit.local.instances import REPO_ROOT, InstanceOptions, instance_properties
 
 # An instance asked to stop whose shutdown then hangs (here: the main thread sleeps on).
 HANGING_STOP = """\

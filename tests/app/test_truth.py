@@ -9,11 +9,11 @@ from pathlib import Path
 
 import orjson
 
-from app.devkit.exactness_report import write_exactness_report
-from app.devkit.truth import OutputRecord, Truth, check_output
 from app.pipelines.distinct_users import DistinctUsers
 from app.pipelines.page_view_count import PageViewCount
 from app.pipelines.product_revenue import ProductRevenue
+from devkit.exactness_report import write_exactness_report
+from devkit.truth import OutputRecord, Truth, check_output
 
 
 def _view(page: str) -> bytes:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kube.engine_stack import ROOT, tools_missing
+from devkit.kube.engine_stack import ROOT, tools_missing
 
-CONTROL_PLANE = ROOT / "kube" / "control_plane.py"
+CONTROL_PLANE = ROOT / "devkit" / "kube" / "control_plane.py"
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from devkit.kube.engine_stack import ROOT, EngineRun, EngineStack
 from infra.config import merge_settings
 from infra.presets import KAFKA_IMAGE
-from kube.engine_stack import ROOT, EngineRun, EngineStack
 
 DOC = ROOT / "docs" / "operations.md"
 WRITE = os.environ.get("DAY2_TABLES_WRITE") == "1"

@@ -19,10 +19,10 @@ import pytest
 from pulumi import automation as auto
 
 from app.clients.waiting import wait_until
+from devkit.kube.engine_stack import ROOT, EngineStack
+from devkit.kube.go_tools import PULUMI_KUBERNETES_RELEASE
+from devkit.kube.kubectl import kubectl_json
 from infra.presets import KAFKA_IMAGE
-from kube.engine_stack import ROOT, EngineStack
-from kube.go_tools import PULUMI_KUBERNETES_RELEASE
-from kube.kubectl import kubectl_json
 from offline.policy_check import preview_skips
 from offline.render import record_stack
 from policies.evaluate import AnalyzerProcess, load_policy_config
@@ -34,7 +34,7 @@ NAMESPACE = "engine-dev"
 CLUSTER_ID = "q0SnoXu-RZ6ec4kCzx2w3A"
 # The processor's StatefulSet, as the dev stack file names its pipeline.
 PROCESSOR = names_of("dev").application_id
-# The provider built here (kube/go_tools.py) is 4.25.0: its preview of a replacement dry-runs
+# The provider built here (devkit/kube/go_tools.py) is 4.25.0: its preview of a replacement dry-runs
 # the new StatefulSet as an apply over the old one, which the API server refuses (the claim
 # templates are immutable); 4.29 and later preview the replacement (pulumi-kubernetes #4328).
 # `up` itself replaces it on both.

@@ -20,9 +20,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
+from devkit.kube.engine_stack import EngineStack
+from devkit.kube.kubectl import kubectl_json
 from infra import stateful_volumes, workload
-from kube.engine_stack import EngineStack
-from kube.kubectl import kubectl_json
 
 NAMESPACE = "engine-in-place"
 APP = "brokers"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pulumi import automation as auto
 
-from kube.engine_stack import ROOT, EngineStack, tools_missing
+from devkit.kube.engine_stack import ROOT, EngineStack, tools_missing
 
 
 def test_the_pack_without_its_environment_stops_the_preview_at_once_and_says_what_to_run(

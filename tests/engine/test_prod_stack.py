@@ -2,7 +2,7 @@
 changes' plans, a password rotation that restarts no broker, and the documented destroy.
 
 Prod's credentials need the random and tls providers, which no registry this project's CI reaches
-serves as Go modules (kube/go_tools.py): where their plugins are not installed the module
+serves as Go modules (devkit/kube/go_tools.py): where their plugins are not installed the module
 skips, and `tests/engine/test_in_place_updates.py` proves the mechanism the rotation relies on.
 One stack, one story, in file order, as in test_dev_stack.py.
 """
@@ -17,9 +17,9 @@ import pytest
 from pulumi import automation as auto
 
 from app.clients.waiting import wait_until
-from kube.engine_stack import EngineStack
-from kube.go_tools import GO
-from kube.kubectl import kubectl_json
+from devkit.kube.engine_stack import EngineStack
+from devkit.kube.go_tools import GO
+from devkit.kube.kubectl import kubectl_json
 from tests.engine import day2_plans
 from tests.engine.test_dev_stack import stamp
 from tests.infra.conftest import PREVIOUS_KAFKA_IMAGE, names_of

@@ -16,7 +16,7 @@ from infra.config import stack_config_from_cli
 from infra.stack_settings import StackConfig
 from offline.render import RecordedStack, load_stack_file, record_stack, write_manifests
 
-# The broker image of the release this project ran before (app/devkit/kafka_release.py's
+# The broker image of the release this project ran before (devkit/kafka_release.py's
 # PREVIOUS_VERSION), which stacks upgrade from.
 PREVIOUS_KAFKA_IMAGE = (
     "apache/kafka:4.1.1@sha256:0bc1bb2478f45b6cea78864df86acdc11e8df2c5172477819a4d12942cbe5d40"

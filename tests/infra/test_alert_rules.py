@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from contract.pipeline_alerts import GROUP
+from devkit.kube.go_tools import BIN as GO_TOOLS_BIN
 from infra.alert_rules import alert_rules, alert_thresholds
 from infra.config import build_stack_config
-from kube.go_tools import BIN as GO_TOOLS_BIN
 from offline import alert_rules as alert_rules_cli
 from offline.render import RecordedStack, record_stack
 from tests.alert_cases import pipeline_cases, promtool_tests

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from devkit.kube.go_tools import BIN as GO_TOOLS_BIN
 from infra.presets import PRESETS
-from kube.go_tools import BIN as GO_TOOLS_BIN
 from tests.infra.source_tree import source_files
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", flags=re.MULTILINE | re.DOTALL)
 # `README, "Fork it"`, `README's "Fork it"`, `docs/security.md, "Certificates"`.
 PROSE_REFERENCE = re.compile(r"\b(README|[\w/-]+\.md)(?:'s|,) \"([^\"]+)\"")
-SOURCES = ["app", "infra", "policies", "contract", "offline", "kube", "tests"]
+SOURCES = ["app", "devkit", "infra", "policies", "contract", "offline", "tests"]
 
 
 def anchors(markdown: str) -> set[str]:

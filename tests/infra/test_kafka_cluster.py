@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.devkit.kafka_release import KAFKA_VERSION
 from contract import container_commands
+from devkit.kafka_release import KAFKA_VERSION
 from infra.kafka_cluster import heap_megabytes
 from infra.presets import KAFKA_IMAGE
 from infra.stack_settings import StackConfigError

@@ -1,5 +1,5 @@
-"""`make test`'s background build (kube/niced_build.py): niced in an autogroup of its own, its
-exit status and log handed over by `wait`, and `stop` ending everything it started."""
+"""`make test`'s background build (devkit/kube/niced_build.py): niced in an autogroup of its own,
+its exit status and log handed over by `wait`, and `stop` ending everything it started."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "kube" / "niced_build.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "devkit" / "kube" / "niced_build.py"
 
 
 def niced_build(state: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ import yaml
 
 from contract.stack_pipeline import PROJECT
 from contract.topic_specs import PipelineNames
+from devkit.kube.go_tools import BIN as GO_TOOLS_BIN
 from infra.config import build_stack_config
-from kube.go_tools import BIN as GO_TOOLS_BIN
 from tests.infra.project_runs import (
     REPO,
     Run,
@@ -120,7 +120,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Generated:
 
     new = pulumi("new", str(source), "--dir", str(project), "--name", PROJECT_NAME, "--yes", "-g")
     # The CLI ends by loading the Python language host, which the Go module proxy does not serve
-    # (kube/go_tools.py); the project is generated before that.
+    # (devkit/kube/go_tools.py); the project is generated before that.
     assert new.returncode == 0 or "language plugin python" in new.stderr, new.stderr
     assert pulumi("stack", "init", "dev", cwd=project).returncode == 0
     for key, value in GIVEN.items():

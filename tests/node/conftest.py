@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from kube.engine_stack import ROOT
+from devkit.kube.engine_stack import ROOT
 from tests.node import machine_state
 
-NODE = ROOT / "kube" / "node.py"
+NODE = ROOT / "devkit" / "kube" / "node.py"
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def machine_before() -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def kubeconfig(machine_before: dict[str, object]) -> Iterator[str]:
-    """`kube/node.py up`'s cluster, stopped with `down` at the end whatever happened."""
+    """`devkit/kube/node.py up`'s cluster, stopped with `down` at the end whatever happened."""
     needs = subprocess.run(
         [sys.executable, str(NODE), "missing"], capture_output=True, text=True, check=False
     )

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kube import node
+from devkit.kube import node
 
 # The machine-wide settings a kubelet, kube-proxy or a CNI plugin writes when let
 SYSCTLS = [

@@ -4,7 +4,7 @@ StatefulSet controller while data flows.
 
 One stack, one story, in file order. The clients the tests run on the machine (the load
 generator, the counting consumer) resolve the pods' names through the cluster's DNS
-(`kube/node.py run`), as a pod would.
+(`devkit/kube/node.py run`), as a pod would.
 
 The node has the machine's 2 cores: dev's requests (3 brokers of 500m beside a readiness sidecar
 of 100m, 2 processors of 1 CPU) do not fit, so the brokers get 250m and the processors 450m
@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 
 from app.clients.waiting import wait_until
-from app.devkit.kafka_release import KAFKA_VERSION
 from contract import container_commands
 from contract.java_properties import load_properties
+from devkit.kafka_release import KAFKA_VERSION
+from devkit.kube import images, node
+from devkit.kube.engine_stack import ROOT, EngineStack
+from devkit.kube.kubectl import kubectl_json
 from infra.presets import PRESETS
-from kube import images, node
-from kube.engine_stack import ROOT, EngineStack
-from kube.kubectl import kubectl_json
 from tests.engine.test_dev_stack import ready_since, stamp, storage_class_expands
 from tests.infra.conftest import names_of
 
@@ -50,8 +50,8 @@ LOAD_RATE = 200  # records/s, over 100 keys: the node's 2 cores also run the bro
 
 
 def cluster_dns(*argv: str | Path) -> list[str]:
-    """`argv` run on the machine, resolving the cluster's names (`kube/node.py run`)."""
-    return [sys.executable, str(ROOT / "kube" / "node.py"), "run", "--", *map(str, argv)]
+    """`argv` run on the machine, resolving the cluster's names (`devkit/kube/node.py run`)."""
+    return [sys.executable, str(ROOT / "devkit" / "kube" / "node.py"), "run", "--", *map(str, argv)]
 
 
 def with_cluster_dns(*argv: str | Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -342,7 +342,7 @@ def load_and_count(kubeconfig: str, scratch: Path, count: int) -> dict[str, Any]
     sent = with_cluster_dns(
         APP_PYTHON,
         "-m",
-        "app.devkit.loadgen",
+        "devkit.loadgen",
         "--bootstrap-servers",
         properties["bootstrap.servers"],
         "--topic",

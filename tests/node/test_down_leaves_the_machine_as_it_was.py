@@ -1,4 +1,4 @@
-"""`kube/node.py down` after the dev stack ran on the node: nothing of it survives."""
+"""`devkit/kube/node.py down` after the dev stack ran on the node: nothing of it survives."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kube import control_plane, node
+from devkit.kube import control_plane, node
 from tests.node import machine_state
 from tests.node.conftest import NODE
 

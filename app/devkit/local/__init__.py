@@ -1,2 +1,0 @@
-"""The local run (`python -m app.devkit.local`): the pipeline on one machine, the local analogue
-of the cluster deployment (one process per pod, one state directory per PVC)."""
