@@ -64,7 +64,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from app.admin.acl_reconciler import Binding, read_bindings
+from app.admin.acl_bindings import Binding, read_bindings
 from app.clients import LOG_FORMAT, client_properties
 from app.clients.client_properties import ClientConfig, ClientPropertiesError
 from app.clients.probe_endpoint import ProbeEndpoint

@@ -24,13 +24,11 @@ the logs. Ports (127.0.0.1 only) move with CLUSTER_PORT_BASE.
 from __future__ import annotations
 
 import argparse
-import base64
 import http.client
 import json
 import os
 import shutil
 import ssl
-import subprocess
 import sys
 import time
 import urllib.error
@@ -40,6 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run as a script: `python3 devkit/kube/control_plane.py up`
+from devkit.kube import pki  # noqa: E402
 from devkit.kube.go_tools import BIN, GO, KWOK  # noqa: E402  (the binaries, their module cache)
 from devkit.kube.processes import Processes  # noqa: E402
 
@@ -66,131 +65,14 @@ SERVICE_CIDR = "10.96.0.0/16"
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
 
 
-# ---- certificates ------------------------------------------------------------------------------
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-CLIENT = (
-    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-    "extendedKeyUsage=clientAuth\n"
-)
-
-
-def issue(name: str, subj: str, ext: str = CLIENT) -> None:
-    """PKI/<name>.crt and .key, signed by the cluster's CA (a client certificate by default)."""
-    ca_key, ca_crt = PKI / "ca.key", PKI / "ca.crt"
-    key, csr, crt, extf = (PKI / f"{name}.{s}" for s in ("key", "csr", "crt", "ext"))
-    openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-        "-subj",
-        subj,
-    )
-    extf.write_text(ext)
-    openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(ca_crt),
-        "-CAkey",
-        str(ca_key),
-        "-CAcreateserial",
-        "-out",
-        str(crt),
-        "-days",
-        "30",
-        "-extfile",
-        str(extf),
-    )
-    csr.unlink()
-    extf.unlink()
-
-
-def make_pki() -> None:
-    PKI.mkdir(parents=True, exist_ok=True)
-    ca_key, ca_crt = PKI / "ca.key", PKI / "ca.crt"
-    openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(ca_key),
-        "-out",
-        str(ca_crt),
-        "-days",
-        "30",
-        "-subj",
-        "/CN=cluster-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-    )
-    # the service-account token signing pair
-    openssl("genrsa", "-out", str(PKI / "sa.key"), "2048")
-    openssl("rsa", "-in", str(PKI / "sa.key"), "-pubout", "-out", str(PKI / "sa.pub"))
-
-    issue(
-        "apiserver",
-        "/CN=kube-apiserver",
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,"
-        "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
-        "DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1\n",
-    )
-    issue("admin", "/O=system:masters/CN=kubernetes-admin")
-    issue("controller-manager", "/CN=system:kube-controller-manager")
-    issue("scheduler", "/CN=system:kube-scheduler")
-    # the API server's client of a real node's kubelet (logs, exec), as kubeadm names it
-    issue("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client")
-    # kwok acts as the kubelet of every simulated node and marks pods Ready: an admin client,
-    # as kwokctl gives it
-    issue("kwok", "/O=system:masters/CN=kwok-controller")
-
-
 def write_kubeconfig(path: Path, user: str) -> None:
-    def b64(p: Path) -> str:
-        return base64.b64encode(p.read_bytes()).decode()
+    """A kubeconfig of this control plane for `user`'s certificate (issued in PKI)."""
+    pki.write_kubeconfig(path, PKI, f"https://{HOST}:{PORTS['apiserver']}", user)
 
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": f"https://{HOST}:{PORTS['apiserver']}",
-                    "certificate-authority-data": b64(PKI / "ca.crt"),
-                },
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate-data": b64(PKI / f"{user}.crt"),
-                    "client-key-data": b64(PKI / f"{user}.key"),
-                },
-            }
-        ],
-        "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
-        "current-context": "local",
-    }
-    path.write_text(json.dumps(cfg, indent=2))  # JSON is YAML: every client reads it
-    path.chmod(0o600)
+
+def issue(name: str, subj: str) -> None:
+    """A client certificate of this control plane's CA for `name` (PKI/<name>.crt and .key)."""
+    pki.issue(PKI, name, subj)
 
 
 # ---- the API, with the admin certificate -------------------------------------------------------
@@ -354,7 +236,7 @@ def up(nodes: int) -> None:
         d.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     times: dict[str, float] = {}
-    make_pki()
+    pki.make_pki(PKI)
     write_kubeconfig(KUBECONFIG, "admin")
     for user in ("controller-manager", "scheduler", "kwok"):
         write_kubeconfig(STATE / f"{user}.kubeconfig", user)

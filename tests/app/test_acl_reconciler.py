@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.admin.acl_reconciler import (
-    AclAction,
-    AclState,
-    Binding,
-    format_table,
-    plan,
-)
+from app.admin.acl_bindings import Binding
+from app.admin.acl_reconciler import AclAction, AclState, format_table, plan
 from app.admin.scram_credentials import Credential, admin_mechanism, read_passwords
 from contract.acl_specs import (
     ACL_LEDGER_TOPIC,

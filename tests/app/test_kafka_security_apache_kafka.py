@@ -36,7 +36,8 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import ResourceType as AdminResourceType
 
-from app.admin.acl_reconciler import Binding, grant, read_bindings
+from app.admin.acl_bindings import Binding, read_bindings
+from app.admin.acl_reconciler import grant
 from app.clients.client_properties import ClientConfig
 from app.clients.waiting import wait_until
 from contract.acl_specs import (

@@ -45,7 +45,7 @@ from confluent_kafka.admin import (
 )
 from cryptography import x509
 
-from app.admin.acl_reconciler import Binding, read_bindings
+from app.admin.acl_bindings import Binding, read_bindings
 from app.admin.scram_credentials import authenticates, existing_credentials
 from app.clients.waiting import wait_until
 from contract import acl_specs, container_commands, topic_specs
