@@ -46,7 +46,7 @@ from app.admin.scram_credentials import (
     read_credentials,
     set_credentials,
 )
-from app.admin.topic_reconciler import error_text, outcomes, plan_table
+from app.admin.topic_reconciler import REQUEST_TIMEOUT_S, error_text, outcomes, plan_table
 from app.clients.waiting import poll_until
 from contract.acl_specs import (
     ACL_LEDGER_TOPIC,
@@ -56,8 +56,6 @@ from contract.acl_specs import (
 from contract.kafka_security import SCRAM_SHA_512
 
 log = logging.getLogger(__name__)
-
-REQUEST_TIMEOUT_S = 30.0
 
 
 class AclAction(StrEnum):

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from app.admin.topic_reconciler import plan_table
+from app.admin.topic_reconciler import REQUEST_TIMEOUT_S, plan_table
 from contract.topic_specs import GroupConfigSpec
 
 log = logging.getLogger("app.admin.reconcile")
 
-REQUEST_TIMEOUT_S = 30.0
 GROUP = "GROUP"
 
 

@@ -29,14 +29,13 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from app.admin.topic_reconciler import error_text, outcomes
+from app.admin.topic_reconciler import REQUEST_TIMEOUT_S, error_text, outcomes
 from app.clients.waiting import poll_until
 from contract.acl_specs import KafkaUser
 from contract.kafka_security import SCRAM_MECHANISMS, SCRAM_SHA_512, scram_key
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 30.0
 # Kafka's minimum for either SCRAM mechanism is 4096 iterations; its tools use the same default.
 SCRAM_ITERATIONS = 4096
 # librdkafka's name for an authentication failure (bad password, unknown user).
