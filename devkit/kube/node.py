@@ -54,15 +54,13 @@ sys.path.insert(0, str(ROOT))  # run as a script: `python3 devkit/kube/node.py u
 from devkit.kube import control_plane, images  # noqa: E402
 from devkit.kube.go_tools import BIN  # noqa: E402
 from devkit.kube.node_network import (  # noqa: E402
-    CHAIN,
-    IPTABLES,
     NODE_IP,
     POD_CIDR,
-    chains,
+    foreign_kube_chains,
     network_down,
     network_up,
+    put_closing_chain_first,
     record_tables,
-    saved,
 )
 from devkit.kube.processes import Processes, sh  # noqa: E402
 
@@ -547,12 +545,7 @@ def refuse_to_start() -> None:
         raise SystemExit("the node cannot start; missing:\n  " + "\n  ".join(problems))
     if any(running_pid(c) for c in COMPONENTS):
         raise SystemExit(f"a node is running (pid files in {RUN}); `down` first")
-    foreign = [
-        f"{tool} -t {table}: {', '.join(found)}"
-        for tool in IPTABLES
-        for table in saved(tool)
-        if (found := chains(tool, table, "KUBE-"))
-    ]
+    foreign = foreign_kube_chains()
     if foreign:
         # `down` removes every KUBE- chain: it would take another node's with it
         raise SystemExit(
@@ -581,10 +574,7 @@ def up() -> None:
     times["kube-proxy synced"] = wait_for(
         "kube-proxy", lambda: http_ok(PORTS["kube-proxy-healthz"], "/healthz"), 60, "kube-proxy.log"
     )
-    # kube-proxy put its jumps at the top of FORWARD: the node's own rules go first again, so
-    # nothing that kube-proxy's chains accept crosses off the bridge
-    sh("iptables", "-D", "FORWARD", "-j", CHAIN)
-    sh("iptables", "-I", "FORWARD", "1", "-j", CHAIN)
+    put_closing_chain_first()
     coredns_up()
     provisioner_up()
     times["CoreDNS ready"] = wait_for(

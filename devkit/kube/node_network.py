@@ -68,6 +68,25 @@ def network_up() -> None:
     (cni / "10-node.conflist").write_text(json.dumps(conflist, indent=2))
 
 
+def put_closing_chain_first() -> None:
+    """CHAIN back at the top of FORWARD once kube-proxy has put its jumps there: the node's own
+    rules go first, so nothing that kube-proxy's chains accept crosses off the bridge."""
+    sh("iptables", "-D", "FORWARD", "-j", CHAIN)
+    sh("iptables", "-I", "FORWARD", "1", "-j", CHAIN)
+
+
+def foreign_kube_chains() -> list[str]:
+    """The KUBE- chains already on the machine, each as `tool -t table: chains` (another
+    node's, or this one's left over): `down` removes every KUBE- chain, so `up` refuses while
+    any is here."""
+    return [
+        f"{tool} -t {table}: {', '.join(found)}"
+        for tool in IPTABLES
+        for table in saved(tool)
+        if (found := chains(tool, table, "KUBE-"))
+    ]
+
+
 def network_down() -> None:
     sh("iptables", "-D", "FORWARD", "-j", CHAIN, check=False)
     sh("iptables", "-F", CHAIN, check=False)
