@@ -185,17 +185,7 @@ KEYS: tuple[Key, ...] = (
     # clear by themselves (a broker restart, a leader or coordinator move) before the instance
     # fails (`app/clients/kafka_retry.py`).
     _int("task.timeout.ms", "300000", "0: no retry, the first error fails the instance", 0),
-    _int("trigger.interval.ms", "1000", "how often a micro-batch of owned input starts", 1),
-    # Spark's own trigger: how often the source is asked whether a batch is due. Owned input
-    # waits for trigger.interval.ms; what the group changed (a partition handed over, a warm-up
-    # round) is planned at the next of these ticks after the running batch, not up to a whole
-    # trigger.interval.ms later (docs/benchmarks.md, "The seeds' bar in every stack").
-    _int(
-        "planning.interval.ms",
-        "100",
-        "how soon after the running batch a change of the group's assignment is planned",
-        1,
-    ),
+    _int("trigger.interval.ms", "1000", "how often a micro-batch starts", 1),
     # A cap for a backlog, not a batch size: a caught-up batch takes what arrived since the last
     # one (docs/benchmarks.md has the throughput per cap).
     _int("max.records.per.batch", "1000000", "the most records one micro-batch reads", 1),

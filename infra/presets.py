@@ -80,7 +80,7 @@ _BASE: dict[str, Any] = {
         "minReadySeconds": 10,
         # The longest batch (a few seconds) plus stopping the query and closing the consumer.
         "terminationGracePeriodSeconds": 60,
-        # SparkSession start (7-10 s) plus a restore from the changelog.
+        # SparkSession start (3-10 s) plus a restore from the changelog.
         "startupProbe": {"initialDelaySeconds": 5, "periodSeconds": 5, "failureThreshold": 24},
         "partition": 0,
         "sessionTimeoutMarginSeconds": 15,

@@ -69,7 +69,6 @@ from app.clients.kafka_retry import Retrying, is_transient
 from app.clients.waiting import poll_until
 from app.processor import assignment_file, native_memory
 from app.processor.aggregation import Aggregation, load_aggregation
-from app.processor.assignment_file import Assignment
 from app.processor.combine import INPUT, RESTORE, RangeFold
 from app.processor.source_offsets import (
     FROM_BEGINNING,
@@ -153,10 +152,6 @@ class SourceOptions:
     assignment_path: str
     copies_path: str  # `state_restore.copies_path`
     max_records_per_batch: int
-    # `trigger.interval.ms`: owned input is planned at most this often; what the group changed
-    # is planned at Spark's next trigger, every `planning_interval_ms` (`_held_back`).
-    batch_interval_ms: int
-    planning_interval_ms: int
     # How many tasks a batch's reads are packed into at least: the executor's cores.
     read_tasks: int
     # librdkafka settings for the reader's clients: bootstrap, group.id (for committed offsets
@@ -235,9 +230,6 @@ class GroupAssignedReader(DataSourceStreamReader):
         self._client: Consumer | None = None
         self._checked_generation: int | None = None
         self._diverged: set[int] = set()
-        # The assignment the last batch was planned with, and when (monotonic seconds).
-        self._planned_with: Assignment | None = None
-        self._planned_at = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -257,12 +249,9 @@ class GroupAssignedReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The next batch's end positions for the kept partitions (`start` when nothing to do)."""
         opts = self.options
-        asked_at = time.monotonic()
         assignment = assignment_file.read(Path(opts.assignment_path))
         if assignment is None or assignment.draining:
             return start  # no assignment yet, or shutting down: plan nothing
-        if self._held_back(assignment, asked_at):
-            return start
         previous = SourceOffsets.from_dict(start, opts.input_topic, opts.changelog_topic)
         # Warming up (not in the group yet): own nothing, catch the copies up.
         owned = set() if assignment.warm_up else set(assignment.partitions)
@@ -313,20 +302,7 @@ class GroupAssignedReader(DataSourceStreamReader):
         )
         if current == previous.settled():
             return start  # nothing to read: no batch
-        self._planned_with, self._planned_at = assignment, asked_at
         return current.to_dict()
-
-    def _held_back(self, assignment: Assignment, asked_at: float) -> bool:
-        """Whether the next batch waits: Spark asks every `planning.interval.ms`, and owned input
-        is planned once per `trigger.interval.ms`, but an assignment that changed since the last
-        batch (a partition handed over or given up, a standby, a warm-up round, a nudge) is
-        planned at once. A hand-off's taker then plans its new partitions right after its
-        running batch, not at the next whole interval (up to 1 s more without their output).
-        Spark's ticks fall on multiples of the planning interval, so the tick an interval after
-        the last batch's counts as due even if it comes a few milliseconds early."""
-        opts = self.options
-        due_s = (opts.batch_interval_ms - opts.planning_interval_ms / 2) / 1000
-        return assignment == self._planned_with and asked_at - self._planned_at < due_s
 
     def _log_change(self, p: int, held: PartitionPosition | None, now: PartitionPosition) -> None:
         if now.restore_from is None or (held is not None and not held.active and not now.active):

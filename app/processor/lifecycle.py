@@ -161,7 +161,7 @@ class ProcessorInstance:
         forkserver = self._forkserver
         pair = self._pair_control()
         try:
-            spark = spark_session(  # 7-10 s, while a static member joins
+            spark = spark_session(  # 3-10 s, while a static member joins
                 self.settings, forkserver.python_exec if forkserver else None
             )
             self.clock.mark("SparkSession")

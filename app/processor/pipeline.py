@@ -24,9 +24,6 @@ log = logging.getLogger(__name__)
 _STATE_SERVER_LOGGER = (
     "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer"
 )
-# It warns at every batch longer than Spark's trigger, which is the short planning interval here
-# (`ProcessorSettings.trigger_processing_time`): every batch.
-_TRIGGER_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
 
 # Only the group member holds the instance id; the source's clients never join the group.
 _MEMBER_ONLY = (INSTANCE_ID_KEY.removeprefix("consumer."),)
@@ -48,8 +45,7 @@ def spark_session(settings: ProcessorSettings, python_exec: Path | None = None) 
     # It warns on every read of a state variable that has no value yet (a page's first view):
     # dozens of lines a minute that say nothing.
     log4j = spark._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
-    for logger in (_STATE_SERVER_LOGGER, _TRIGGER_LOGGER):
-        log4j.core.config.Configurator.setLevel(logger, log4j.Level.ERROR)
+    log4j.core.config.Configurator.setLevel(_STATE_SERVER_LOGGER, log4j.Level.ERROR)
     spark.dataSource.register(KafkaGroupSource)
     return spark
 
@@ -84,8 +80,6 @@ def source_options(settings: ProcessorSettings) -> SourceOptions:
         assignment_path=str(assignment_path(settings.state_dir)),
         copies_path=str(copies_path(settings.checkpoint_dir)),
         max_records_per_batch=settings.max_records_per_batch,
-        batch_interval_ms=settings.trigger_interval_ms,
-        planning_interval_ms=settings.planning_interval_ms,
         read_tasks=settings.executor_cores,
         consumer_config=config,
         task_timeout_ms=settings.task_timeout_ms,

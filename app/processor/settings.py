@@ -84,7 +84,6 @@ class ProcessorSettings:
     state_dir: Path
     health_port: int
     trigger_interval_ms: int
-    planning_interval_ms: int
     max_records_per_batch: int
     shutdown_timeout_ms: int
     task_timeout_ms: int
@@ -126,9 +125,8 @@ class ProcessorSettings:
 
     @property
     def trigger_processing_time(self) -> str:
-        """Spark's trigger, in the form `DataStreamWriter.trigger(processingTime=...)` takes: the
-        planning interval (the source holds owned input back to `trigger.interval.ms`)."""
-        return f"{min(self.planning_interval_ms, self.trigger_interval_ms)} milliseconds"
+        """The trigger interval in the form `DataStreamWriter.trigger(processingTime=...)` takes."""
+        return f"{self.trigger_interval_ms} milliseconds"
 
     def consumer_config(self) -> dict[str, str]:
         """librdkafka configuration of the group member (the driver's consumer)."""
@@ -483,7 +481,6 @@ def _build(values: Mapping[str, _Value], source: Path | None) -> ProcessorSettin
         state_dir=Path(get("state.dir")),
         health_port=int(get("health.port")),
         trigger_interval_ms=int(get("trigger.interval.ms")),
-        planning_interval_ms=int(get("planning.interval.ms")),
         max_records_per_batch=int(get("max.records.per.batch")),
         shutdown_timeout_ms=int(get("shutdown.timeout.ms")),
         task_timeout_ms=int(get("task.timeout.ms")),

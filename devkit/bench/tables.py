@@ -38,6 +38,13 @@ TARGETS_HEADING = "The performance targets in one run"
 # The seeds' bar on Kubernetes: the hand-off processor rolled by `pulumi up` on a real node, and
 # the same workload's rollout as local processes beside it.
 NODE_HEADING = "The seeds' bar on a real node"
+# The seeds' bar in every shipped stack (issue 63), its five figures in one run: a static
+# restart and a hand-off of one of 2 instances, a hand-off rollout of 3, the dev stack's roll
+# (2 instances, one standby), and one instance's p99 at two trigger intervals; Kafka Streams
+# beside each on its own best protocol (classic with static members, and streams groups).
+SEEDS_HEADING = "The seeds' bar in every stack, in one run"
+_SEEDS_ROLL = "--partitions 6 --rate 1000 --keys 10000"
+_SEEDS_ENGINES = "--engines processor,kafka-streams --group-protocols classic,consumer"
 
 TABLES: tuple[DocTable, ...] = (
     DocTable(
@@ -164,6 +171,36 @@ TABLES: tuple[DocTable, ...] = (
         TARGETS_HEADING,
         "throughput --backlog 2000000 --partitions 6 --keys 10000 --configs 1000000:1000 "
         "--latency-rate 1000 --latency-s 30 --restores 5 --engines processor,kafka-streams",
+    ),
+    DocTable(
+        "seeds-restart",
+        SEEDS_HEADING,
+        f"rolling-restart --cases static-kept,handoff --instances 2 {_SEEDS_ROLL} --down-s 5 "
+        f"{_SEEDS_ENGINES}",
+    ),
+    DocTable(
+        "seeds-rollout",
+        SEEDS_HEADING,
+        f"rolling-restart --cases rollout-handoff --instances 3 {_SEEDS_ROLL} "
+        f"--session-timeout-ms 10000 {_SEEDS_ENGINES}",
+    ),
+    DocTable(
+        "seeds-dev",
+        SEEDS_HEADING,
+        f"rolling-restart --cases rollout-handoff --instances 2 {_SEEDS_ROLL} "
+        f"--session-timeout-ms 60000 --standby-replicas 1 {_SEEDS_ENGINES}",
+    ),
+    DocTable(
+        "seeds-latency",
+        SEEDS_HEADING,
+        "throughput --backlog 20000 --partitions 6 --keys 10000 --configs 1000000:1000,1000000:250 "
+        "--latency-rate 1000 --latency-s 30 --restores 1 --engines processor,kafka-streams",
+    ),
+    DocTable(
+        "seeds-latency-fast",
+        SEEDS_HEADING,
+        "throughput --backlog 20000 --partitions 6 --keys 10000 --configs 1000000:1000,1000000:100 "
+        "--latency-rate 1000 --latency-s 30 --restores 1",
     ),
     DocTable(
         "group-protocols",

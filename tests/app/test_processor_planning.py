@@ -7,7 +7,6 @@ from the batch's start and end offsets alone; these tests pin that contract down
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,8 +67,6 @@ def reader(tmp_path: Path) -> GroupAssignedReader:
             assignment_path=str(tmp_path / "assignment.json"),
             copies_path=str(tmp_path / "checkpoint" / "state-copies.json"),
             max_records_per_batch=1000,
-            batch_interval_ms=0,  # every change planned at once; the pacing's own test sets it
-            planning_interval_ms=0,
             read_tasks=2,
             consumer_config={"bootstrap.servers": "127.0.0.1:9", "group.id": "g"},
             task_timeout_ms=1000,
@@ -232,35 +229,6 @@ def test_warm_up_batch_reads_no_input_and_catches_up_the_copies(tmp_path: Path) 
     # Asked again with the same warm-up request and nothing new: no second batch.
     again = planned.to_dict()
     assert source.latestOffset(again, source.getDefaultReadLimit()) == again
-
-
-def test_owned_input_waits_for_the_batch_interval_and_a_hand_over_is_planned_at_once(
-    tmp_path: Path,
-) -> None:
-    ends = {(INPUT_TOPIC, 0): 100, (INPUT_TOPIC, 1): 4100, (CHANGELOG, 1): 900}
-    source = planner(tmp_path, ends, committed=4000)
-    source.options = replace(source.options, batch_interval_ms=60_000, planning_interval_ms=100)
-    done = {0: 50}  # the group's committed input of partition 0, held here
-    source._committed = lambda partitions: {  # type: ignore[method-assign]
-        p: CommittedInput(done[p]) for p in partitions
-    }
-    limit = source.getDefaultReadLimit()
-    first = plan(source, offsets(p0=(50, 0, 5)), Assignment(INPUT_TOPIC, (0,), generation=1))
-    assert first.positions[0].input_offset == 100
-    done[0], ends[(INPUT_TOPIC, 0)] = 100, 150
-    held = first.settled().to_dict()
-    # New input, the same assignment, the interval not over: no batch yet.
-    assert source.latestOffset(held, limit) == held
-    # The group hands partition 1 over: planned at once, with the new input of partition 0.
-    handed = plan(source, held, Assignment(INPUT_TOPIC, (0, 1), generation=2))
-    assert handed.positions[1].input_from == 4000
-    assert handed.positions[0].input_offset == 150
-    # At Spark's tick an interval later, owned input is planned again, even if the tick comes
-    # a few milliseconds early (less than half a planning interval).
-    done[0], ends[(INPUT_TOPIC, 0)] = 150, 170
-    source._planned_at -= 60.0 - 0.04
-    later = source.latestOffset(handed.settled().to_dict(), limit)
-    assert SourceOffsets.from_dict(later, INPUT_TOPIC, CHANGELOG).positions[0].input_offset == 170
 
 
 def test_a_gained_partition_with_a_copy_reads_only_the_changelog_after_it(tmp_path: Path) -> None:

@@ -51,7 +51,6 @@ CONTRACT_DEFAULTS = {
     "health.port": "8080",
     "task.timeout.ms": "300000",
     "trigger.interval.ms": "1000",
-    "planning.interval.ms": "100",
     "max.records.per.batch": "1000000",
     "shutdown.timeout.ms": "45000",
     "consumer.group.protocol": "classic",
@@ -374,9 +373,7 @@ def test_typed_fields_and_client_configs(tmp_path: Path) -> None:
     assert settings.stateful is True
     assert settings.health_port == 8080
     assert settings.trigger_interval_ms == 1000
-    # Spark asks the source every planning interval; the source paces owned input itself.
-    assert settings.planning_interval_ms == 100
-    assert settings.trigger_processing_time == "100 milliseconds"
+    assert settings.trigger_processing_time == "1000 milliseconds"
     assert settings.max_records_per_batch == 1_000_000
     assert settings.checkpoint_dir == Path("/var/lib/processor/checkpoint-layout-2")
     assert settings.source == tmp_path / "processor.properties"

@@ -326,8 +326,6 @@ def test_a_partition_gained_while_its_last_transaction_commits_is_planned_from_t
                 assignment_path=str(tmp_path / "gained.json"),
                 copies_path=str(tmp_path / "gained-checkpoint" / "state-copies.json"),
                 max_records_per_batch=1000,
-                batch_interval_ms=0,
-                planning_interval_ms=0,
                 read_tasks=1,
                 consumer_config={
                     "bootstrap.servers": bootstrap,
