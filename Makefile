@@ -19,8 +19,8 @@ $(UV):
 # Compiled to bytecode once, at install, as in the image (UV_COMPILE_BYTECODE there): where
 # PYTHONDONTWRITEBYTECODE is set (the image, CI machines, this one) Python writes no cache, and
 # every process would compile the sources of what it imports at each start: pyspark's, pandas'
-# and pyarrow's cost a processor start 1.0 s of its imports and 1.0 s of its SparkSession, the
-# Pulumi program's imports 1.1 s (docs/benchmarks.md, "The seeds' bar, one run").
+# and pyarrow's cost a quiet processor restart 1.0 s of its imports and 1.6 s of its SparkSession
+# (docs/benchmarks.md, "Restarts with the state kept"), the Pulumi program's imports 1.1 s.
 define sync_env
 	UV_PROJECT_ENVIRONMENT=$(VENV)/$(1) $(UV) sync --frozen --quiet --compile-bytecode --python $(PYTHON) --no-default-groups $(2)
 	touch $@
