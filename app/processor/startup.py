@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 
 log = logging.getLogger(__name__)
+
+START_LINE = "first batch committed %.1f s after the process started: %s"
+_START_LINE = re.compile(r"first batch committed ([0-9.]+) s after the process started: (.*)")
+_PHASE = re.compile(r"(.+) ([0-9.]+) s")
 
 
 def process_age_s() -> float:
@@ -54,8 +59,20 @@ class StartupClock:
         if not self.reported:
             self.reported = True
             log.info(
-                "first batch committed %.1f s after the process started: %s",
-                total,
-                ", ".join(f"{name} {took:.1f} s" for name, took in self._phases),
+                START_LINE, total, ", ".join(f"{name} {took:.1f} s" for name, took in self._phases)
             )
         return total
+
+
+def read_start_line(log_text: str) -> tuple[float, dict[str, float]] | None:
+    """The start an instance's log reports (`StartupClock.report`): its total and its phases in
+    seconds; None when the log has no such line yet."""
+    found = _START_LINE.search(log_text)
+    if found is None:
+        return None
+    phases = {}
+    for part in found.group(2).split(", "):
+        phase = _PHASE.fullmatch(part.strip())
+        if phase is not None:
+            phases[phase.group(1)] = float(phase.group(2))
+    return float(found.group(1)), phases

@@ -16,7 +16,10 @@ Kubernetes' own StatefulSet controller, while page views flow.
    when the roll is over. The pods are sampled from the API server every second meanwhile.
 4. The row: per partition, the longest time without output from the roll's start to `--tail-s`
    after `up` returned; the share of views later than 10 s (the seeds' bar); whether the output
-   ends exact; and the roll's timeline from the API server, each gap placed on it.
+   ends exact; the roll's timeline from the API server, each gap placed on it; and each pod's
+   start, process start to first committed batch, as its log reports it (before the roll: the
+   first start; after: the restart in a container under the pod's CPU limit, its state kept on
+   its volume).
    `devkit/kube/node.py down` at the end, whatever happened.
 
 The node has the machine's 2 cores, and requests are limits (Guaranteed pods): 3 brokers of
@@ -35,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +46,7 @@ from typing import Any
 
 from app.clients.waiting import poll_until
 from app.processor.aggregation import load_aggregation
+from app.processor.startup import read_start_line
 from contract.container_commands import PROPERTIES_FILE
 from contract.java_properties import load_properties
 from contract.processor_keys import DEFAULTS
@@ -53,7 +57,7 @@ from devkit.bench.restart_cases import BenchParams
 from devkit.bench.table import write_table
 from devkit.kafka_release import KAFKA_VERSION
 from devkit.kube import images
-from devkit.kube.kubectl import kubectl_json
+from devkit.kube.kubectl import kubectl_json, kubectl_logs
 from devkit.loadgen import LoadGenerator, LoadSettings, producer_config
 from devkit.local.observe import OutputTail
 from devkit.local.pipeline import LoadThread
@@ -86,6 +90,7 @@ COLUMNS = (
     "max latency s (roll)",
     "up returned s",
     "roll by the API server (s from up)",
+    "process start to first committed batch s (first starts; the roll's)",
 )
 
 
@@ -210,6 +215,33 @@ class PodSampler(PeriodicSampler):
             return sorted(self.pods.values(), key=lambda p: p.created)
 
 
+@dataclass(frozen=True)
+class PodStart:
+    """A processor pod's start as its log reports it (`app/processor/startup.py`)."""
+
+    pod: str
+    seconds: float
+    phases: dict[str, float]
+
+    def __str__(self) -> str:
+        steps = ", ".join(f"{name} {took:.1f}" for name, took in self.phases.items())
+        return f"{self.pod} {self.seconds:.1f} s ({steps})"
+
+
+def pod_starts(kubeconfig: str) -> dict[str, PodStart]:
+    """The processor pods that committed their first batch, by uid: each one's start."""
+    pods = kubectl_json(
+        kubeconfig, "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={PROCESSOR}"
+    )["items"]
+    starts = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        read = read_start_line(kubectl_logs(kubeconfig, NAMESPACE, name))
+        if read is not None:
+            starts[pod["metadata"]["uid"]] = PodStart(name, *read)
+    return starts
+
+
 def _stamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -259,12 +291,14 @@ def measure(params: NodeParams, kubeconfig: str, workdir: Path, out: Path) -> bo
     try:
         steady = _wait_steady(tail, params)
         log.info("every partition's output flows, %.0f s after the load started", steady - started)
+        first = pod_starts(kubeconfig)
         t0 = time.time()
         with PodSampler(kubeconfig=kubeconfig, t0=t0) as sampler:
-            rolled = engine("up", workdir, kubeconfig, params.settings(roll=1))
+            summary_up = engine("up", workdir, kubeconfig, params.settings(roll=1))
             returned = time.time() - t0
-            log.info("the roll's `pulumi up` returned after %.0f s: %s", returned, rolled)
+            log.info("the roll's `pulumi up` returned after %.0f s: %s", returned, summary_up)
             time.sleep(params.tail_s)  # the load runs on: what the output shows after the roll
+        rolled = [s for uid, s in pod_starts(kubeconfig).items() if uid not in first]
         summary = loader.stop()
         end = t0 + returned + params.tail_s
         if not tail.wait_until_caught_up(300.0):
@@ -298,11 +332,17 @@ def measure(params: NodeParams, kubeconfig: str, workdir: Path, out: Path) -> bo
         "max latency s (roll)": max(seconds, default=None),
         "up returned s": round(returned, 1),
         "roll by the API server (s from up)": "; ".join(_life(p) for p in pods),
+        "process start to first committed batch s (first starts; the roll's)": (
+            f"{_seconds(first.values())}; {_seconds(rolled)}"
+        ),
     }
     print(write_table(out, "node-rollout", COLUMNS, [row]), flush=True)
     print("the roll, pod by pod (seconds from the start of `pulumi up`):")
     for pod in pods:
         print(f"  {_life(pod)}")
+    print("each pod's start, process start to first committed batch (its phases, seconds):")
+    for pod_start in [*first.values(), *rolled]:
+        print(f"  {pod_start}")
     print("the longest gap per partition (seconds, and where it started: seconds from `up`):")
     for p, (start, length) in sorted(gaps.items()):
         print(f"  partition {p}: {length:.1f} s from {start:.1f} s")
@@ -317,6 +357,10 @@ def measure(params: NodeParams, kubeconfig: str, workdir: Path, out: Path) -> bo
         LATE_S,
     )
     return check.ok
+
+
+def _seconds(starts: Iterable[PodStart]) -> str:
+    return " ".join(f"{s.pod}:{s.seconds:.1f}" for s in sorted(starts, key=lambda s: s.pod)) or "-"
 
 
 def _life(pod: PodLife) -> str:

@@ -16,7 +16,7 @@ from app.processor import class_archive, class_archive_build
 from app.processor.kafka_source import SCHEMA
 from app.processor.pipeline import _with_class_archive
 from app.processor.settings import parse_settings
-from app.processor.startup import StartupClock
+from app.processor.startup import StartupClock, read_start_line
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = """\
@@ -163,6 +163,21 @@ def test_the_start_breakdown_names_each_phase_and_is_logged_once(
     assert [name for name, _, _ in phases] == ["SparkSession", "query start", "first batch"]
     # The phases cover the start from the process start on, without a gap (0.05 s rounding each).
     assert sum(float(took) for _, took, _ in phases) == pytest.approx(total, abs=0.15)
+
+
+def test_a_pods_log_gives_its_start_back_phase_by_phase(caplog: pytest.LogCaptureFixture) -> None:
+    # The real node's bench reads a pod's start from `kubectl logs`, among the other lines.
+    clock = StartupClock()
+    clock.mark("interpreter and imports")
+    clock.mark("SparkSession")
+    with caplog.at_level(logging.INFO, logger="app.processor.startup"):
+        total = clock.report("first batch", time.monotonic())
+    text = f"a line before\n2026-12-07 INFO {caplog.records[0].getMessage()}\na line after\n"
+    read = read_start_line(text)
+    assert read is not None
+    assert read[0] == pytest.approx(total, abs=0.05)
+    assert list(read[1]) == ["interpreter and imports", "SparkSession", "first batch"]
+    assert read_start_line("a processor still starting\n") is None
 
 
 def test_the_training_query_reads_every_column_of_the_real_source() -> None:
