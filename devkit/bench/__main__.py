@@ -118,17 +118,34 @@ def _add_numbers(parser: argparse.ArgumentParser, defaults: object, helps: dict[
         )
 
 
+def _add_side_by_side(
+    parser: argparse.ArgumentParser, flag: str, parse: Callable[[str], list[str]], default: str,
+    unit: str, choices: str,
+) -> None:  # fmt: skip
+    """`flag`: a comma-separated list; every `unit` runs under each of its values."""
+    parser.add_argument(
+        flag,
+        type=parse,
+        default=[default],
+        help=f"run every {unit} under each, side by side in the table: {choices} (default "
+        f"{default})",
+    )
+
+
+def _add_protocols(parser: argparse.ArgumentParser, unit: str) -> None:
+    """`--group-protocols`: every `unit` runs under each."""
+    choices = "classic, consumer (KIP-848), or classic,consumer"
+    _add_side_by_side(parser, "--group-protocols", _protocols, PROTOCOL_CLASSIC, unit, choices)
+
+
 def _add_engines(parser: argparse.ArgumentParser, unit: str) -> None:
     """`--engines`: every `unit` runs under each, the processor and Kafka Streams beside it."""
-    parser.add_argument(
-        "--engines",
-        type=_engines,
-        default=[ENGINE_PROCESSOR],
-        help=f"run every {unit} under each, side by side in the table: processor, kafka-streams "
-        "(the field's reference on the same brokers: exactly_once_v2, 2 threads, its own "
-        "defaults, no --set; the classic protocol, or its streams groups (KIP-1071) where "
-        "--group-protocols names consumer), or processor,kafka-streams (default processor)",
+    choices = (
+        "processor, kafka-streams (the field's reference on the same brokers: exactly_once_v2, "
+        "2 threads, its own defaults, no --set; the classic protocol, or its streams groups "
+        "(KIP-1071) where --group-protocols names consumer), or processor,kafka-streams"
     )
+    _add_side_by_side(parser, "--engines", _engines, ENGINE_PROCESSOR, unit, choices)
 
 
 def _add_variants(parser: argparse.ArgumentParser, unit: str, example: str) -> None:
@@ -171,13 +188,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     restart.add_argument(
         "--cases", type=_cases, default=list(CASE_NAMES), help=f"of {', '.join(CASE_NAMES)}"
     )
-    restart.add_argument(
-        "--group-protocols",
-        type=_protocols,
-        default=[PROTOCOL_CLASSIC],
-        help="run every case under each, side by side in the table: classic, consumer "
-        "(KIP-848), or classic,consumer (default classic)",
-    )
+    _add_protocols(restart, "case")
     _add_engines(restart, "case")
     _add_variants(restart, "case", "trigger.interval.ms=500")
     _add_numbers(
@@ -210,6 +221,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ",".join(f"{r}:{t}" for r, t in DEFAULT_CONFIGS)
         + ")",
     )
+    _add_protocols(throughput, "configuration (and Kafka Streams)")
+    throughput.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="measure from the first run on, without a dropped warm-up run before it (the "
+        "brokers' JIT then falls into the first row)",
+    )
     _add_engines(throughput, "configuration (Kafka Streams: one row, it has none)")
     _add_variants(throughput, "configuration", "spark.driver.memory=512m")
     _add_numbers(
@@ -221,6 +240,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--keys": "distinct pages",
             "--latency-rate": "records/s for the latency phase",
             "--latency-s": "seconds of the latency phase",
+            "--latency-warmup-s": "seconds of the latency phase left out of its second p99",
             "--restores": "restores of the whole changelog per row, one after another",
         },
     )
@@ -335,12 +355,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             keys=args.keys,
             latency_rate=args.latency_rate,
             latency_s=args.latency_s,
+            latency_warmup_s=args.latency_warmup_s,
+            warm_up=args.warm_up,
             restores=args.restores,
         )
         variants = [Variant(), *args.variants]
         run_throughput(
-            args.configs, params_tp, out, bootstrap, broker, client, variants, args.engines
-        )
+            args.configs, params_tp, out, bootstrap, broker, client, variants, args.engines,
+            args.group_protocols,
+        )  # fmt: skip
         return 0
 
 

@@ -2,12 +2,14 @@
 Kubernetes' own StatefulSet controller, while page views flow.
 
     python -m devkit.bench node-rollout [--rate 1000] [--keys 10000] [--replicas 3]
-        [--standby-replicas 2] [--processor-cpu 400m] [--broker-cpu 150m] [--out build/bench]
+        [--standby-replicas 2] [--membership-mode handoff] [--processor-cpu 400m]
+        [--broker-cpu 150m] [--out build/bench]
 
 1. The local control plane and its node (`devkit/kube/node.py up`; `make tools node-parts` builds
    them): the pods run in containers of the project's images under a kubelet.
 2. The dev stack by `pulumi up` (`devkit/kube/engine_stack.py`, in the program's environment), with
-   the processor in hand-off mode (`--replicas`, `--standby-replicas`) and the topics' partitions.
+   the processor in hand-off mode (`--replicas`, `--standby-replicas`; or `--membership-mode
+   static`, which one replica needs) and the topics' partitions.
 3. On the machine, through the cluster's DNS (`devkit/kube/node.py run`): the load generator at
    `--rate` over `--keys` pages, and the output topic read against its truth
    (`devkit.truth`). Once every partition's output flows, a processor setting changes and
@@ -19,7 +21,7 @@ Kubernetes' own StatefulSet controller, while page views flow.
    ends exact; the roll's timeline from the API server, each gap placed on it; and each pod's
    start, process start to first committed batch, as its log reports it (before the roll: the
    first start; after: the restart in a container under the pod's CPU limit, its state kept on
-   its volume).
+   its volume). The processor pods' logs are kept in `<out>/pods/`.
    `devkit/kube/node.py down` at the end, whatever happened.
 
 The node has the machine's 2 cores, and requests are limits (Guaranteed pods): 3 brokers of
@@ -103,6 +105,7 @@ class NodeParams:
     partitions: int = 6
     replicas: int = 3
     standby_replicas: int = 2
+    membership_mode: str = "handoff"
     processor_cpu: str = "400m"
     broker_cpu: str = "150m"
     tail_s: float = 30.0
@@ -117,7 +120,7 @@ class NodeParams:
             "topics": {"partitions": self.partitions},
             "processor": {
                 "replicas": self.replicas,
-                "membershipMode": "handoff",
+                "membershipMode": self.membership_mode,
                 "numStandbyReplicas": self.standby_replicas,
                 "cpu": self.processor_cpu,
                 # a second more to stop in: a new pod template, nothing the run notices
@@ -129,7 +132,7 @@ class NodeParams:
     def workload(self) -> str:
         return (
             f"{self.rate:g} views/s over {self.keys:,} pages, {self.partitions} partitions, "
-            f"hand-off, {self.replicas} instances, {self.standby_replicas} standbys"
+            f"{self.membership_mode}, {self.replicas} instances, {self.standby_replicas} standbys"
         )
 
 
@@ -228,17 +231,21 @@ class PodStart:
         return f"{self.pod} {self.seconds:.1f} s ({steps})"
 
 
-def pod_starts(kubeconfig: str) -> dict[str, PodStart]:
-    """The processor pods that committed their first batch, by uid: each one's start."""
+def pod_starts(kubeconfig: str, logs: Path) -> dict[str, PodStart]:
+    """The processor pods that committed their first batch, by uid: each one's start. Each
+    pod's log is kept in `logs` (`<pod>-<uid>.log`): a replaced pod's goes with it."""
     pods = kubectl_json(
         kubeconfig, "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={PROCESSOR}"
     )["items"]
+    logs.mkdir(parents=True, exist_ok=True)
     starts = {}
     for pod in pods:
-        name = pod["metadata"]["name"]
-        read = read_start_line(kubectl_logs(kubeconfig, NAMESPACE, name))
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        text = kubectl_logs(kubeconfig, NAMESPACE, name)
+        (logs / f"{name}-{uid[:8]}.log").write_text(text)
+        read = read_start_line(text)
         if read is not None:
-            starts[pod["metadata"]["uid"]] = PodStart(name, *read)
+            starts[uid] = PodStart(name, *read)
     return starts
 
 
@@ -291,14 +298,14 @@ def measure(params: NodeParams, kubeconfig: str, workdir: Path, out: Path) -> bo
     try:
         steady = _wait_steady(tail, params)
         log.info("every partition's output flows, %.0f s after the load started", steady - started)
-        first = pod_starts(kubeconfig)
+        first = pod_starts(kubeconfig, out / "pods")
         t0 = time.time()
         with PodSampler(kubeconfig=kubeconfig, t0=t0) as sampler:
             summary_up = engine("up", workdir, kubeconfig, params.settings(roll=1))
             returned = time.time() - t0
             log.info("the roll's `pulumi up` returned after %.0f s: %s", returned, summary_up)
             time.sleep(params.tail_s)  # the load runs on: what the output shows after the roll
-        rolled = [s for uid, s in pod_starts(kubeconfig).items() if uid not in first]
+        rolled = [s for uid, s in pod_starts(kubeconfig, out / "pods").items() if uid not in first]
         summary = loader.stop()
         end = t0 + returned + params.tail_s
         if not tail.wait_until_caught_up(300.0):
@@ -448,6 +455,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=defaults.partitions)
     parser.add_argument("--replicas", type=int, default=defaults.replicas, help="processor pods")
     parser.add_argument("--standby-replicas", type=int, default=defaults.standby_replicas)
+    parser.add_argument(
+        "--membership-mode", choices=("handoff", "static"), default=defaults.membership_mode
+    )
     parser.add_argument("--processor-cpu", default=defaults.processor_cpu, help="each pod's")
     parser.add_argument("--broker-cpu", default=defaults.broker_cpu, help="each broker's")
     parser.add_argument("--tail-s", type=float, default=defaults.tail_s)
@@ -462,6 +472,7 @@ def params_of(args: argparse.Namespace) -> NodeParams:
         partitions=args.partitions,
         replicas=args.replicas,
         standby_replicas=args.standby_replicas,
+        membership_mode=args.membership_mode,
         processor_cpu=args.processor_cpu,
         broker_cpu=args.broker_cpu,
         tail_s=args.tail_s,

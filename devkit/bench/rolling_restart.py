@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from app.clients.client_properties import ClientConfig
-from contract.processor_keys import DEFAULTS, PROTOCOL_CONSUMER
+from contract.processor_keys import DEFAULTS
 from contract.topic_specs import PipelineNames
 from devkit.bench import handoff_phases, plots, steady_cost
 from devkit.bench.measure import Timeline, late_percent, metric_delta, zero_output_gaps
@@ -39,7 +39,6 @@ from devkit.bench.restart_events import Restart, broker_roll, pair_case, restart
 from devkit.bench.settling import first_sample, total_lag, wait_settled
 from devkit.bench.table import Row, write_table
 from devkit.exactness_report import write_exactness_report
-from devkit.kafka_streams import STREAMS_PROTOCOL
 from devkit.kraft_cluster import KraftCluster
 from devkit.loadgen import LoadSettings
 from devkit.local.instances import InstanceOptions
@@ -49,6 +48,7 @@ from devkit.local.pipeline import (
     LocalPipeline,
     PipelineSetup,
     engine_label,
+    protocol_label,
 )
 from devkit.truth import Latency, OutputCheck, OutputRecord, check_output
 
@@ -150,7 +150,7 @@ def run_matrix(
                 row = {
                     "case": case.name,
                     "engine": engine_label(engine),
-                    "group protocol": protocol_label(run),
+                    "group protocol": protocol_label(run.engine, run.group_protocol),
                     "settings": run.variant.label,
                     "broker": broker,
                     "note": f"not run: {reason}",
@@ -170,13 +170,6 @@ def run_matrix(
     print(text, flush=True)
     print(f"table: {out_dir / 'rolling-restart.md'} and .csv; graphs: {out_dir}/*.png", flush=True)
     return ordered
-
-
-def protocol_label(params: BenchParams) -> str:
-    """The group protocol a row ran under: Kafka Streams' own under `consumer`."""
-    if params.engine == ENGINE_KAFKA_STREAMS and params.group_protocol == PROTOCOL_CONSUMER:
-        return f"{STREAMS_PROTOCOL} (KIP-1071)"
-    return params.group_protocol
 
 
 def _not_runnable(case: Case, engine: str, brokers: KraftCluster | None) -> str | None:
@@ -376,7 +369,7 @@ def _row(
     return {
         "case": event.case.name,
         "engine": engine_label(params.engine),
-        "group protocol": protocol_label(params),
+        "group protocol": protocol_label(params.engine, params.group_protocol),
         "settings": params.variant.label,
         "broker": broker,
         "standby replicas": event.case.standby_replicas(params),

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 from app.admin import reconcile
 from app.clients.client_properties import ClientConfig
 from app.processor.aggregation import Aggregation, load_aggregation
-from contract.processor_keys import DEFAULTS
+from contract.processor_keys import DEFAULTS, PROTOCOL_CONSUMER
 from contract.topic_specs import GroupConfigSpec, PipelineNames, dumps, pipeline_topics
 from devkit import kafka_streams
 from devkit.kraft_cluster import KraftCluster
@@ -55,6 +55,13 @@ ENGINES = (ENGINE_PROCESSOR, ENGINE_KAFKA_STREAMS)
 def engine_label(engine: str) -> str:
     """How the benchmarks' tables name what the instances run."""
     return kafka_streams.LABEL if engine == ENGINE_KAFKA_STREAMS else "processor"
+
+
+def protocol_label(engine: str, protocol: str) -> str:
+    """The group protocol a row ran under: Kafka Streams' own under `consumer`."""
+    if engine == ENGINE_KAFKA_STREAMS and protocol == PROTOCOL_CONSUMER:
+        return f"{kafka_streams.STREAMS_PROTOCOL} (KIP-1071)"
+    return protocol
 
 
 @dataclass(frozen=True)

@@ -310,6 +310,13 @@ def test_bench_options_default_to_the_params_and_name_what_is_wrong(
     assert "unknown case(s) rolling; allowed: static-kept" in capsys.readouterr().err
 
 
+def test_the_throughput_bench_warms_the_brokers_up_unless_told_not_to() -> None:
+    # A dropped run first: the first run after the brokers' start pays their JIT.
+    assert parse_args(["throughput"]).warm_up is True
+    assert parse_args(["throughput", "--no-warm-up"]).warm_up is False
+    assert parse_args(["throughput"]).latency_warmup_s == 10.0
+
+
 @pytest.mark.parametrize("bench", ["throughput", "rolling-restart"])
 def test_bench_variants_set_processor_keys_and_refuse_unknown_ones(
     capsys: pytest.CaptureFixture[str], bench: str

@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from contract.processor_keys import MEMBERSHIP_HANDOFF, PROTOCOL_CONSUMER
+from contract.processor_keys import MEMBERSHIP_HANDOFF, PROTOCOL_CLASSIC, PROTOCOL_CONSUMER
 from contract.topic_specs import PipelineNames
 from devkit import kafka_streams
 from devkit.bench.__main__ import parse_args
 from devkit.local.instances import InstanceOptions
-from devkit.local.pipeline import ENGINE_KAFKA_STREAMS, ENGINE_PROCESSOR, PipelineSetup
+from devkit.local.pipeline import (
+    ENGINE_KAFKA_STREAMS,
+    ENGINE_PROCESSOR,
+    PipelineSetup,
+    protocol_label,
+)
 
 
 def streams_instance(tmp_path: Path, options: InstanceOptions) -> kafka_streams.StreamsProcess:
@@ -86,3 +91,14 @@ def test_bench_engines_default_to_the_processor_and_name_what_is_wrong(
     with pytest.raises(SystemExit):
         parse_args(["rolling-restart", "--engines", "spark"])
     assert "unknown engine(s) spark; allowed: processor, kafka-streams" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bench", ["throughput", "rolling-restart"])
+def test_both_benches_run_kafka_streams_on_its_streams_groups_where_consumer_is_named(
+    bench: str,
+) -> None:
+    args = parse_args([bench, "--group-protocols", "classic,consumer"])
+    assert args.group_protocols == [PROTOCOL_CLASSIC, PROTOCOL_CONSUMER]
+    assert parse_args([bench]).group_protocols == [PROTOCOL_CLASSIC]
+    assert protocol_label(ENGINE_KAFKA_STREAMS, PROTOCOL_CONSUMER) == "streams (KIP-1071)"
+    assert protocol_label(ENGINE_PROCESSOR, PROTOCOL_CONSUMER) == PROTOCOL_CONSUMER
