@@ -203,6 +203,18 @@ TABLES: tuple[DocTable, ...] = (
         "--latency-rate 1000 --latency-s 30 --restores 1",
     ),
     DocTable(
+        "seeds-latency-warm",
+        SEEDS_HEADING,
+        "throughput --backlog 20000 --partitions 6 --keys 10000 --configs 1000000:1000,1000000:250 "
+        f"--latency-rate 1000 --latency-s 60 --restores 1 {_SEEDS_ENGINES}",
+    ),
+    DocTable(
+        "seeds-node-restart",
+        SEEDS_HEADING,
+        "node-rollout --rate 20 --keys 100 --partitions 4 --replicas 1 --standby-replicas 0 "
+        "--membership-mode static --processor-cpu 1",
+    ),
+    DocTable(
         "group-protocols",
         "Rollouts under both group protocols",
         "rolling-restart --cases rollout-handoff,rollout-static --instances 3 --partitions 6 "
