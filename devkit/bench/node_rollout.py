@@ -51,7 +51,7 @@ from app.processor.aggregation import load_aggregation
 from app.processor.startup import read_start_line
 from contract.container_commands import PROPERTIES_FILE
 from contract.java_properties import load_properties
-from contract.processor_keys import DEFAULTS
+from contract.processor_keys import DEFAULTS, MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC
 from contract.topic_specs import PipelineNames
 from devkit.bench import plots
 from devkit.bench.measure import LATE_S, PeriodicSampler, late_percent, percentile
@@ -105,7 +105,7 @@ class NodeParams:
     partitions: int = 6
     replicas: int = 3
     standby_replicas: int = 2
-    membership_mode: str = "handoff"
+    membership_mode: str = MEMBERSHIP_HANDOFF
     processor_cpu: str = "400m"
     broker_cpu: str = "150m"
     tail_s: float = 30.0
@@ -232,8 +232,8 @@ class PodStart:
 
 
 def pod_starts(kubeconfig: str, logs: Path) -> dict[str, PodStart]:
-    """The processor pods that committed their first batch, by uid: each one's start. Each
-    pod's log is kept in `logs` (`<pod>-<uid>.log`): a replaced pod's goes with it."""
+    """The processor pods that committed their first batch, by uid: each one's start. Every
+    pod's log is copied to `logs` (`<pod>-<uid>.log`), since a replaced pod's log goes with it."""
     pods = kubectl_json(
         kubeconfig, "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={PROCESSOR}"
     )["items"]
@@ -456,7 +456,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=int, default=defaults.replicas, help="processor pods")
     parser.add_argument("--standby-replicas", type=int, default=defaults.standby_replicas)
     parser.add_argument(
-        "--membership-mode", choices=("handoff", "static"), default=defaults.membership_mode
+        "--membership-mode",
+        choices=(MEMBERSHIP_HANDOFF, MEMBERSHIP_STATIC),
+        default=defaults.membership_mode,
+        help="the processor's (one replica needs static: a hand-off needs another instance)",
     )
     parser.add_argument("--processor-cpu", default=defaults.processor_cpu, help="each pod's")
     parser.add_argument("--broker-cpu", default=defaults.broker_cpu, help="each broker's")
