@@ -272,7 +272,14 @@ def test_a_kip848_groups_own_session_and_heartbeat_are_set_then_left_alone(
     first = cli(specs, groups=[wanted])
     assert first.returncode == 0, first.stderr
     assert "consumer.session.timeout.ms: the brokers' default -> 10000" in first.stdout
-    assert group_configs.read(admin, [wanted])[wanted.group] == dict(wanted.configs)
+    # A group's configs reach every broker shortly after the controller applied them.
+    wait_until(
+        lambda: group_configs.read(admin, [wanted])[wanted.group] == dict(wanted.configs),
+        30.0,
+        f"group {wanted.group}'s configs on the broker that answers",
+        interval_s=0.2,
+        seen=lambda: group_configs.read(admin, [wanted]),
+    )
 
     again = cli(specs, groups=[wanted])
     assert again.returncode == 0, again.stderr
