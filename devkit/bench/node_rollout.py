@@ -169,6 +169,14 @@ class PodLife:
     gone: float | None = None
 
 
+def processor_pods(kubeconfig: str) -> list[dict[str, Any]]:
+    """The processor's pods as the API server has them now."""
+    pods: list[dict[str, Any]] = kubectl_json(
+        kubeconfig, "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={PROCESSOR}"
+    )["items"]
+    return pods
+
+
 @dataclass
 class PodSampler(PeriodicSampler):
     """The processor's pods from the API server, every second."""
@@ -183,14 +191,7 @@ class PodSampler(PeriodicSampler):
 
     def take(self) -> None:
         try:
-            items = kubectl_json(
-                self.kubeconfig,
-                "pods",
-                "-n",
-                NAMESPACE,
-                "-l",
-                f"app.kubernetes.io/name={PROCESSOR}",
-            )["items"]
+            items = processor_pods(self.kubeconfig)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             log.warning("sampling the pods: %s; next second", exc)
             return
@@ -234,9 +235,7 @@ class PodStart:
 def pod_starts(kubeconfig: str, logs: Path) -> dict[str, PodStart]:
     """The processor pods that committed their first batch, by uid: each one's start. Every
     pod's log is copied to `logs` (`<pod>-<uid>.log`), since a replaced pod's log goes with it."""
-    pods = kubectl_json(
-        kubeconfig, "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={PROCESSOR}"
-    )["items"]
+    pods = processor_pods(kubeconfig)
     logs.mkdir(parents=True, exist_ok=True)
     starts = {}
     for pod in pods:

@@ -189,12 +189,13 @@ def run_throughput(
             except RuntimeError as exc:  # one variant's failure (a refused setting) keeps the rest
                 log.error("%s: %s", variant.label, exc)
                 row = {"events/s": None, "exact": "not measured: the instance exited"}
-        if warm_up or ceiling is None:
+        if warm_up:
             log.info(
                 "warm-up run, not in the table (p99 %s s): the brokers are warm",
                 row.get("p99 latency s"),
             )
             continue
+        assert ceiling is not None  # measured by the first run that is not the warm-up
         events = row["events/s"]
         by, best = ceiling.best
         rows.append(
