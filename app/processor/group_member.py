@@ -20,9 +20,10 @@ group stable with every partition owned by another member: more members than par
 A revocation lets the running micro-batch finish and commit first (as Kafka Streams commits in
 `onPartitionsRevoked`): the revoked partitions are withdrawn from the published assignment at
 once, so no new batch plans them, and the callback waits (up to `REVOKE_WAIT_S`) for the batch
-already planned. Its results for them are written, the next owner does not redo them, and this
-instance's copy of their state stays good for a standby. A lost partition (session expired) is
-given up at once.
+already planned: planned from the moment the source read the assignment for it, not only once
+Spark logged its offsets (`planned_batch`). Its results for them are written, the next owner
+does not redo them, and this instance's copy of their state stays good for a standby. A lost
+partition (session expired) is given up at once.
 
 Only the polling thread touches the member's consumer. confluent-kafka serialises the calls on
 one consumer, and a rebalance callback runs inside `poll()`: a call from the sink's thread while
@@ -38,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -52,6 +53,7 @@ from app.processor.assignment_file import Assignment
 from app.processor.group_describer import GroupDescription
 from app.processor.group_view import GroupView
 from app.processor.metrics import ProcessorMetrics, export_lag
+from app.processor.planned_batch import BatchProgress
 from contract.processor_keys import DEFAULTS
 
 log = logging.getLogger(__name__)
@@ -80,7 +82,7 @@ class GroupMember:
         channel: Path,
         metrics: ProcessorMetrics,
         standby_replicas: int = 0,
-        running_batch: Callable[[], int | None] = lambda: None,
+        batches: BatchProgress | None = None,
         retrying: Retrying | None = None,
         confirm_empty_assignment: bool = False,
     ) -> None:
@@ -88,8 +90,8 @@ class GroupMember:
         self.channel = channel
         self.metrics = metrics
         self.standby_replicas = standby_replicas
-        # The micro-batch planned and not yet done, if any (a revocation waits for it).
-        self.running_batch = running_batch
+        # The query's batches: a revocation waits for the one planned and not yet done.
+        self.batches = batches
         # Offsets asked for while a broker restarts or a coordinator moves: wait, don't fail.
         self._retrying = retrying or Retrying(float(DEFAULTS["task.timeout.ms"]) / 1000)
         self._config = consumer_config
@@ -431,21 +433,43 @@ class GroupMember:
             self._member_id = member_id
 
     def _finish_running_batch(self, revoked: set[int]) -> None:
-        """Let the running batch commit the revoked partitions' results before they go (Kafka
+        """Let the batch in flight commit the revoked partitions' results before they go (Kafka
         Streams commits in onPartitionsRevoked): its work is not redone by the next owner, and
         this instance's copy of their state stays good. No new batch plans them meanwhile."""
         with self._lock:
             self._generation += 1
             self._publish(leaving=revoked)
-        running = self.running_batch()
+        if self.batches is None:
+            return
+        began = time.monotonic()
+        # After the publish: a planning step that read the assignment before it has said what
+        # it planned (`planned_batch`), and the next one plans without the revoked partitions.
+        running = self.batches.unfinished(REVOKE_WAIT_S)
         if running is None:
             return
-
-        def batch_over() -> bool:  # the next one plans without them
-            now = self.running_batch()
-            return now is None or now > running
-
-        poll_until(batch_over, REVOKE_WAIT_S, interval_s=0.05)
+        # Only planned yet: a revocation here gave the partitions up before planned_batch.
+        stage = "running" if self.batches.logged(running) else "planned, not yet logged"
+        if poll_until(
+            partial(self.batches.done, running),
+            max(0.0, began + REVOKE_WAIT_S - time.monotonic()),
+            interval_s=0.05,
+        ):
+            log.info(
+                "group member: revocation of partitions %s waited %.2f s for batch %d (%s) to "
+                "commit them",
+                sorted(revoked),
+                time.monotonic() - began,
+                running,
+                stage,
+            )
+        else:
+            log.warning(
+                "group member: batch %d not done within %.0f s of the revocation of partitions "
+                "%s: they go without its results",
+                running,
+                REVOKE_WAIT_S,
+                sorted(revoked),
+            )
 
     def _publish(self, leaving: frozenset[int] | set[int] = frozenset()) -> None:
         assignment_file.publish(

@@ -6,7 +6,9 @@ written with the PySpark Python Data Source API and confluent-kafka, plans offse
 partitions the instance owns. It never joins the group itself: the group member lives in the
 processor's main process (`group_member.py`) and publishes the assignment through a file
 (`assignment_file.py`); the reader only reads that file, the group's committed offsets and the
-partitions' ends. Executors read the planned ranges with `assign()`.
+partitions' ends. Executors read the planned ranges with `assign()`. Each planning step holds
+the planning lock from reading the assignment until it has recorded whether it planned a batch,
+so that a revocation waits for a batch planned with the partitions it takes (`planned_batch.py`).
 
 Planning, per kept partition (`SourceOffsets` documents the offsets, `state_restore` the rules):
 
@@ -70,6 +72,7 @@ from app.clients.waiting import poll_until
 from app.processor import assignment_file, native_memory
 from app.processor.aggregation import Aggregation, load_aggregation
 from app.processor.combine import INPUT, RESTORE, RangeFold
+from app.processor.planned_batch import planning
 from app.processor.source_offsets import (
     FROM_BEGINNING,
     FROM_KEY,
@@ -79,6 +82,7 @@ from app.processor.source_offsets import (
 from app.processor.state_restore import (
     CommittedInput,
     changelog_end_of,
+    copies_path,
     next_position,
     read_copies,
 )
@@ -150,7 +154,7 @@ class SourceOptions:
     input_topic: str
     changelog_topic: str
     assignment_path: str
-    copies_path: str  # `state_restore.copies_path`
+    checkpoint_path: str  # the query's checkpoint: its copies file, the planning's record
     max_records_per_batch: int
     # How many tasks a batch's reads are packed into at least: the executor's cores.
     read_tasks: int
@@ -248,6 +252,12 @@ class GroupAssignedReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The next batch's end positions for the kept partitions (`start` when nothing to do)."""
+        with planning(Path(self.options.checkpoint_path)) as record:
+            end = self._plan(start, limit)
+            record(end != start)
+        return end
+
+    def _plan(self, start: dict, limit: ReadLimit) -> dict:
         opts = self.options
         assignment = assignment_file.read(Path(opts.assignment_path))
         if assignment is None or assignment.draining:
@@ -259,7 +269,7 @@ class GroupAssignedReader(DataSourceStreamReader):
         if assignment.generation != self._checked_generation:
             self._diverged = self._moved_on(previous, sorted(owned))
             self._checked_generation = assignment.generation
-        copies = read_copies(Path(opts.copies_path))
+        copies = read_copies(copies_path(Path(opts.checkpoint_path)))
         positions: dict[int, PartitionPosition] = {}
         growing: dict[int, tuple[int, int]] = {}  # partition -> (from, last stable offset)
         now_ms = int(time.time() * 1000)

@@ -23,7 +23,6 @@ import shutil
 import signal
 import threading
 import time
-from functools import partial
 from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
@@ -38,13 +37,10 @@ from app.processor.health import HealthServer, ReadinessStatus
 from app.processor.metrics import ProcessorMetrics
 from app.processor.pair import PairControl
 from app.processor.pipeline import spark_session, start_query
+from app.processor.planned_batch import BatchProgress
 from app.processor.settings import ProcessorSettings, earlier_checkpoints
 from app.processor.sink import SinkTopics, TransactionalSink
-from app.processor.source_offsets import (
-    held_partitions,
-    last_committed_offsets,
-    running_batch,
-)
+from app.processor.source_offsets import held_partitions, last_committed_offsets
 from app.processor.startup import StartupClock
 from app.processor.state_restore import copies_path, read_copies
 from contract.processor_keys import MEMBERSHIP_HANDOFF
@@ -88,6 +84,7 @@ class ProcessorInstance:
         # starts its Python processes itself.
         self._forkserver = forkserver
         self.metrics = ProcessorMetrics()
+        self.batches = BatchProgress(settings.checkpoint_dir)
         self.member = GroupMember(
             # The member's name orders the ring of standbys when it has no group.instance.id.
             {"client.id": settings.transactional_id, **settings.consumer_config()},
@@ -95,7 +92,7 @@ class ProcessorInstance:
             assignment_path(settings.state_dir),
             self.metrics,
             standby_replicas=settings.num_standby_replicas,
-            running_batch=partial(running_batch, settings.checkpoint_dir),
+            batches=self.batches,
             retrying=Retrying(settings.task_timeout_ms / 1000, self.metrics.kafka_retry_episode),
             # A hand-off instance joins a running group: its first, empty, assignment is only
             # the first step of the join, and its readiness must not count it.
@@ -311,6 +308,7 @@ class ProcessorInstance:
         return done.warm_up == token
 
     def _start_query(self, spark: object, sink: TransactionalSink) -> StreamingQuery:
+        self.batches.forget_planned()
         query = start_query(spark, self.settings, sink)  # type: ignore[arg-type]
         if not self.clock.reported:
             self.clock.mark("query start")

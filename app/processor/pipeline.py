@@ -17,7 +17,6 @@ from app.processor.kafka_source import SOURCE_NAME, KafkaGroupSource, SourceOpti
 from app.processor.keyed_state import aggregate
 from app.processor.settings import INSTANCE_ID_KEY, ProcessorSettings
 from app.processor.sink import TransactionalSink
-from app.processor.state_restore import copies_path
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ def source_options(settings: ProcessorSettings) -> SourceOptions:
         input_topic=settings.input_topic,
         changelog_topic=settings.changelog_topic,
         assignment_path=str(assignment_path(settings.state_dir)),
-        copies_path=str(copies_path(settings.checkpoint_dir)),
+        checkpoint_path=str(settings.checkpoint_dir),
         max_records_per_batch=settings.max_records_per_batch,
         read_tasks=settings.executor_cores,
         consumer_config=config,

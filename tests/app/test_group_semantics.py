@@ -56,6 +56,7 @@ from app.clients.waiting import wait_until
 from app.processor import assignment_file
 from app.processor.group_member import GroupMember
 from app.processor.metrics import ProcessorMetrics
+from app.processor.planned_batch import BatchProgress, planning
 
 PARTITIONS = 6
 # Short enough to keep the module at a few minutes, above the broker's minimum (6 s).
@@ -495,24 +496,7 @@ def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offset
     source = create_topic(kafka_bootstrap)
     output = create_topic(kafka_bootstrap, partitions=1)
     group_id = f"member-{uuid.uuid4().hex[:8]}"
-    config = {
-        "bootstrap.servers": kafka_bootstrap,
-        "group.id": group_id,
-        "group.instance.id": "processor-0",
-        "partition.assignment.strategy": "cooperative-sticky",
-        "session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
-        "heartbeat.interval.ms": "1000",
-        "isolation.level": "read_committed",
-        "enable.auto.commit": "false",
-    }
-    member = GroupMember(config, source, tmp_path / "assignment.json", ProcessorMetrics()).start()
-    wait_until(
-        lambda: member.assignment() == set(range(PARTITIONS)),
-        60,
-        "the member to own every partition",
-        interval_s=0.2,
-        seen=member.assignment,
-    )
+    member = owning_member(kafka_bootstrap, source, group_id, tmp_path / "assignment.json")
     producer = transactional_producer(kafka_bootstrap, f"processor-0-{uuid.uuid4().hex[:6]}")
     newcomer = ConsumerGroup(kafka_bootstrap, source, name=group_id).join(
         "processor-1", static=True
@@ -538,6 +522,83 @@ def test_a_revocation_waits_for_the_running_transaction_which_commits_its_offset
     assert committed_values(kafka_bootstrap, output, expected=1) == [
         b"written while a revocation waits"
     ]
+    newcomer.consumer.close()
+    member.close()
+
+
+def owning_member(
+    bootstrap: str,
+    topic: str,
+    group_id: str,
+    channel: Path,
+    batches: BatchProgress | None = None,
+) -> GroupMember:
+    """The processor's `GroupMember`, static, once it owns every partition of `topic`."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "group.instance.id": "processor-0",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
+        "heartbeat.interval.ms": "1000",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": "false",
+    }
+    member = GroupMember(config, topic, channel, ProcessorMetrics(), batches=batches).start()
+    wait_until(
+        lambda: member.assignment() == set(range(PARTITIONS)),
+        60,
+        "the member to own every partition",
+        interval_s=0.2,
+        seen=member.assignment,
+    )
+    return member
+
+
+def test_a_revocation_during_a_planning_step_waits_for_the_batch_it_plans(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A batch is in flight from the source's planning step, before Spark logs its offsets: a
+    revocation that comes while the source plans with the revoked partitions waits for the step
+    to record its batch and for that batch to be marked done; only then do they move."""
+    source = create_topic(kafka_bootstrap)
+    group_id = f"member-{uuid.uuid4().hex[:8]}"
+    channel = tmp_path / "assignment.json"
+    checkpoint = tmp_path / "checkpoint"
+    member = owning_member(kafka_bootstrap, source, group_id, channel, BatchProgress(checkpoint))
+    holding, recorded = threading.Event(), threading.Event()
+
+    def plan_a_batch() -> None:  # the source's `latestOffset`, with every partition planned
+        with planning(checkpoint) as record:
+            holding.set()
+            recorded.wait(120)
+            record(True)
+
+    planner = threading.Thread(target=plan_a_batch)
+    planner.start()
+    assert holding.wait(30)
+    newcomer = ConsumerGroup(kafka_bootstrap, source, name=group_id).join(
+        "processor-1", static=True
+    )
+
+    def published() -> set[int]:
+        assignment = assignment_file.read(channel)
+        return set() if assignment is None else set(assignment.partitions)
+
+    # The revocation withdraws half of the partitions from the next plans at once...
+    poll_until([newcomer], lambda: len(published()) == PARTITIONS // 2, 60, "the revocation")
+    revoked = set(range(PARTITIONS)) - published()
+    # ...and waits for the planning step, then for the batch it planned (batch 0).
+    poll_for([newcomer], 2 * HEARTBEAT_INTERVAL_S)
+    assert newcomer.assigned == set(), "partitions moved while the source planned with them"
+    recorded.set()
+    planner.join(30)
+    poll_for([newcomer], 2 * HEARTBEAT_INTERVAL_S)
+    assert newcomer.assigned == set(), "partitions moved before the planned batch was done"
+    for log in ("offsets", "commits"):  # Spark logs batch 0, then marks it done
+        (checkpoint / log).mkdir(parents=True, exist_ok=True)
+        (checkpoint / log / "0").write_text("v1\n{}\n")
+    poll_until([newcomer], lambda: newcomer.assigned == revoked, 60, "the handover")
     newcomer.consumer.close()
     member.close()
 

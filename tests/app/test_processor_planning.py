@@ -25,6 +25,7 @@ from app.processor.kafka_source import (
     fair_share,
     pack_tasks,
 )
+from app.processor.planned_batch import BatchProgress, Planned, read_planned
 from app.processor.source_offsets import (
     EPOCH_KEY,
     FROM_BEGINNING,
@@ -65,7 +66,7 @@ def reader(tmp_path: Path) -> GroupAssignedReader:
             input_topic=INPUT_TOPIC,
             changelog_topic=CHANGELOG,
             assignment_path=str(tmp_path / "assignment.json"),
-            copies_path=str(tmp_path / "checkpoint" / "state-copies.json"),
+            checkpoint_path=str(tmp_path / "checkpoint"),
             max_records_per_batch=1000,
             read_tasks=2,
             consumer_config={"bootstrap.servers": "127.0.0.1:9", "group.id": "g"},
@@ -314,6 +315,19 @@ def test_a_batch_runs_from_its_planning_until_spark_marks_it_done(tmp_path: Path
     assert running_batch(checkpoint) is None
     (checkpoint / "offsets" / "1").write_text("v1\n{}\n{}\n")
     assert running_batch(checkpoint) == 1
+
+
+def test_each_planning_step_records_whether_it_planned_a_batch_for_a_revocation_to_wait_on(
+    tmp_path: Path,
+) -> None:
+    source = planner(tmp_path, {(CHANGELOG, 2): 300, (INPUT_TOPIC, 2): 17}, committed=17)
+    checkpoint = tmp_path / "checkpoint"
+    planned = plan(source, {}, Assignment(INPUT_TOPIC, (2,), generation=1)).to_dict()
+    assert read_planned(checkpoint) == Planned(batch=True, after=-1)
+    assert BatchProgress(checkpoint).unfinished(10) == 0  # not in Spark's offset log yet
+    # Asked again with nothing new: no batch, and nothing for a revocation to wait for.
+    assert source.latestOffset(planned, source.getDefaultReadLimit()) == planned
+    assert read_planned(checkpoint) == Planned(batch=False, after=-1)
 
 
 def test_warm_up_token_survives_later_plans_so_it_triggers_no_extra_batch() -> None:

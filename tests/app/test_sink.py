@@ -324,7 +324,7 @@ def test_a_partition_gained_while_its_last_transaction_commits_is_planned_from_t
                 input_topic=sink.topics.input,
                 changelog_topic=sink.topics.changelog,
                 assignment_path=str(tmp_path / "gained.json"),
-                copies_path=str(tmp_path / "gained-checkpoint" / "state-copies.json"),
+                checkpoint_path=str(tmp_path / "gained-checkpoint"),
                 max_records_per_batch=1000,
                 read_tasks=1,
                 consumer_config={
