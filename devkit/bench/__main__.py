@@ -162,6 +162,17 @@ def _add_variants(parser: argparse.ArgumentParser, unit: str, example: str) -> N
     )
 
 
+def _add_warm_up(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--no-warm-up`: the first row's dropped `what` before the rows is skipped."""
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help=f"measure from the first row on, without a dropped warm-up {what} before it (the "
+        "brokers' JIT then falls into the first row)",
+    )
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(
@@ -189,6 +200,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--cases", type=_cases, default=list(CASE_NAMES), help=f"of {', '.join(CASE_NAMES)}"
     )
     _add_protocols(restart, "case")
+    _add_warm_up(restart, "pipeline (until steady, no restart)")
     _add_engines(restart, "case")
     _add_variants(restart, "case", "trigger.interval.ms=500")
     _add_numbers(
@@ -222,13 +234,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ")",
     )
     _add_protocols(throughput, "configuration (and Kafka Streams)")
-    throughput.add_argument(
-        "--no-warm-up",
-        dest="warm_up",
-        action="store_false",
-        help="measure from the first run on, without a dropped warm-up run before it (the "
-        "brokers' JIT then falls into the first row)",
-    )
+    _add_warm_up(throughput, "run")
     _add_engines(throughput, "configuration (Kafka Streams: one row, it has none)")
     _add_variants(throughput, "configuration", "spark.driver.memory=512m")
     _add_numbers(
@@ -339,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 group_protocols=tuple(args.group_protocols),
                 engines=tuple(args.engines),
                 variants=(Variant(), *args.variants),
+                warm_up=args.warm_up,
             )
             chosen = [c for c in CASES if c.name in args.cases]
             if any(c.scale for c in chosen):

@@ -238,6 +238,9 @@ class BenchParams:
     # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
     standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart
+    # Before the rows, the first row's pipeline runs once until it is settled and has processed
+    # `steady_s`, and is dropped: the first pipeline after the brokers' start pays their JIT.
+    warm_up: bool = True
     min_ready_s: float = 10.0  # a rollout's minReadySeconds (the dev stack's)
     # "Caught up": at most this many seconds of input not yet committed (batches take 1-10 s
     # on a busy 2-core machine).

@@ -13,7 +13,9 @@ processes, `devkit.local`) through the scenario matrix and measures, per case:
 
 Every case runs on Apache Kafka: the bench's own 3 KRaft nodes (`devkit.kraft_cluster`), or the
 cluster `--bootstrap-servers` names; the broker cases need the bench's own nodes, which it
-restarts. Every row names its broker.
+restarts. Every row names its broker. Before the rows, the first row's pipeline runs until it is
+settled and has processed `--steady-s`, and is dropped (`--no-warm-up` skips it): the first
+pipeline after the brokers' start pays their JIT.
 
 The cases and their sizes are in `restart_cases`, what each does to the pipeline in
 `restart_events`, and the reading of the timeline between them in `settling`; this module runs
@@ -141,6 +143,12 @@ def run_matrix(
         # protocol or, where the processor runs KIP-848's, its own streams groups (KIP-1071).
         if e == ENGINE_PROCESSOR or i == 0
     ]
+    if params.warm_up and runs:
+        engine, protocol, index = runs[0]
+        first = [c for c in cases if _not_runnable(c, engine, brokers) is None][:1]
+        warm = replace(params, engine=engine, group_protocol=protocol, variant_index=index)
+        if first:
+            run_group(first, warm, out_dir, bootstrap_servers, broker, brokers, client, True)
     for engine, protocol, index in runs:
         run = replace(params, engine=engine, group_protocol=protocol, variant_index=index)
         runnable = []
@@ -204,12 +212,15 @@ def _graph_suffix(params: BenchParams) -> str:
 def run_group(
     cases: Sequence[Case], params: BenchParams, out_dir: Path, bootstrap_servers: str,
     broker: str, brokers: KraftCluster | None = None, client: ClientConfig | None = None,
+    warm_up: bool = False,
 ) -> list[CaseResult]:  # fmt: skip
-    """One pipeline (own topics and group), one restart (or roll) per case."""
+    """One pipeline (own topics and group), one restart (or roll) per case. `warm_up`: only
+    until the first case's steady processing, no restart, no row (`BenchParams.warm_up`)."""
     stateful, mode = cases[0].stateful, cases[0].membership_mode
     kind = (mode if stateful else "dynamic") + ("-standby" if cases[0].standbys else "")
     kind += "-pair" if cases[0].pair else ""
     kind += "" if params.engine == ENGINE_PROCESSOR else f"-{params.engine}"
+    kind += "-warm-up" if warm_up else ""
     prefix = f"bench-{kind}-{params.group_protocol}-{uuid.uuid4().hex[:6]}"
     setup = PipelineSetup(
         base_dir=out_dir / "state" / prefix,
@@ -257,6 +268,8 @@ def run_group(
                 log.info("%s: ready, caught up and settled %.0f s after the start", prefix,
                          steady.at - t0)  # fmt: skip
                 costs.append(steady_cost.measure(pipeline.instances, params.steady_s))
+                if warm_up:
+                    break
                 if case.broker_roll:
                     assert brokers is not None
                     restarts.append(broker_roll(pipeline, timeline, case, params, brokers))
@@ -270,6 +283,14 @@ def run_group(
             summary = loader.stop()
             drained = first_sample(timeline, params.drain_timeout_s, lambda s: total_lag(s) == 0)
         pipeline.stop_instances()
+        if warm_up:
+            log.info(
+                "%s: warm-up, not in the table (%.0f s): the brokers have served a pipeline's "
+                "joins, transactions and reads",
+                prefix,
+                time.time() - t0,
+            )
+            return []
         pipeline.output.wait_until_caught_up(60.0)
         latest, _, _ = pipeline.output.snapshot()
         records = list(pipeline.output.records)

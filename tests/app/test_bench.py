@@ -310,10 +310,14 @@ def test_bench_options_default_to_the_params_and_name_what_is_wrong(
     assert "unknown case(s) rolling; allowed: static-kept" in capsys.readouterr().err
 
 
-def test_the_throughput_bench_warms_the_brokers_up_unless_told_not_to() -> None:
+@pytest.mark.parametrize("bench", ["throughput", "rolling-restart"])
+def test_the_benches_warm_the_brokers_up_unless_told_not_to(bench: str) -> None:
     # A dropped run first: the first run after the brokers' start pays their JIT.
-    assert parse_args(["throughput"]).warm_up is True
-    assert parse_args(["throughput", "--no-warm-up"]).warm_up is False
+    assert parse_args([bench]).warm_up is True
+    assert parse_args([bench, "--no-warm-up"]).warm_up is False
+
+
+def test_the_throughput_bench_leaves_the_latency_phases_first_seconds_out_of_a_second_p99() -> None:
     assert parse_args(["throughput"]).latency_warmup_s == 10.0
 
 
