@@ -120,7 +120,9 @@ def test_a_lookup_that_asks_a_lost_leader_asks_the_new_one_within_seconds(
             assert retrying.watermark_offsets("end offset", client, TOPIC, 0, 10.0) == (0, 0)
 
             def leader() -> int:
-                return admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].leader
+                """The partition's leader by the broker asked (-1: it knows none yet)."""
+                partitions = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+                return partitions[0].leader if 0 in partitions else -1
 
             def asked_in_vain() -> int:
                 """The client keeps asking meanwhile, as a planner does every batch: its
@@ -129,7 +131,9 @@ def test_a_lookup_that_asks_a_lost_leader_asks_the_new_one_within_seconds(
                     client.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=1, cached=False)
                 return leader()
 
-            lost = leader()
+            # Any broker answers: one may not have the new topic's partition in its metadata yet.
+            (lost,) = wait_until(lambda: (known,) if (known := leader()) >= 0 else None,
+                                 DEADLINE_S, "the partition's leader", seen=leader)  # fmt: skip
             cluster.kill_node(lost)
             wait_until(lambda: asked_in_vain() not in (lost, -1), DEADLINE_S, "a new leader",
                        seen=leader, interval_s=0.2)  # fmt: skip
