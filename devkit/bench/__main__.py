@@ -96,6 +96,12 @@ def _variant(text: str) -> Variant:
     return Variant(settings)
 
 
+def _rounds(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--rounds wants a whole number, at least 1; got {text!r}")
+    return int(text)
+
+
 def _configs(text: str) -> list[tuple[int, int]]:
     configs = []
     for item in text.split(","):
@@ -203,6 +209,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     _add_warm_up(restart, "pipeline (until steady, no restart)")
     _add_engines(restart, "case")
     _add_variants(restart, "case", "trigger.interval.ms=500")
+    restart.add_argument(
+        "--rounds",
+        type=_rounds,
+        default=BenchParams().rounds,
+        help="run every engine, protocol and variant this many times, in turn (A B A B), so a "
+        "difference shows beside the run-to-run spread (default 1)",
+    )
     _add_numbers(
         restart,
         BenchParams(),
@@ -346,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 engines=tuple(args.engines),
                 variants=(Variant(), *args.variants),
                 warm_up=args.warm_up,
+                rounds=args.rounds,
             )
             chosen = [c for c in CASES if c.name in args.cases]
             if any(c.scale for c in chosen):

@@ -235,6 +235,11 @@ class BenchParams:
     # on the same brokers (`devkit.kafka_streams`; the classic protocol, no --set).
     engines: tuple[str, ...] = (ENGINE_PROCESSOR,)
     engine: str = ENGINE_PROCESSOR  # the one a pipeline runs
+    # Every engine, protocol and variant runs this many times, in turn (A B A B): a hand-off's
+    # longest gap varies by more than a second from run to run on 2 shared cores, so a
+    # difference counts only beside that spread, measured in the same run.
+    rounds: int = 1
+    round_index: int = 0  # the one a pipeline runs
     # num.standby.replicas of the cases that keep standbys (hand-off needs a copy to hand to).
     standby_replicas: int = 1
     steady_s: float = 10.0  # steady processing before the restart

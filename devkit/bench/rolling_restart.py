@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import product
 from pathlib import Path
 
 from app.clients.client_properties import ClientConfig
@@ -129,7 +130,7 @@ def run_matrix(
     it; write the table (Markdown, CSV) and a graph per case; the results. `broker` names the
     cluster in every row; `brokers`: the local cluster behind `bootstrap_servers`, which the
     broker-roll case restarts."""
-    results: dict[tuple[str, str, str, int], CaseResult] = {}
+    results: dict[tuple[str, str, str, int, int], CaseResult] = {}
 
     def kind(case: Case) -> tuple[bool, str, int, bool]:
         return case.stateful, case.membership_mode, case.standby_replicas(params), case.pair
@@ -149,8 +150,10 @@ def run_matrix(
         warm = replace(params, engine=engine, group_protocol=protocol, variant_index=index)
         if first:
             run_group(first, warm, out_dir, bootstrap_servers, broker, brokers, client, True)
-    for engine, protocol, index in runs:
-        run = replace(params, engine=engine, group_protocol=protocol, variant_index=index)
+    for round_, (engine, protocol, index) in product(range(params.rounds), runs):
+        run = replace(
+            params, engine=engine, group_protocol=protocol, variant_index=index, round_index=round_
+        )
         runnable = []
         for case in cases:
             reason = _not_runnable(case, engine, brokers)
@@ -160,10 +163,11 @@ def run_matrix(
                     "engine": engine_label(engine),
                     "group protocol": protocol_label(run.engine, run.group_protocol),
                     "settings": run.variant.label,
+                    "round": round_ + 1,
                     "broker": broker,
                     "note": f"not run: {reason}",
                 }
-                results[case.name, engine, protocol, index] = CaseResult(case, row)
+                results[case.name, engine, protocol, index, round_] = CaseResult(case, row)
             else:
                 runnable.append(case)
         for pipeline_kind in dict.fromkeys(kind(c) for c in runnable):
@@ -171,13 +175,22 @@ def run_matrix(
             for result in run_group(
                 group, run, out_dir, bootstrap_servers, broker, brokers, client
             ):
-                results[result.case.name, engine, protocol, index] = result
-    # Each case's rows side by side, one per engine, protocol and variant.
-    ordered = [results[c.name, e, p, i] for c in cases for e, p, i in runs]
-    text = write_table(out_dir, "rolling-restart", COLUMNS, [r.row for r in ordered])
+                results[result.case.name, engine, protocol, index, round_] = result
+    # Each case's rows side by side, one per engine, protocol and variant, round after round.
+    rounds = range(params.rounds)
+    ordered = [results[c.name, e, p, i, r] for c in cases for r in rounds for e, p, i in runs]
+    text = write_table(out_dir, "rolling-restart", columns(params), [r.row for r in ordered])
     print(text, flush=True)
     print(f"table: {out_dir / 'rolling-restart.md'} and .csv; graphs: {out_dir}/*.png", flush=True)
     return ordered
+
+
+def columns(params: BenchParams) -> tuple[str, ...]:
+    """The table's columns: a round's number beside the settings when there is more than one."""
+    if params.rounds == 1:
+        return COLUMNS
+    at = COLUMNS.index("settings") + 1
+    return (*COLUMNS[:at], "round", *COLUMNS[at:])
 
 
 def _not_runnable(case: Case, engine: str, brokers: KraftCluster | None) -> str | None:
@@ -200,13 +213,14 @@ def check_scale(params: BenchParams) -> None:
 
 
 def _graph_suffix(params: BenchParams) -> str:
-    """A graph's name suffix: none for the classic protocol and the first variant (the
-    defaults': the names the docs link), else the protocol and the variant's place (`-set1` for
-    the first `--set`), so two equal variants still get a graph each."""
+    """A graph's name suffix: none for the classic protocol, the first variant and the first
+    round (the defaults': the names the docs link), else the protocol, the variant's place
+    (`-set1` for the first `--set`) and the round, so two equal variants still get a graph each."""
     classic = params.group_protocol == DEFAULTS["consumer.group.protocol"]
     suffix = "" if classic else f"-{params.group_protocol}"
     suffix += "" if params.engine == ENGINE_PROCESSOR else f"-{params.engine}"
-    return suffix + (f"-set{params.variant_index}" if params.variant_index else "")
+    suffix += f"-set{params.variant_index}" if params.variant_index else ""
+    return suffix + (f"-round{params.round_index + 1}" if params.round_index else "")
 
 
 def run_group(
@@ -392,6 +406,7 @@ def _row(
         "engine": engine_label(params.engine),
         "group protocol": protocol_label(params.engine, params.group_protocol),
         "settings": params.variant.label,
+        "round": params.round_index + 1,
         "broker": broker,
         "standby replicas": event.case.standby_replicas(params),
         "produced": check.produced,

@@ -295,6 +295,23 @@ def test_a_broker_roll_needs_brokers_the_bench_can_restart(
     for row in rows:
         assert row["note"].startswith("not run: needs brokers the bench can restart"), row
         assert row["broker"] == "a given cluster"
+        assert "round" not in row, row  # one round: no column for it
+
+
+def test_rounds_run_every_variant_in_turn_and_number_their_rows(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A B A B, not A A B B: a difference then shows beside the run-to-run spread."""
+    params = replace(SHORT, rounds=2, variants=(Variant(), Variant({"trigger.interval.ms": "500"})))
+    run_matrix([BY_NAME["broker-roll"]], params, tmp_path, kafka_bootstrap, "a given cluster")
+    with (tmp_path / "rolling-restart.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["round"], r["settings"]) for r in rows] == [
+        ("1", "defaults"),
+        ("1", "trigger.interval.ms=500"),
+        ("2", "defaults"),
+        ("2", "trigger.interval.ms=500"),
+    ], rows
 
 
 def test_bench_options_default_to_the_params_and_name_what_is_wrong(
@@ -308,6 +325,11 @@ def test_bench_options_default_to_the_params_and_name_what_is_wrong(
         parse_args(["rolling-restart", "--cases", "static-kept,rolling"])
     assert exited.value.code == 2
     assert "unknown case(s) rolling; allowed: static-kept" in capsys.readouterr().err
+    assert parse_args(["rolling-restart"]).rounds == 1
+    assert parse_args(["rolling-restart", "--rounds", "3"]).rounds == 3
+    with pytest.raises(SystemExit):
+        parse_args(["rolling-restart", "--rounds", "0"])
+    assert "--rounds wants a whole number, at least 1; got '0'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bench", ["throughput", "rolling-restart"])
