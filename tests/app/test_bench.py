@@ -39,6 +39,8 @@ SHORT = BenchParams(
     heartbeat_interval_ms=2_000,
     steady_s=2.0,
     tail_s=3.0,
+    # The dropped warm-up pipeline is for figures; one test below runs it (a pipeline each).
+    warm_up=False,
 )
 BY_NAME = {c.name: c for c in CASES}
 BROKER = "Apache Kafka, the tests' 3 KRaft nodes"
@@ -85,12 +87,16 @@ def test_kafka_streams_restarted_in_the_bench_counts_exactly_and_restores_only_a
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """Kafka Streams beside the processor on the same brokers (`--engines`): the same bench
-    and truth judge its restarts, and a pair, which it does not run, is a row saying so."""
-    params = replace(SHORT, down_s=2.0, engines=(ENGINE_KAFKA_STREAMS,))
+    and truth judge its restarts, and a pair, which it does not run, is a row saying so. A
+    warm-up pipeline runs first and gives no row."""
+    params = replace(SHORT, down_s=2.0, engines=(ENGINE_KAFKA_STREAMS,), warm_up=True)
     cases = [BY_NAME["static-kept"], BY_NAME["static-wiped"], BY_NAME["pair-switch"]]
     results = run_matrix(cases, params, tmp_path, kafka_bootstrap, BROKER)
     with (tmp_path / "rolling-restart.csv").open(newline="") as f:
         rows = {row["case"]: row for row in csv.DictReader(f)}
+    pipelines = sorted(p.name for p in (tmp_path / "state").iterdir())
+    assert len(pipelines) == 2 and sum("-warm-up-" in p for p in pipelines) == 1, pipelines
+    assert sorted(rows) == sorted(c.name for c in cases), rows
     for name in ("static-kept", "static-wiped"):
         row = rows[name]
         assert row["engine"] == KAFKA_STREAMS, row
