@@ -14,6 +14,9 @@ partition's planning), so the gap splits into:
 
 The new owner's restore line (`sink`) says whether the move landed on a copy of the partition's
 state there (warm: its changelog's tail, or nothing, to read) or read the whole changelog (cold).
+Its start line (`app.processor`) says whether the move's first batch was the first it committed
+since its process started (a just-started taker: its input path runs for the first time then, as
+its warm-up batches read only changelogs).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO "
 _COMMIT = re.compile(_STAMP + r"app\.processor\.sink: batch \d+: committed .*? offsets \{([^}]*)\}")
 _ASSIGNED = re.compile(_STAMP + r"app\.processor\.group_member: rebalance: assigned \[([^\]]*)\]")
 _PLANNED = re.compile(_STAMP + r"app\.processor\.kafka_source: partition \S+-(\d+) \(gained\)")
+_STARTED = re.compile(_STAMP + r"app\.processor: starting ")
 _RESTORED = re.compile(
     _STAMP + r"app\.processor\.sink: partition \S+-(\d+): "
     r"(?:state restored from (\d+) changelog records \(([^)]*)\)|nothing to restore)"
@@ -49,6 +53,7 @@ class Move:
     first_commit: float  # the target's first commit of it
     restored: int = 0  # changelog records the target read to restore it
     cold: bool = False  # no copy of its state at the target: the whole changelog read
+    fresh: bool = False  # the target's first commit since its process started
 
     @property
     def gap(self) -> float:
@@ -79,7 +84,7 @@ class LogEvent:
 
     at: float
     instance: str
-    kind: str  # "commit", "assigned", "planned" or "restored"
+    kind: str  # "commit", "assigned", "planned", "restored" or "started"
     partitions: frozenset[int]
     records: int = 0  # "restored": changelog records read
     cold: bool = False  # "restored": without a copy here
@@ -94,10 +99,14 @@ def _partitions(text: str) -> frozenset[int]:
 
 
 def read_events(lines: Iterable[str], instance: str) -> list[LogEvent]:
-    """The commits, assignments, and plannings and restores of gained partitions in one
-    instance's log."""
+    """The commits, assignments, plannings and restores of gained partitions, and the process's
+    starts, in one instance's log."""
     events = []
     for line in lines:
+        started = _STARTED.match(line)
+        if started is not None:
+            events.append(LogEvent(_stamp(started.group(1)), instance, "started", frozenset()))
+            continue
         for kind, pattern in (("commit", _COMMIT), ("assigned", _ASSIGNED), ("planned", _PLANNED)):
             match = pattern.match(line)
             if match is not None:
@@ -148,11 +157,19 @@ def moves(events: Sequence[LogEvent], since: float, until: float) -> list[Move]:
             restored = next((e for e in mine if e.kind == "restored" and p in e.partitions), None)
             if first is not None:
                 last = before[-1]
+                fresh = _first_since_start(events, assigned.instance, first.at)
                 found.append(Move(p, last.instance, assigned.instance, last.at, assigned.at,
                                   planned.at, first.at,
                                   restored.records if restored else 0,
-                                  restored.cold if restored else False))  # fmt: skip
+                                  restored.cold if restored else False, fresh))  # fmt: skip
     return found
+
+
+def _first_since_start(events: Sequence[LogEvent], instance: str, at: float) -> bool:
+    """Whether `instance`'s commit at `at` was its first since its process last started."""
+    mine = [e for e in events if e.instance == instance and e.at < at]
+    started = max((e.at for e in mine if e.kind == "started"), default=None)
+    return started is not None and not any(e.kind == "commit" and e.at >= started for e in mine)
 
 
 def warm_share(found: list[Move]) -> str | None:
@@ -166,6 +183,23 @@ def warm_share(found: list[Move]) -> str | None:
     if cold:
         text += f" (cold: {', '.join(f'p{m.partition} {m.restored:,} records' for m in cold)})"
     return text
+
+
+def fresh_share(found: list[Move]) -> str | None:
+    """The table cell: how many moves went to a just-started instance (their first batch its
+    first since the start), and the longest gap of those and of the others."""
+    if not found:
+        return None
+    fresh = [m.gap for m in found if m.fresh]
+    others = [m.gap for m in found if not m.fresh]
+    return (
+        f"{len(fresh)} of {len(found)}, longest {_longest(fresh)}; "
+        f"onto running instances, longest {_longest(others)}"
+    )
+
+
+def _longest(gaps: Sequence[float]) -> str:
+    return f"{max(gaps):.1f} s" if gaps else "none"
 
 
 def summary(found: list[Move]) -> str | None:

@@ -74,6 +74,7 @@ PROCESSOR_ONLY_COLUMNS = (
     "revoked (others)",
     "moved partitions: longest gap by the logs, s",
     "moves onto a copy",
+    "moves onto a just-started instance",
     "standby records/s",
 )
 RESTORED = "processor_restore_records_total"
@@ -110,6 +111,7 @@ COLUMNS = (
     "processed again s",
     "moved partitions: longest gap by the logs, s",
     "moves onto a copy",
+    "moves onto a just-started instance",
     "steady CPU, cores",
     "standby records/s",
     "state on disk, MiB",
@@ -443,6 +445,7 @@ def _row(
         ),
         "moved partitions: longest gap by the logs, s": handoff_phases.summary(moves),
         "moves onto a copy": handoff_phases.warm_share(moves),
+        "moves onto a just-started instance": handoff_phases.fresh_share(moves),
         "note": "; ".join(notes),
     }
 

@@ -215,6 +215,12 @@ def test_handoff_moves_the_partitions_and_keeps_counts_exact(
     assert re.fullmatch(r"(\d+) of \1, [\d,]+ changelog records read", row["moves onto a copy"]), (
         row
     )
+    # Away onto the instance that kept running, and back onto the restarted one in its first
+    # batch since its process started.
+    assert re.fullmatch(
+        r"[1-9]\d* of \d+, longest [\d.]+ s; onto running instances, longest [\d.]+ s",
+        row["moves onto a just-started instance"],
+    ), row
     # The restarted instance joined only once its copies (kept on its volume across the restart)
     # were caught up: what it took back, it restored from their changelog tails (or nothing, a
     # copy already at the changelog's end), never from a whole changelog. (A partition first
